@@ -1,0 +1,3 @@
+module atoll
+
+go 1.26

@@ -1,0 +1,169 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with %w so callers can use errors.Is.
+var (
+	// ErrNoDevice: no GPU (or no driver) was found. The CLI falls back to the
+	// simulator when it sees this.
+	ErrNoDevice = errors.New("gpu: no device")
+	// ErrInvalidLaunch: a launch shape the device cannot run (too many
+	// threads per block, too much shared memory, a zero grid, ...).
+	ErrInvalidLaunch = errors.New("gpu: invalid launch")
+	// ErrInvalidHandle: a stream, event, function or pointer not made by
+	// this device, or already destroyed.
+	ErrInvalidHandle = errors.New("gpu: invalid handle")
+	// ErrNotReady: an event queried before it completed (Time).
+	ErrNotReady = errors.New("gpu: not ready")
+	// ErrOutOfMemory: an allocation the device cannot satisfy.
+	ErrOutOfMemory = errors.New("gpu: out of memory")
+	// ErrDriver: any other failure reported by the driver. Backends wrap it
+	// with the call's name and the driver's code.
+	ErrDriver = errors.New("gpu: driver error")
+)
+
+// Handles are small integers owned by the Device that made them; zero is
+// never a valid handle. They are plain values so the launch hot path does not
+// allocate.
+type (
+	Stream  int32  // a stream of ordered work
+	Event   int32  // a marker recorded into a stream
+	Context int32  // a GPU context; streams of different contexts time-slice
+	Func    int32  // a loaded kernel function
+	Ptr     uint64 // a device memory address
+)
+
+// HostWord is one 32-bit word of mapped, pinned host memory: the host stores
+// and loads it directly, and kernels read (and may write) it through Dev, its
+// device address. Preemption flags and kernels' "done" words are HostWords.
+type HostWord struct {
+	Index int // index into the device's word array; zero value is "none"
+	Dev   Ptr // device-visible address to pass to kernels
+}
+
+// Valid reports whether the word was made by a device.
+func (w HostWord) Valid() bool { return w.Dev != 0 }
+
+// StreamOptions says where a stream lives and how urgent it is.
+type StreamOptions struct {
+	// Priority in CUDA's convention: a lower number is more urgent. It must
+	// lie in [Greatest, Least] of Info().Priorities; see Priorities.Clamp.
+	Priority int
+	// Context the stream belongs to; zero is the device's primary context.
+	// Streams of different contexts do not share SMs concurrently: the GPU
+	// time-slices between contexts (the timeslice baseline).
+	Context Context
+}
+
+// ModuleSource is the code of a kernel module, in one of the forms a device
+// accepts. The simulator accepts any module and resolves functions by name.
+type ModuleSource struct {
+	Name  string // for errors and caches
+	CUDA  string // CUDA C source, compiled at run time (NVRTC)
+	PTX   []byte // PTX text
+	Cubin []byte // a cubin for the device's architecture
+}
+
+// Device is the one interface between scheduling and hardware. It has two
+// implementations: gpu/sim, a discrete-event simulated GPU (the default and
+// the test bed) and gpu/cuda, the real GPU through the CUDA driver API.
+//
+// A Device is not safe for concurrent use: exactly one goroutine owns it (on
+// the real GPU that goroutine is locked to its OS thread). HostWord loads and
+// stores are the exception: they are atomic and may be made from any
+// goroutine.
+//
+// Every method is asynchronous with respect to the GPU unless it says
+// otherwise: Launch and Record enqueue work and return.
+type Device interface {
+	// Info describes the device: backend, name, limits, priority range.
+	Info() Info
+
+	// Now is the device clock, nanoseconds since the device was opened. On
+	// the simulator it is virtual time; on the GPU it is derived from the
+	// host's monotonic clock aligned with event timestamps.
+	Now() time.Duration
+
+	// Wait blocks (real GPU) or advances virtual time (simulator) until the
+	// device clock reaches until, or until something observable happened
+	// earlier: an event completed or a kernel stored a HostWord. It returns
+	// at once if until <= Now(). Callers poll events after it returns.
+	Wait(ctx context.Context, until time.Duration) error
+
+	// NewContext makes a further GPU context (for the timeslice baseline).
+	NewContext() (Context, error)
+	NewStream(opt StreamOptions) (Stream, error)
+	DestroyStream(s Stream) error
+
+	// LoadModule compiles or loads src; Function resolves a kernel in it.
+	LoadModule(src ModuleSource) (Module, error)
+
+	Alloc(bytes int64) (Ptr, error)
+	Free(p Ptr) error
+	// CopyToDevice and CopyFromDevice are synchronous copies.
+	CopyToDevice(dst Ptr, src []byte) error
+	CopyFromDevice(dst []byte, src Ptr) error
+	// Memset32 enqueues a fill of n 32-bit words at p with v on stream s.
+	Memset32(s Stream, p Ptr, v uint32, n int) error
+
+	// NewHostWords maps n words of pinned host memory into the device.
+	NewHostWords(n int) ([]HostWord, error)
+	// Store and Load access a HostWord from the host (atomic, any goroutine).
+	Store(w HostWord, v uint32)
+	Load(w HostWord) uint32
+
+	// Launch enqueues a kernel on stream s. It validates the shape against
+	// the device's limits and returns ErrInvalidLaunch (wrapped) if it can
+	// never run.
+	Launch(s Stream, l *Launch) error
+
+	NewEvent() (Event, error)
+	DestroyEvent(e Event) error
+	// Record places e in s: it completes when all work enqueued in s
+	// before it has completed.
+	Record(e Event, s Stream) error
+	// Query reports whether e has completed.
+	Query(e Event) (bool, error)
+	// Time is the device-clock time at which e completed (ErrNotReady if
+	// it has not).
+	Time(e Event) (time.Duration, error)
+
+	// Close releases everything the device made.
+	Close() error
+}
+
+// Module is a loaded kernel module.
+type Module interface {
+	Function(name string) (Func, error)
+}
+
+// Info describes an opened device.
+type Info struct {
+	Backend    string // "sim" or "cuda"
+	Name       string // e.g. "NVIDIA H100 80GB HBM3" or "sim:H100-SXM"
+	Driver     string // driver version, or the simulator's model version
+	Spec       Spec
+	Priorities Priorities
+}
+
+// Priorities is a device's stream priority range in CUDA's convention:
+// Greatest (most urgent) is numerically <= Least.
+type Priorities struct {
+	Least    int // e.g. 0
+	Greatest int // e.g. -5
+}
+
+// Clamp maps p into the range.
+func (r Priorities) Clamp(p int) int {
+	if p > r.Least {
+		return r.Least
+	}
+	if p < r.Greatest {
+		return r.Greatest
+	}
+	return p
+}

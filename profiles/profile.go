@@ -1,0 +1,96 @@
+package profiles
+
+import (
+	"time"
+
+	"atoll/gpu"
+)
+
+// APIVersion is the version of the profile format this package reads and
+// writes. Files with another apiVersion are refused with an error naming it.
+const APIVersion = "atoll/v1"
+
+// Kernel classes, as Orion uses them.
+const (
+	ClassCompute = "compute" // compute-bound
+	ClassMemory  = "memory"  // memory-bound
+	ClassUnknown = "unknown" // neither dominates; Orion treats it as compatible with both
+)
+
+// Sources of a profile's numbers.
+const (
+	SourceEstimated = "estimated" // roofline estimate from FLOPs/bytes and the GPU's peaks
+	SourceMeasured  = "measured"  // atoll profile: CUDA events on a real GPU
+	SourceNcu       = "ncu"       // imported from Nsight Compute
+)
+
+// Profile is the per-kernel record of one model (at one batch size, in one
+// phase) running alone on one GPU. The kernels are in launch order: kernel i
+// of the profile describes launch i of one request (or one BE iteration).
+type Profile struct {
+	APIVersion string `json:"apiVersion"`
+	GPU        string `json:"gpu"`   // spec name, e.g. "H100-SXM"
+	Model      string `json:"model"` // zoo name, e.g. "resnet50"
+	Batch      int    `json:"batch"`
+	Phase      string `json:"phase"`  // "inference" or "training"
+	Source     string `json:"source"` // SourceEstimated, SourceMeasured or SourceNcu
+	// Device facts where measured: driver version, clocks seen, date, the
+	// exact command. Free-form; shown by `atoll profile show`.
+	Device  string            `json:"device,omitempty"`
+	Notes   map[string]string `json:"notes,omitempty"`
+	Kernels []Kernel          `json:"kernels"`
+}
+
+// Kernel is one launch of the model.
+type Kernel struct {
+	Name       string   `json:"name"`
+	Grid       [3]int   `json:"grid"`
+	Block      [3]int   `json:"block"`
+	Registers  int      `json:"registers"`  // per thread
+	SharedMem  int      `json:"sharedMem"`  // bytes per block (static + dynamic)
+	DurationUs float64  `json:"durationUs"` // median, alone
+	SpreadUs   float64  `json:"spreadUs,omitempty"`
+	FLOPs      float64  `json:"flops"`
+	Bytes      float64  `json:"bytes"`
+	ComputePct float64  `json:"computePct"` // achieved % of the SM issue (or tensor) peak
+	MemoryPct  float64  `json:"memoryPct"`  // achieved % of DRAM bandwidth
+	Class      string   `json:"class"`
+	SMsNeeded  int      `json:"smsNeeded"`
+	Scaling    []Point  `json:"scaling,omitempty"` // duration at a given SM share (padding)
+	Tags       []string `json:"tags,omitempty"`
+}
+
+// Point is the kernel's duration when it is confined to SMs multiprocessors.
+type Point struct {
+	SMs        int     `json:"sms"`
+	DurationUs float64 `json:"durationUs"`
+}
+
+// Duration is the kernel's median solo duration.
+func (k *Kernel) Duration() time.Duration {
+	return time.Duration(k.DurationUs * float64(time.Microsecond))
+}
+
+// GridDim and BlockDim return the shapes as gpu.Dim3.
+func (k *Kernel) GridDim() gpu.Dim3  { return gpu.Dim3{X: k.Grid[0], Y: k.Grid[1], Z: k.Grid[2]} }
+func (k *Kernel) BlockDim() gpu.Dim3 { return gpu.Dim3{X: k.Block[0], Y: k.Block[1], Z: k.Block[2]} }
+
+// Cost is what the simulator needs to replay the kernel.
+func (k *Kernel) Cost() gpu.Cost {
+	return gpu.Cost{
+		Duration:    k.Duration(),
+		FLOPs:       k.FLOPs,
+		Bytes:       k.Bytes,
+		ComputeFrac: k.ComputePct / 100,
+		MemoryFrac:  k.MemoryPct / 100,
+	}
+}
+
+// Total is the sum of the kernels' solo durations.
+func (p *Profile) Total() time.Duration {
+	var d time.Duration
+	for i := range p.Kernels {
+		d += p.Kernels[i].Duration()
+	}
+	return d
+}
