@@ -142,15 +142,15 @@ func (g GEMM) Shape() string {
 // Conv2D is a convolution in NHWC as an implicit GEMM: M = N·OH·OW output
 // pixels, N = output channels, K = R·S·C. Bias and activation are fused.
 type Conv2D struct {
-	N, H, W, C       int // input
-	OutC, R, S       int // filters
-	Stride, Pad      int
-	In               DType
-	Bias             bool
-	Act              Act
-	Residual         bool // adds a residual input of the output's shape before the activation
-	BackwardData     bool // the dX pass of training (same GEMM shape, transposed roles)
-	BackwardFilter   bool // the dW pass of training: M = OutC, N = R·S·C, K = N·OH·OW
+	N, H, W, C     int // input
+	OutC, R, S     int // filters
+	Stride, Pad    int
+	In             DType
+	Bias           bool
+	Act            Act
+	Residual       bool // adds a residual input of the output's shape before the activation
+	BackwardData   bool // the dX pass of training (same GEMM shape, transposed roles)
+	BackwardFilter bool // the dW pass of training: M = OutC, N = R·S·C, K = N·OH·OW
 }
 
 // Out is the output's spatial size.
