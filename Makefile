@@ -1,0 +1,35 @@
+# atoll — the two commands a newcomer needs:
+#   make demo   build atoll and run the co-location demo (simulated GPU when no GPU is present)
+#   make test   vet and run every test with the race detector (what CI runs)
+
+GO      ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: build demo test bench gpu-build fuzz clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/atoll ./cmd/atoll
+
+demo: build
+	./bin/atoll demo
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Benchmarks (speed and memory targets are checked here, never by timed tests).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Binaries for the GPU machine (no Go there): the CLI and the GPU test binaries.
+gpu-build:
+	GOOS=linux GOARCH=amd64 $(GO) build -ldflags "$(LDFLAGS)" -o bin/atoll ./cmd/atoll
+	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/cuda.test ./gpu/cuda
+	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/kernels.test ./kernels
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./profiles
+
+clean:
+	rm -rf bin

@@ -1,0 +1,11 @@
+// Package bench runs co-location workloads and reports their interference:
+// open-loop arrival processes for HP clients (Poisson, uniform, log-normal
+// bursts, trace files), the metrics of the design brief §4 (HP latency from
+// scheduled arrival, p99 overhead against HP alone on the same arrival
+// sequence, BE and system normalized throughput, preemption latency), JSON
+// reports that stand on their own, and the comparison table.
+//
+// This package must never make a scheduling decision or touch a device
+// directly: it builds workloads, hands them to sched.Run and measures what
+// comes back.
+package bench

@@ -1,0 +1,227 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+)
+
+// ReportVersion is the apiVersion of interference reports.
+const ReportVersion = "atoll/bench/v1"
+
+// ErrReport reports a malformed or incompatible report.
+var ErrReport = errors.New("bench: report")
+
+// WorkloadInfo names what ran, so reports of different runs can be checked
+// for comparability.
+type WorkloadInfo struct {
+	HPModel     string  `json:"hpModel"`
+	HPBatch     int     `json:"hpBatch"`
+	BEModel     string  `json:"beModel,omitempty"`
+	BEBatch     int     `json:"beBatch,omitempty"`
+	Profiles    string  `json:"profiles"` // where the kernel timings came from (GPU, estimated/measured)
+	Arrival     string  `json:"arrival"`
+	Load        float64 `json:"load"`
+	RatePerSec  float64 `json:"ratePerSec"`
+	Seed        uint64  `json:"seed"`
+	DurationSec float64 `json:"durationSec"`
+	WarmupSec   float64 `json:"warmupSec"`
+	SoloHPUs    float64 `json:"soloHpUs"` // HP request service time alone (the load's unit)
+}
+
+// Report is one policy's run of one co-location workload, with the
+// baselines it is measured against (HP alone on the same arrival sequence,
+// BE alone) so that it stands on its own.
+type Report struct {
+	APIVersion string       `json:"apiVersion"`
+	Policy     string       `json:"policy"`
+	Backend    string       `json:"backend"` // "sim" or "cuda"
+	Device     string       `json:"device"`
+	Driver     string       `json:"driver,omitempty"`
+	Command    string       `json:"command"`
+	Workload   WorkloadInfo `json:"workload"`
+
+	HP          Latency  `json:"hp"`          // completion − scheduled arrival
+	HPService   Latency  `json:"hpService"`   // completion − first kernel start
+	Dedicated   Latency  `json:"dedicated"`   // HP alone, same arrivals
+	P99Overhead *float64 `json:"p99Overhead"` // HP.P99 / Dedicated.P99 − 1
+	DeltaP99Us  *float64 `json:"deltaP99Us"`
+
+	HPCompleted  int      `json:"hpCompleted"`
+	HPNormalized *float64 `json:"hpNormalized"` // completed rate shared / dedicated
+	BEWorkPerSec float64  `json:"beWorkPerSec"` // BE solo-kernel seconds done per second
+	BEAlonePerS  float64  `json:"beAloneWorkPerSec"`
+	BENormalized *float64 `json:"beNormalized"`
+	System       *float64 `json:"systemThroughput"` // HPNormalized + BENormalized
+
+	Preemptions    int     `json:"preemptions"`
+	PreemptLatency Latency `json:"preemptLatency"`
+	Padded         int     `json:"paddedLaunches"`
+	Launches       int     `json:"launches"`
+	WallSec        float64 `json:"wallSec"`
+}
+
+// Finish fills the derived fields (overheads, normalized throughputs) from
+// the measured ones. NaN results are left nil: a field that does not apply
+// is absent, never a made-up number.
+func (r *Report) Finish() {
+	set := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	r.APIVersion = ReportVersion
+	r.P99Overhead = set(Overhead(r.HP.P99, r.Dedicated.P99))
+	if r.HP.Count > 0 && r.Dedicated.Count > 0 {
+		r.DeltaP99Us = set(r.HP.P99 - r.Dedicated.P99)
+	}
+	r.HPNormalized = set(Normalized(float64(r.HPCompleted), float64(r.Dedicated.Count)))
+	if r.Workload.BEModel != "" {
+		r.BENormalized = set(Normalized(r.BEWorkPerSec, r.BEAlonePerS))
+	}
+	if r.HPNormalized != nil {
+		be := 0.0
+		if r.BENormalized != nil {
+			be = *r.BENormalized
+		}
+		r.System = set(*r.HPNormalized + be)
+	}
+}
+
+// WriteReport writes r as indented JSON.
+func WriteReport(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// ReadReport parses a report, refusing unknown fields and other versions.
+func ReadReport(rd io.Reader) (*Report, error) {
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrReport, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r Report
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrReport, jsonErrorAt(data, err))
+	}
+	if r.APIVersion != ReportVersion {
+		return nil, fmt.Errorf("%w: apiVersion %q is not %q (was this file written by atoll bench?)", ErrReport, r.APIVersion, ReportVersion)
+	}
+	if r.Policy == "" {
+		return nil, fmt.Errorf("%w: policy is empty", ErrReport)
+	}
+	return &r, nil
+}
+
+// jsonErrorAt turns encoding/json's byte offsets into line numbers.
+func jsonErrorAt(data []byte, err error) string {
+	var off int64 = -1
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		off = se.Offset
+	case errors.As(err, &te):
+		off = te.Offset
+		if te.Field != "" {
+			return fmt.Sprintf("line %d: field %s: expected %s, got JSON %s", lineOf(data, off), te.Field, te.Type, te.Value)
+		}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Sprintf("line %d: unexpected end of input (truncated file?)", lineOf(data, int64(len(data))))
+	}
+	if off >= 0 {
+		return fmt.Sprintf("line %d: %v", lineOf(data, off), err)
+	}
+	return err.Error()
+}
+
+func lineOf(data []byte, off int64) int {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	return bytes.Count(data[:off], []byte("\n")) + 1
+}
+
+// Comparable checks that reports ran the same workload on the same device,
+// so their rows can stand in one table. It returns an error naming the
+// first difference.
+func Comparable(rs []*Report) error {
+	for _, r := range rs[1:] {
+		a, b := rs[0], r
+		switch {
+		case a.Workload != b.Workload:
+			return fmt.Errorf("%w: %s and %s ran different workloads (%+v vs %+v)", ErrReport, a.Policy, b.Policy, a.Workload, b.Workload)
+		case a.Backend != b.Backend || a.Device != b.Device:
+			return fmt.Errorf("%w: %s ran on %s/%s, %s on %s/%s", ErrReport, a.Policy, a.Backend, a.Device, b.Policy, b.Backend, b.Device)
+		}
+	}
+	return nil
+}
+
+// Table renders the comparison table: one row per report, in order.
+func Table(w io.Writer, rs []*Report) error {
+	t := tablewriter.NewTable(w,
+		tablewriter.WithRenderer(renderer.NewBlueprint()),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithRowAlignment(tw.AlignRight),
+	)
+	t.Header([]string{"policy", "HP p50 ms", "HP p95 ms", "HP p99 ms", "p99 overhead", "Δp99 µs", "BE norm", "system", "preemptions", "padded"})
+	for _, r := range rs {
+		row := []string{
+			r.Policy,
+			ms(r.HP.P50), ms(r.HP.P95), ms(r.HP.P99),
+			pct(r.P99Overhead), num(r.DeltaP99Us, "%+.0f"),
+			num(r.BENormalized, "%.2f"), num(r.System, "%.2f"),
+			fmt.Sprint(r.Preemptions), fmt.Sprint(r.Padded),
+		}
+		if err := t.Append(row); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+func ms(us float64) string { return fmt.Sprintf("%.3f", us/1000) }
+
+func pct(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", *v*100)
+}
+
+func num(v *float64, f string) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf(f, *v)
+}
+
+// Describe is a one-paragraph header naming what the table's rows ran.
+func Describe(r *Report) string {
+	var b strings.Builder
+	w := r.Workload
+	fmt.Fprintf(&b, "device: %s (%s)", r.Device, r.Backend)
+	if r.Driver != "" {
+		fmt.Fprintf(&b, ", driver %s", r.Driver)
+	}
+	fmt.Fprintf(&b, "\nHP: %s bs%d, %s arrivals at load %.2f (%.0f req/s, solo %.0f µs)", w.HPModel, w.HPBatch, w.Arrival, w.Load, w.RatePerSec, w.SoloHPUs)
+	if w.BEModel != "" {
+		fmt.Fprintf(&b, "\nBE: %s bs%d, closed loop", w.BEModel, w.BEBatch)
+	}
+	fmt.Fprintf(&b, "\nprofiles: %s; %.1f s per run after %.1f s warm-up, seed %d", w.Profiles, w.DurationSec, w.WarmupSec, w.Seed)
+	return b.String()
+}
