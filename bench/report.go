@@ -140,7 +140,7 @@ func jsonErrorAt(data []byte, err error) string {
 		}
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Sprintf("line %d: unexpected end of input (truncated file?)", lineOf(data, int64(len(data))))
+		return fmt.Sprintf("line %d: unexpected end of input (truncated file?)", lineOf(data, int64(len(bytes.TrimRight(data, " \t\r\n")))))
 	}
 	if off >= 0 {
 		return fmt.Sprintf("line %d: %v", lineOf(data, off), err)
