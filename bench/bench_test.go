@@ -246,3 +246,37 @@ func TestComparableAndTable(t *testing.T) {
 		}
 	}
 }
+
+func TestCDFAndPlot(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 500; i++ {
+		ds = append(ds, time.Duration(i)*time.Microsecond)
+	}
+	cdf := CDF(ds)
+	if len(cdf) != len(CDFPercents) {
+		t.Fatalf("CDF has %d points, want %d", len(cdf), len(CDFPercents))
+	}
+	for i := 1; i < len(cdf); i++ {
+		if cdf[i] < cdf[i-1] {
+			t.Fatalf("CDF not monotone at %d: %v < %v", i, cdf[i], cdf[i-1])
+		}
+	}
+	if cdf[len(cdf)-1] != 500 {
+		t.Fatalf("p100 = %v, want the max 500", cdf[len(cdf)-1])
+	}
+	r := sampleReport()
+	r.HPCDF, r.DedicatedCDF = cdf, cdf
+	var buf bytes.Buffer
+	if err := PlotCDF(&buf, []*Report{r}, "svg"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "<svg") || !strings.Contains(buf.String(), "atoll") {
+		t.Fatalf("not an SVG naming the policy: %.200s", buf.String())
+	}
+	if err := PlotCDF(&buf, []*Report{r}, "gif"); err == nil || !strings.Contains(err.Error(), `unknown plot format "gif"`) {
+		t.Fatalf("gif: %v", err)
+	}
+	if err := PlotCDF(&buf, nil, "svg"); err == nil {
+		t.Fatal("plotting nothing must fail")
+	}
+}

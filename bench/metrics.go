@@ -66,3 +66,29 @@ func Normalized(shared, alone float64) float64 {
 	}
 	return shared / alone
 }
+
+// CDFPercents are the percentiles a report keeps of each latency
+// distribution, enough to draw its CDF with the tail visible.
+var CDFPercents = func() []float64 {
+	var ps []float64
+	for p := 1.0; p <= 99; p++ {
+		ps = append(ps, p)
+	}
+	return append(ps, 99.5, 99.9, 100)
+}()
+
+// CDF is the latency (µs) at each of CDFPercents; nil for no samples.
+func CDF(ds []time.Duration) []float64 {
+	if len(ds) == 0 {
+		return nil
+	}
+	us := make(stats.Float64Data, len(ds))
+	for i, d := range ds {
+		us[i] = float64(d) / float64(time.Microsecond)
+	}
+	out := make([]float64, len(CDFPercents))
+	for i, p := range CDFPercents {
+		out[i], _ = us.Percentile(p)
+	}
+	return out
+}

@@ -49,11 +49,13 @@ type Report struct {
 	Command    string       `json:"command"`
 	Workload   WorkloadInfo `json:"workload"`
 
-	HP          Latency  `json:"hp"`          // completion − scheduled arrival
-	HPService   Latency  `json:"hpService"`   // completion − first kernel start
-	Dedicated   Latency  `json:"dedicated"`   // HP alone, same arrivals
-	P99Overhead *float64 `json:"p99Overhead"` // HP.P99 / Dedicated.P99 − 1
-	DeltaP99Us  *float64 `json:"deltaP99Us"`
+	HP           Latency   `json:"hp"`                       // completion − scheduled arrival
+	HPService    Latency   `json:"hpService"`                // completion − first kernel start
+	Dedicated    Latency   `json:"dedicated"`                // HP alone, same arrivals
+	HPCDF        []float64 `json:"hpCdfUs,omitempty"`        // latency at CDFPercents
+	DedicatedCDF []float64 `json:"dedicatedCdfUs,omitempty"` // same, HP alone
+	P99Overhead  *float64  `json:"p99Overhead"`              // HP.P99 / Dedicated.P99 − 1
+	DeltaP99Us   *float64  `json:"deltaP99Us"`
 
 	HPCompleted  int      `json:"hpCompleted"`
 	HPNormalized *float64 `json:"hpNormalized"` // completed rate shared / dedicated

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"atoll/bench"
 )
@@ -28,6 +30,7 @@ func init() {
 func runCompare(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "compare", compareHelp)
 	force := fs.Bool("force", false, "tabulate reports of different workloads or devices")
+	plotPath := fs.String("plot", "", "also draw the HP latency CDFs to this file (.svg, .png or .pdf)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -52,5 +55,26 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w (pass --force to tabulate anyway)", err)
 	}
 	fmt.Fprintln(e.stdout, bench.Describe(rs[0]))
-	return bench.Table(e.stdout, rs)
+	if err := bench.Table(e.stdout, rs); err != nil {
+		return err
+	}
+	if *plotPath != "" {
+		return writePlot(*plotPath, rs)
+	}
+	return nil
+}
+
+// writePlot draws the CDFs to path, the format taken from its extension.
+func writePlot(path string, rs []*bench.Report) error {
+	format := strings.TrimPrefix(filepath.Ext(path), ".")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := bench.PlotCDF(f, rs, format); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
 }
