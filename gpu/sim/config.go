@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"atoll/gpu"
+)
+
+// Config parameterises a simulated device. The zero value is a simulated
+// H100 SXM with the default model parameters.
+type Config struct {
+	// Spec is the GPU model; the zero value means gpu.H100SXM.
+	Spec gpu.Spec
+	// Seed drives the optional jitter. Same seed, same calls: same trace.
+	Seed uint64
+
+	// LaunchLatency is the time from a host Launch (or Memset32) call to
+	// the op being eligible to run. Zero means Spec.LaunchLatency.
+	LaunchLatency time.Duration
+	// BlockMin is the shortest lifetime of any block: the time a block
+	// that exits at once (raised flag, nothing left to take) holds its
+	// slot, and the floor of every block's solo duration. Zero means
+	// DefaultBlockMin.
+	BlockMin time.Duration
+	// TimeSlice is how long one GPU context runs before the GPU switches
+	// to another context that has work. Zero means DefaultTimeSlice.
+	TimeSlice time.Duration
+	// SwitchCost is the idle time of a context switch (save and restore
+	// of the resident blocks). Zero means DefaultSwitchCost.
+	SwitchCost time.Duration
+	// Jitter, in [0, 0.5], scales each kernel's block duration by a
+	// factor drawn uniformly from [1-Jitter, 1+Jitter] (from Seed). Zero
+	// means none: a kernel alone takes exactly its profiled time.
+	Jitter float64
+	// Coalesce is the largest difference in remaining work at which block
+	// groups of the same kernel on different SMs are merged and from then
+	// on finish together (their remaining work is averaged, so the total
+	// work is kept). Zero merges only groups that are exactly in step.
+	// Larger values trade timing detail (at most Coalesce per block) for
+	// speed when many kernels of odd grid sizes fragment the SMs.
+	Coalesce time.Duration
+	// Memory is the device memory size in bytes that Alloc hands out.
+	// Zero means DefaultMemory. It is bookkeeping only.
+	Memory int64
+
+	// Trace, when set, is called synchronously for every TraceEvent, from
+	// the goroutine that owns the Device. It must not call the Device.
+	Trace func(TraceEvent)
+}
+
+// Defaults of the model parameters. They are estimates for Hopper-class
+// GPUs; docs/simulator.md says where each comes from.
+const (
+	DefaultBlockMin   = 1 * time.Microsecond
+	DefaultTimeSlice  = 2 * time.Millisecond
+	DefaultSwitchCost = 25 * time.Microsecond
+	DefaultMemory     = 80 << 30
+)
+
+// ErrConfig is wrapped by every configuration error of New.
+var ErrConfig = errors.New("sim: invalid config")
+
+// withDefaults fills zero fields and validates the result.
+func (c Config) withDefaults() (Config, error) {
+	if c.Spec.Name == "" && c.Spec.SMs == 0 {
+		c.Spec = gpu.H100SXM
+	}
+	if err := c.Spec.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.Spec.MaxThreadsPerSM%c.Spec.WarpSize != 0 {
+		return c, fmt.Errorf("%w: MaxThreadsPerSM %d is not a multiple of WarpSize %d", ErrConfig, c.Spec.MaxThreadsPerSM, c.Spec.WarpSize)
+	}
+	if c.Spec.SMs > 1<<15-1 {
+		return c, fmt.Errorf("%w: %d SMs (the simulator handles at most 32767)", ErrConfig, c.Spec.SMs)
+	}
+	neg := func(name string, d time.Duration) error {
+		if d < 0 {
+			return fmt.Errorf("%w: %s is %v; it must be >= 0 (0 means the default)", ErrConfig, name, d)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+		if err := neg(f.name, f.d); err != nil {
+			return c, err
+		}
+	}
+	if c.Jitter < 0 || c.Jitter > 0.5 || c.Jitter != c.Jitter {
+		return c, fmt.Errorf("%w: Jitter is %v; it must lie in [0, 0.5]", ErrConfig, c.Jitter)
+	}
+	if c.Memory < 0 {
+		return c, fmt.Errorf("%w: Memory is %d bytes; it must be >= 0 (0 means %d)", ErrConfig, c.Memory, int64(DefaultMemory))
+	}
+	if c.LaunchLatency == 0 {
+		c.LaunchLatency = c.Spec.LaunchLatency
+	}
+	if c.BlockMin == 0 {
+		c.BlockMin = DefaultBlockMin
+	}
+	if c.TimeSlice == 0 {
+		c.TimeSlice = DefaultTimeSlice
+	}
+	if c.SwitchCost == 0 {
+		c.SwitchCost = DefaultSwitchCost
+	}
+	if c.Memory == 0 {
+		c.Memory = DefaultMemory
+	}
+	return c, nil
+}

@@ -1,0 +1,328 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"atoll/gpu"
+)
+
+// Priority range of the simulated GPUs (Hopper's: 0 least, -5 most urgent).
+const (
+	leastPriority    = 0
+	greatestPriority = -5
+	prioLevels       = leastPriority - greatestPriority + 1
+)
+
+// ModelVersion names the timing model; it is Info().Driver.
+const ModelVersion = "atoll-sim/1 (fluid block model)"
+
+// Device is a simulated GPU. Make one with New. It implements gpu.Device;
+// like every gpu.Device it is owned by one goroutine, except for HostWord
+// Load and Store.
+type Device struct {
+	cfg    Config
+	spec   gpu.Spec
+	lat    float64 // launch latency, ns
+	blkMin float64 // BlockMin, ns
+	rng    *rand.Rand
+	closed bool
+
+	now      float64 // virtual time, ns
+	observed bool    // an event completed or a kernel stored a HostWord during this Wait
+	seq      uint64  // launches so far
+
+	streams  []*stream   // handle-1
+	events   []eventSlot // handle-1
+	funcs    []string    // handle-1
+	fnByName map[string]gpu.Func
+
+	machines []*machine // per context; index = gpu.Context
+	slice    slicer
+
+	mem   memory
+	words hostWords
+
+	// Free lists and scratch space, so that steady-state simulation does
+	// not allocate.
+	kpool   []*kernel
+	gpool   []*group
+	cpool   []*smClass
+	cands   []*smClass
+	chosen  []*smClass
+	due     []*group
+	touched []*smClass
+	marks   []bool
+}
+
+// New makes a simulated device.
+func New(cfg Config) (*Device, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{
+		cfg:      cfg,
+		spec:     cfg.Spec,
+		lat:      float64(cfg.LaunchLatency),
+		blkMin:   float64(cfg.BlockMin),
+		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x61746f6c6c)), // "atoll"
+		fnByName: map[string]gpu.Func{},
+		marks:    make([]bool, cfg.Spec.SMs),
+	}
+	d.mem.init(cfg.Memory)
+	d.words.init()
+	d.machines = append(d.machines, d.newMachine(0))
+	return d, nil
+}
+
+var _ gpu.Device = (*Device)(nil)
+
+var errClosed = fmt.Errorf("%w: simulated device is closed", gpu.ErrInvalidHandle)
+
+// Info describes the simulated device.
+func (d *Device) Info() gpu.Info {
+	return gpu.Info{
+		Backend:    "sim",
+		Name:       "sim:" + d.spec.Name,
+		Driver:     ModelVersion,
+		Spec:       d.spec,
+		Priorities: gpu.Priorities{Least: leastPriority, Greatest: greatestPriority},
+	}
+}
+
+// Now is the virtual device clock.
+func (d *Device) Now() time.Duration { return dur(d.now) }
+
+func dur(ns float64) time.Duration {
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
+// Wait advances virtual time to until, or to the first instant before it at
+// which an event completed or a kernel stored a HostWord, whichever is
+// first. With no work on the device it jumps to until. It returns ctx.Err()
+// if ctx is cancelled (virtual time then stops wherever it got to).
+func (d *Device) Wait(ctx context.Context, until time.Duration) error {
+	if d.closed {
+		return errClosed
+	}
+	if float64(until) <= d.now {
+		return nil
+	}
+	return d.run(ctx, float64(until))
+}
+
+// NewContext makes a further GPU context. Streams of different contexts
+// never have blocks resident at the same time: the GPU time-slices.
+func (d *Device) NewContext() (gpu.Context, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	c := gpu.Context(len(d.machines))
+	d.machines = append(d.machines, d.newMachine(c))
+	return c, nil
+}
+
+// NewStream makes a stream. The priority must lie in Info().Priorities.
+func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	if opt.Priority > leastPriority || opt.Priority < greatestPriority {
+		return 0, fmt.Errorf("sim: stream priority %d outside [%d, %d] (lower is more urgent; use Info().Priorities.Clamp)",
+			opt.Priority, greatestPriority, leastPriority)
+	}
+	if opt.Context < 0 || int(opt.Context) >= len(d.machines) {
+		return 0, fmt.Errorf("%w: context %d (make one with NewContext; 0 is the primary context)", gpu.ErrInvalidHandle, opt.Context)
+	}
+	s := &stream{
+		id:   gpu.Stream(len(d.streams) + 1),
+		prio: opt.Priority,
+		ctx:  opt.Context,
+		wake: math.Inf(1),
+	}
+	d.streams = append(d.streams, s)
+	return s.id, nil
+}
+
+func (d *Device) stream(s gpu.Stream) (*stream, error) {
+	if d.closed {
+		return nil, errClosed
+	}
+	if s <= 0 || int(s) > len(d.streams) || d.streams[s-1].dead {
+		return nil, fmt.Errorf("%w: stream %d (not made by this device, or destroyed)", gpu.ErrInvalidHandle, s)
+	}
+	return d.streams[s-1], nil
+}
+
+// DestroyStream releases s. Work already enqueued in it still runs to
+// completion, as in CUDA; s can no longer be used.
+func (d *Device) DestroyStream(s gpu.Stream) error {
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	st.dead = true
+	return nil
+}
+
+type module struct {
+	d    *Device
+	name string
+}
+
+// LoadModule accepts any source: the simulator times kernels from their
+// Launch.Cost, not their code.
+func (d *Device) LoadModule(src gpu.ModuleSource) (gpu.Module, error) {
+	if d.closed {
+		return nil, errClosed
+	}
+	return &module{d: d, name: src.Name}, nil
+}
+
+// Function resolves any name to a Func; the same name gives the same Func.
+func (m *module) Function(name string) (gpu.Func, error) {
+	d := m.d
+	if d.closed {
+		return 0, errClosed
+	}
+	if f, ok := d.fnByName[name]; ok {
+		return f, nil
+	}
+	d.funcs = append(d.funcs, name)
+	f := gpu.Func(len(d.funcs))
+	d.fnByName[name] = f
+	return f, nil
+}
+
+// FuncName is the name a Func was resolved from ("" if f is unknown).
+func (d *Device) FuncName(f gpu.Func) string {
+	if f <= 0 || int(f) > len(d.funcs) {
+		return ""
+	}
+	return d.funcs[f-1]
+}
+
+// Memset32 enqueues a fill of n words at p with v on s. Like a kernel it
+// becomes eligible LaunchLatency after the call and after all earlier work
+// in s; it then takes no time.
+func (d *Device) Memset32(s gpu.Stream, p gpu.Ptr, v uint32, n int) error {
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: Memset32 of %d words", gpu.ErrInvalidLaunch, n)
+	}
+	if err := d.checkRange(p, int64(n)*4); err != nil {
+		return fmt.Errorf("sim: Memset32: %w", err)
+	}
+	d.enqueue(st, op{kind: opMemset, host: d.now, ptr: p, val: v, n: n})
+	return nil
+}
+
+// NewEvent makes an event. An event never recorded counts as complete but
+// has no time.
+func (d *Device) NewEvent() (gpu.Event, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	for i := range d.events {
+		if !d.events[i].live {
+			d.events[i] = eventSlot{live: true, gen: d.events[i].gen + 1, done: true}
+			return gpu.Event(i + 1), nil
+		}
+	}
+	d.events = append(d.events, eventSlot{live: true, done: true})
+	return gpu.Event(len(d.events)), nil
+}
+
+type eventSlot struct {
+	live     bool
+	recorded bool
+	done     bool
+	gen      uint32 // bumped by every Record, so a stale record cannot complete it
+	t        float64
+}
+
+func (d *Device) event(e gpu.Event) (*eventSlot, error) {
+	if d.closed {
+		return nil, errClosed
+	}
+	if e <= 0 || int(e) > len(d.events) || !d.events[e-1].live {
+		return nil, fmt.Errorf("%w: event %d (not made by this device, or destroyed)", gpu.ErrInvalidHandle, e)
+	}
+	return &d.events[e-1], nil
+}
+
+// DestroyEvent releases e.
+func (d *Device) DestroyEvent(e gpu.Event) error {
+	ev, err := d.event(e)
+	if err != nil {
+		return err
+	}
+	ev.live = false
+	return nil
+}
+
+// Record places e in s; it completes when all work enqueued in s before it
+// has completed (at once if s is idle).
+func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
+	ev, err := d.event(e)
+	if err != nil {
+		return err
+	}
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	ev.gen++
+	ev.recorded, ev.done = true, false
+	if st.idle() {
+		ev.done, ev.t = true, d.now
+		return nil
+	}
+	d.enqueue(st, op{kind: opRecord, host: d.now, ev: e, gen: ev.gen})
+	return nil
+}
+
+// Query reports whether e has completed.
+func (d *Device) Query(e gpu.Event) (bool, error) {
+	ev, err := d.event(e)
+	if err != nil {
+		return false, err
+	}
+	return ev.done, nil
+}
+
+// Time is the virtual time at which e completed.
+func (d *Device) Time(e gpu.Event) (time.Duration, error) {
+	ev, err := d.event(e)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case !ev.recorded:
+		return 0, fmt.Errorf("%w: event %d was never recorded", gpu.ErrNotReady, e)
+	case !ev.done:
+		return 0, fmt.Errorf("%w: event %d has not completed", gpu.ErrNotReady, e)
+	}
+	return dur(ev.t), nil
+}
+
+// Close releases everything; the device cannot be used afterwards.
+func (d *Device) Close() error {
+	if d.closed {
+		return errClosed
+	}
+	d.closed = true
+	d.streams, d.events, d.machines = nil, nil, nil
+	d.mem.init(0)
+	return nil
+}

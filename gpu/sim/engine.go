@@ -1,0 +1,685 @@
+package sim
+
+import (
+	"context"
+	"math"
+
+	"atoll/gpu"
+)
+
+// eps is the tolerance, in ns of time or of remaining work, under which
+// completions count as simultaneous.
+const eps = 1e-6
+
+// smClass is a set of SMs in exactly the same state: the same free room and
+// the same resident groups. Each group of the class has k blocks on every
+// one of its SMs.
+type smClass struct {
+	ids    []int16 // SM indices, ascending
+	free   resources
+	groups []*group // in dispatch order
+	csum   float64  // Σ k·c over groups: compute demand on each SM
+	gone   bool     // merged away (waiting in the free list)
+}
+
+// group is k blocks of one part on every SM of its class, dispatched at the
+// same instant: they progress at the same rate and finish together.
+type group struct {
+	part *part
+	cls  *smClass
+	k    int
+	w    float64 // remaining solo work of each block, ns
+	rate float64 // progress per ns, min(1, 1/C, 1/M)
+	tc   float64 // completion time at the current rate
+	born float64
+	exit bool // blocks that exit without work: fixed lifetime, no contention
+	mi   int  // index in machine.groups
+}
+
+// machine is the SM state of one GPU context. Only the active context's
+// machine progresses; the others' resident blocks are suspended.
+type machine struct {
+	ctx     gpu.Context
+	classes []*smClass // ascending by ids[0]
+	groups  []*group
+	pending []*kernel // eligible kernels with undispatched blocks, by (priority, stream)
+	rr      [prioLevels]int
+	dirty   bool    // rates need recomputing
+	next    float64 // earliest group completion at the current rates
+}
+
+func (m *machine) hasWork() bool { return len(m.groups) > 0 || len(m.pending) > 0 }
+
+func (d *Device) newMachine(ctx gpu.Context) *machine {
+	c := &smClass{free: smCapacity(d.spec), ids: make([]int16, d.spec.SMs)}
+	for i := range c.ids {
+		c.ids[i] = int16(i)
+	}
+	return &machine{ctx: ctx, classes: []*smClass{c}, next: math.Inf(1)}
+}
+
+// addPending inserts k keeping (priority, stream) order.
+func (m *machine) addPending(k *kernel) {
+	m.pending = append(m.pending, k)
+	for i := len(m.pending) - 1; i > 0; i-- {
+		a, b := m.pending[i-1], m.pending[i]
+		if a.st.prio < b.st.prio || (a.st.prio == b.st.prio && a.st.id <= b.st.id) {
+			break
+		}
+		m.pending[i-1], m.pending[i] = b, a
+	}
+}
+
+// slicer is the time-slicing state across contexts.
+type slicer struct {
+	active    int
+	switching bool
+	to        int
+	end       float64 // end of the switch in progress
+	sliceEnd  float64 // end of the active context's slice
+}
+
+func (d *Device) active() *machine { return d.machines[d.slice.active] }
+
+// run is Wait's loop: settle the present, then jump to the next instant at
+// which something changes.
+func (d *Device) run(ctx context.Context, until float64) error {
+	d.observed = false
+	for i := 0; ; i++ {
+		if i&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		d.settle()
+		if d.observed {
+			return nil
+		}
+		t := d.nextTime()
+		if t > until {
+			d.advance(until)
+			return nil
+		}
+		d.advance(t)
+		d.complete()
+	}
+}
+
+// settle does everything due at the present instant that takes no time.
+func (d *Device) settle() {
+	d.pump()
+	d.timeslice()
+	if d.slice.switching {
+		return
+	}
+	m := d.active()
+	d.dispatch(m)
+	if m.dirty {
+		d.rates(m)
+	}
+}
+
+func (d *Device) nextTime() float64 {
+	t := math.Inf(1)
+	for _, s := range d.streams {
+		t = min(t, s.wake)
+	}
+	if d.slice.switching {
+		return min(t, d.slice.end)
+	}
+	t = min(t, d.active().next)
+	if len(d.machines) > 1 && d.slice.sliceEnd > d.now && d.othersHaveWork() {
+		t = min(t, d.slice.sliceEnd)
+	}
+	return t
+}
+
+func (d *Device) othersHaveWork() bool {
+	for i, m := range d.machines {
+		if i != d.slice.active && m.hasWork() {
+			return true
+		}
+	}
+	return false
+}
+
+// advance moves virtual time to t, progressing the active context's blocks.
+func (d *Device) advance(t float64) {
+	if dt := t - d.now; dt > 0 && !d.slice.switching {
+		for _, g := range d.active().groups {
+			g.w -= g.rate * dt
+		}
+	}
+	d.now = max(d.now, t)
+}
+
+// timeslice switches contexts: at once when the active one has no work and
+// another has, or when the active one's slice is over and another has work.
+func (d *Device) timeslice() {
+	if len(d.machines) == 1 {
+		return
+	}
+	sl := &d.slice
+	if sl.switching {
+		if d.now < sl.end {
+			return
+		}
+		sl.switching, sl.active = false, sl.to
+		sl.sliceEnd = d.now + float64(d.cfg.TimeSlice)
+		d.active().dirty = true
+	}
+	cur := d.active()
+	if cur.hasWork() && d.now < sl.sliceEnd {
+		return
+	}
+	for i := 1; i < len(d.machines); i++ {
+		j := (sl.active + i) % len(d.machines)
+		if d.machines[j].hasWork() {
+			sl.switching, sl.to, sl.end = true, j, d.now+float64(d.cfg.SwitchCost)
+			if d.cfg.Trace != nil {
+				d.trace(TraceEvent{Kind: TraceSwitch, Context: gpu.Context(j)})
+			}
+			return
+		}
+	}
+}
+
+// rates recomputes every resident group's rate and completion time.
+func (d *Device) rates(m *machine) {
+	mem := 0.0
+	for _, g := range m.groups {
+		if !g.exit {
+			mem += float64(g.k*len(g.cls.ids)) * g.part.m
+		}
+	}
+	for _, c := range m.classes {
+		s := 0.0
+		for _, g := range c.groups {
+			if !g.exit {
+				s += float64(g.k) * g.part.c
+			}
+		}
+		c.csum = s
+	}
+	lim := max(1, mem)
+	next := math.Inf(1)
+	for _, g := range m.groups {
+		r := 1.0
+		if !g.exit {
+			r = 1 / max(lim, g.cls.csum)
+		}
+		g.rate = r
+		g.tc = d.now + g.w/r
+		next = min(next, g.tc)
+	}
+	m.next, m.dirty = next, false
+}
+
+// dispatch places pending blocks: priority levels from the most urgent;
+// within a level, kernels take turns placing one block per SM with room
+// (breadth first), starting from a rotating offset. A level that still has
+// pending blocks after its turn blocks all less urgent levels.
+func (d *Device) dispatch(m *machine) {
+	if len(m.pending) == 0 {
+		return
+	}
+	for i := 0; i < len(m.pending); {
+		prio := m.pending[i].st.prio
+		j := i + 1
+		for j < len(m.pending) && m.pending[j].st.prio == prio {
+			j++
+		}
+		level := m.pending[i:j]
+		n := len(level)
+		off := m.rr[prio-greatestPriority] % n
+		placed := false
+		for {
+			progress := false
+			for q := range n {
+				k := level[(off+q)%n]
+				if k.pendingBlocks() > 0 && d.placeLevel(m, k) > 0 {
+					progress = true
+				}
+			}
+			if !progress {
+				break
+			}
+			placed = true
+		}
+		if placed && n > 1 {
+			m.rr[prio-greatestPriority]++
+		}
+		blocked := false
+		for _, k := range level {
+			if k.pendingBlocks() > 0 {
+				blocked = true
+				break
+			}
+		}
+		if blocked {
+			break
+		}
+		i = j
+	}
+	out := m.pending[:0]
+	for _, k := range m.pending {
+		if k.pendingBlocks() > 0 {
+			out = append(out, k)
+		}
+	}
+	clear(m.pending[len(out):])
+	m.pending = out
+}
+
+// placeLevel places at most one block of k's current part on each SM with
+// room, reading the part's flag and counter as its blocks would.
+func (d *Device) placeLevel(m *machine, k *kernel) int {
+	p := k.cur()
+	limit, exit := p.pending, false
+	if (p.reset || p.resumable) && p.flag.Valid() && d.words.load(p.flag.Index) != 0 {
+		exit = true
+	}
+	counter := 0
+	if p.resumable && !exit {
+		counter = int(int32(d.loadU32(p.counter)))
+		if avail := p.logical - counter; avail <= 0 {
+			exit = true
+		} else {
+			limit = min(limit, avail)
+		}
+	}
+	n := d.place(m, p, limit, exit)
+	if n > 0 && p.resumable && !exit {
+		d.take(p, counter, n)
+	}
+	return n
+}
+
+// take records that workers of p took logical blocks [first, first+n).
+func (d *Device) take(p *part, first, n int) {
+	d.storeU32(p.counter, uint32(int32(first+n)))
+	p.taken += n
+	if d.cfg.Trace != nil {
+		s := p.k.st
+		d.trace(TraceEvent{Kind: TraceTake, Kernel: p.k.seq, Name: p.name, Stream: s.id, Context: s.ctx, Priority: s.prio, Part: p.index, First: first, Blocks: n})
+	}
+}
+
+// place puts one block of p on each of at most limit SMs with room, lowest
+// SM index first, splitting classes as needed. It returns the blocks placed.
+func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
+	cands, total := d.cands[:0], 0
+	for _, c := range m.classes {
+		if c.free.fits(p.res) {
+			cands = append(cands, c)
+			total += len(c.ids)
+		}
+	}
+	chosen := d.chosen[:0]
+	switch {
+	case total == 0 || limit <= 0:
+	case limit >= total:
+		chosen = append(chosen, cands...)
+	default:
+		for _, c := range cands {
+			for _, id := range c.ids {
+				d.marks[id] = true
+			}
+		}
+		theta, cnt := -1, 0
+		for id, ok := range d.marks {
+			if ok {
+				if cnt++; cnt == limit {
+					theta = id
+					break
+				}
+			}
+		}
+		for _, c := range cands {
+			for _, id := range c.ids {
+				d.marks[id] = false
+			}
+		}
+		for _, c := range cands {
+			n := 0
+			for n < len(c.ids) && int(c.ids[n]) <= theta {
+				n++
+			}
+			switch n {
+			case 0:
+			case len(c.ids):
+				chosen = append(chosen, c)
+			default:
+				chosen = append(chosen, d.splitLow(m, c, n))
+			}
+		}
+		sortClasses(m)
+	}
+	placed := 0
+	for _, c := range chosen {
+		d.addBlock(m, c, p, exit)
+		placed += len(c.ids)
+	}
+	clear(cands)
+	clear(chosen)
+	d.cands, d.chosen = cands[:0], chosen[:0]
+	return placed
+}
+
+// addBlock puts one block of p on every SM of c.
+func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
+	c.free.add(p.res, -1)
+	n := len(c.ids)
+	grown := false
+	for _, g := range c.groups {
+		if g.part == p && g.born == d.now && g.exit == exit {
+			g.k++
+			grown = true
+			break
+		}
+	}
+	if !grown {
+		g := d.newGroup()
+		*g = group{part: p, cls: c, k: 1, w: p.tb, born: d.now, exit: exit, mi: len(m.groups)}
+		if exit {
+			g.w = d.blkMin
+		}
+		m.groups = append(m.groups, g)
+		c.groups = append(c.groups, g)
+	}
+	p.pending -= n
+	p.resident += n
+	m.dirty = true
+	k := p.k
+	if !k.started {
+		k.started = true
+		if d.cfg.Trace != nil {
+			d.trace(TraceEvent{Kind: TraceKernelStart, Kernel: k.seq, Name: k.name, Stream: k.st.id, Context: k.st.ctx, Priority: k.st.prio})
+		}
+	}
+	d.traceBlocks(TraceDispatch, p, c.ids, 1, exit)
+}
+
+func (d *Device) traceBlocks(kind TraceKind, p *part, ids []int16, k int, exit bool) {
+	if d.cfg.Trace == nil {
+		return
+	}
+	s := p.k.st
+	d.trace(TraceEvent{Kind: kind, Kernel: p.k.seq, Name: p.name, Stream: s.id, Context: s.ctx, Priority: s.prio, Part: p.index, SMs: ids, Blocks: k, Exit: exit})
+}
+
+func (d *Device) trace(e TraceEvent) {
+	if d.cfg.Trace == nil {
+		return
+	}
+	e.Time = dur(d.now)
+	d.cfg.Trace(e)
+}
+
+// complete handles every group of the active context that finishes now.
+func (d *Device) complete() {
+	if d.slice.switching {
+		return
+	}
+	m := d.active()
+	if m.next > d.now+eps {
+		return
+	}
+	due := d.due[:0]
+	for _, g := range m.groups {
+		if g.tc <= d.now+eps {
+			due = append(due, g)
+		}
+	}
+	for _, g := range due {
+		d.finish(m, g)
+	}
+	clear(due)
+	d.due = due[:0]
+	d.mergeTouched(m)
+	m.dirty = true
+}
+
+// finish handles a group whose blocks (or logical blocks) are done.
+func (d *Device) finish(m *machine, g *group) {
+	p, c := g.part, g.cls
+	n := len(c.ids)
+	d.touched = append(d.touched, c)
+	if !p.resumable || g.exit {
+		d.retire(m, g, g.k)
+		return
+	}
+	nk := n * g.k
+	p.taken -= nk
+	counter := int(int32(d.loadU32(p.counter)))
+	if counter >= p.logical && p.taken == 0 {
+		if p.done.Valid() {
+			d.words.store(p.done.Index, 1)
+			d.observed = true
+		}
+		if d.cfg.Trace != nil {
+			s := p.k.st
+			d.trace(TraceEvent{Kind: TraceDone, Kernel: p.k.seq, Name: p.name, Stream: s.id, Context: s.ctx, Priority: s.prio, Part: p.index})
+		}
+	}
+	avail := p.logical - counter
+	if avail <= 0 || (p.flag.Valid() && d.words.load(p.flag.Index) != 0) {
+		d.retire(m, g, g.k)
+		return
+	}
+	d.take(p, counter, min(avail, nk))
+	if avail >= nk {
+		g.w = p.tb
+		return
+	}
+	// Only avail workers continue: q per SM, one more on the r lowest SMs.
+	q, r := avail/n, avail%n
+	if r > 0 {
+		at := 0
+		for c.groups[at] != g {
+			at++
+		}
+		lo := d.splitLow(m, c, r)
+		sortClasses(m)
+		d.touched = append(d.touched, lo)
+		lg := lo.groups[at]
+		lg.w = p.tb
+		d.retire(m, lg, lg.k-(q+1))
+	}
+	g.w = p.tb
+	d.retire(m, g, g.k-q)
+}
+
+// retire removes drop blocks per SM of g from its SMs (all of them: the
+// group leaves), and completes the kernel when it has nothing left.
+func (d *Device) retire(m *machine, g *group, drop int) {
+	if drop <= 0 {
+		return
+	}
+	p, c := g.part, g.cls
+	c.free.add(p.res, drop)
+	p.resident -= drop * len(c.ids)
+	d.traceBlocks(TraceRetire, p, c.ids, drop, g.exit)
+	if g.k -= drop; g.k == 0 {
+		d.removeGroup(m, g)
+	}
+	if k := p.k; k.finished() {
+		d.kernelDone(k)
+	}
+}
+
+func (d *Device) removeGroup(m *machine, g *group) {
+	last := m.groups[len(m.groups)-1]
+	m.groups[g.mi] = last
+	last.mi = g.mi
+	m.groups[len(m.groups)-1] = nil
+	m.groups = m.groups[:len(m.groups)-1]
+	c := g.cls
+	for i, x := range c.groups {
+		if x == g {
+			copy(c.groups[i:], c.groups[i+1:])
+			c.groups[len(c.groups)-1] = nil
+			c.groups = c.groups[:len(c.groups)-1]
+			break
+		}
+	}
+	*g = group{}
+	d.gpool = append(d.gpool, g)
+}
+
+func (d *Device) newGroup() *group {
+	if n := len(d.gpool); n > 0 {
+		g := d.gpool[n-1]
+		d.gpool = d.gpool[:n-1]
+		return g
+	}
+	return new(group)
+}
+
+func (d *Device) newClass() *smClass {
+	if n := len(d.cpool); n > 0 {
+		c := d.cpool[n-1]
+		d.cpool = d.cpool[:n-1]
+		c.gone = false
+		return c
+	}
+	return &smClass{}
+}
+
+// splitLow moves the n lowest SMs of c into a new class with copies of c's
+// groups, and returns it. The caller restores the class order.
+func (d *Device) splitLow(m *machine, c *smClass, n int) *smClass {
+	nc := d.newClass()
+	nc.ids = append(nc.ids[:0], c.ids[:n]...)
+	copy(c.ids, c.ids[n:])
+	c.ids = c.ids[:len(c.ids)-n]
+	nc.free, nc.csum = c.free, c.csum
+	for _, g := range c.groups {
+		ng := d.newGroup()
+		*ng = *g
+		ng.cls, ng.mi = nc, len(m.groups)
+		m.groups = append(m.groups, ng)
+		nc.groups = append(nc.groups, ng)
+	}
+	m.classes = append(m.classes, nc)
+	return nc
+}
+
+// sortClasses restores ascending ids[0] order (insertion sort: the order is
+// nearly right).
+func sortClasses(m *machine) {
+	cs := m.classes
+	for i := 1; i < len(cs); i++ {
+		for j := i; j > 0 && cs[j].ids[0] < cs[j-1].ids[0]; j-- {
+			cs[j], cs[j-1] = cs[j-1], cs[j]
+		}
+	}
+}
+
+// mergeTouched merges each touched class with any class now in the same
+// state, and (with Coalesce) groups of one part within a class that are
+// nearly in step, so the number of classes and groups stays small.
+func (d *Device) mergeTouched(m *machine) {
+	tol := max(float64(d.cfg.Coalesce), eps)
+	for _, c := range d.touched {
+		if c.gone {
+			continue
+		}
+		if d.cfg.Coalesce > 0 {
+			d.coalesceGroups(m, c, tol)
+		}
+		for i := 0; i < len(m.classes); i++ {
+			o := m.classes[i]
+			if o == c || !sameState(c, o, tol) {
+				continue
+			}
+			d.mergeClass(m, c, o)
+			i--
+		}
+	}
+	clear(d.touched)
+	d.touched = d.touched[:0]
+}
+
+func sameState(a, b *smClass, tol float64) bool {
+	if a.free != b.free || len(a.groups) != len(b.groups) {
+		return false
+	}
+	for i, g := range a.groups {
+		h := b.groups[i]
+		if g.part != h.part || g.k != h.k || g.exit != h.exit || math.Abs(g.w-h.w) > tol {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeClass folds o into c (same state), averaging remaining work by SM
+// count so the total work is kept.
+func (d *Device) mergeClass(m *machine, c, o *smClass) {
+	nc, no := float64(len(c.ids)), float64(len(o.ids))
+	for i, g := range c.groups {
+		h := o.groups[i]
+		if g.w != h.w {
+			g.w = (nc*g.w + no*h.w) / (nc + no)
+		}
+	}
+	for len(o.groups) > 0 {
+		d.removeGroup(m, o.groups[0])
+	}
+	// Merge the sorted id lists.
+	ids := append(c.ids, o.ids...)
+	mergeSorted(ids, len(c.ids))
+	c.ids = ids
+	o.ids, o.gone = o.ids[:0], true
+	for i, x := range m.classes {
+		if x == o {
+			copy(m.classes[i:], m.classes[i+1:])
+			m.classes[len(m.classes)-1] = nil
+			m.classes = m.classes[:len(m.classes)-1]
+			break
+		}
+	}
+	sortClasses(m)
+	d.cpool = append(d.cpool, o)
+	m.dirty = true
+}
+
+// mergeSorted sorts ids whose halves [0,n) and [n,len) are each sorted
+// (insertion from the back: both are short).
+func mergeSorted(ids []int16, n int) {
+	for i := n; i < len(ids); i++ {
+		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
+			ids[j], ids[j-1] = ids[j-1], ids[j]
+		}
+	}
+}
+
+// coalesceGroups merges groups of one part in c whose remaining work differs
+// by at most tol, averaging by block count.
+func (d *Device) coalesceGroups(m *machine, c *smClass, tol float64) {
+	for i := 0; i < len(c.groups); i++ {
+		g := c.groups[i]
+		for j := i + 1; j < len(c.groups); j++ {
+			h := c.groups[j]
+			if h.part != g.part || h.exit != g.exit || math.Abs(g.w-h.w) > tol {
+				continue
+			}
+			g.w = (float64(g.k)*g.w + float64(h.k)*h.w) / float64(g.k+h.k)
+			g.k += h.k
+			d.removeGroup(m, h)
+			j--
+			m.dirty = true
+		}
+	}
+}
+
+// busy reports whether any work is enqueued or resident.
+func (d *Device) busy() bool {
+	for _, s := range d.streams {
+		if !s.idle() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,274 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+
+	"atoll/gpu"
+)
+
+// resources are SM capacity in the units the occupancy rules count.
+type resources struct{ warps, regs, smem, blocks int }
+
+func (r resources) fits(b resources) bool {
+	return r.warps >= b.warps && r.regs >= b.regs && r.smem >= b.smem && r.blocks >= b.blocks
+}
+
+func (r *resources) add(b resources, k int) {
+	r.warps += k * b.warps
+	r.regs += k * b.regs
+	r.smem += k * b.smem
+	r.blocks += k * b.blocks
+}
+
+// smCapacity is an empty SM.
+func smCapacity(s gpu.Spec) resources {
+	return resources{warps: s.MaxThreadsPerSM / s.WarpSize, regs: s.RegistersPerSM, smem: s.SharedMemPerSM, blocks: s.MaxBlocksPerSM}
+}
+
+// blockUsage is what one block takes from its SM, rounded exactly as
+// gpu.Spec.Occupancy rounds, so that an empty SM holds Occupancy blocks.
+func blockUsage(s gpu.Spec, threads, regs, smem int) resources {
+	warps := (threads + s.WarpSize - 1) / s.WarpSize
+	r := resources{warps: warps, blocks: 1}
+	if regs > 0 {
+		unit := max(s.RegisterAllocUnit, 1)
+		r.regs = (regs*s.WarpSize + unit - 1) / unit * unit * warps
+	}
+	if smem > 0 {
+		unit := max(s.SharedMemAlloc, 1)
+		r.smem = (smem+unit-1)/unit*unit + s.SharedMemReserved
+	}
+	return r
+}
+
+// part is one body of a kernel: the launch's own, or a padded launch's Pad.
+type part struct {
+	k     *kernel
+	index int
+	name  string
+	res   resources // per block
+	// Solo duration of one block (for resumable bodies: of one logical
+	// block), ns, and its compute and DRAM demand shares.
+	tb, c, m float64
+
+	pending  int // blocks not yet dispatched
+	resident int // blocks on SMs, suspended ones included
+
+	reset     bool // reads flag at dispatch
+	resumable bool // persistent workers over logical blocks
+	flag      gpu.HostWord
+	done      gpu.HostWord
+	counter   gpu.Ptr
+	logical   int
+	taken     int // logical blocks this launch's workers took and have not finished
+}
+
+// kernel is one launch in flight.
+type kernel struct {
+	seq      uint64
+	name     string
+	st       *stream
+	parts    [2]part
+	nparts   int
+	eligible bool // at the head of its stream, past launch latency
+	started  bool
+}
+
+func (k *kernel) pendingBlocks() int {
+	n := 0
+	for i := range k.nparts {
+		n += k.parts[i].pending
+	}
+	return n
+}
+
+// cur is the part whose blocks dispatch next (blocks dispatch in index order).
+func (k *kernel) cur() *part {
+	for i := range k.nparts {
+		if k.parts[i].pending > 0 {
+			return &k.parts[i]
+		}
+	}
+	return nil
+}
+
+func (k *kernel) finished() bool {
+	for i := range k.nparts {
+		if k.parts[i].pending > 0 || k.parts[i].resident > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func invalid(l *gpu.Launch, role, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %q: %s", gpu.ErrInvalidLaunch, role, l.Name, fmt.Sprintf(format, args...))
+}
+
+// checkBody validates the shape and cost of one body and returns its
+// occupancy alone.
+func (d *Device) checkBody(l *gpu.Launch, role string) (int, error) {
+	if l.Func <= 0 || int(l.Func) > len(d.funcs) {
+		return 0, fmt.Errorf("%w: %s %q: Func %d was not resolved by this device (use Module.Function)", gpu.ErrInvalidHandle, role, l.Name, l.Func)
+	}
+	for _, g := range []struct {
+		what string
+		d    gpu.Dim3
+	}{{"Grid", l.Grid}, {"Block", l.Block}} {
+		if g.d.X <= 0 || g.d.Y < 0 || g.d.Z < 0 {
+			return 0, invalid(l, role, "%s %v: X must be >= 1 and Y, Z >= 0 (0 counts as 1)", g.what, g.d)
+		}
+	}
+	if l.Grid.Count() > math.MaxInt32 {
+		return 0, invalid(l, role, "Grid %v has more than 2^31-1 blocks", l.Grid)
+	}
+	bpsm, _, err := d.spec.Occupancy(l.Block.Count(), l.Registers, l.SharedMem)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: %w", role, l.Name, err)
+	}
+	c := l.Cost
+	if c.Duration < 0 || c.FLOPs < 0 || c.Bytes < 0 || c.FLOPs != c.FLOPs || c.Bytes != c.Bytes {
+		return 0, invalid(l, role, "Cost %+v has a negative or NaN field", c)
+	}
+	if !(c.ComputeFrac >= 0 && c.ComputeFrac <= 1) || !(c.MemoryFrac >= 0 && c.MemoryFrac <= 1) {
+		return 0, invalid(l, role, "Cost.ComputeFrac %v and MemoryFrac %v must lie in [0, 1] (a profile's percent / 100)", c.ComputeFrac, c.MemoryFrac)
+	}
+	return bpsm, nil
+}
+
+func (d *Device) checkResumable(l *gpu.Launch, role string) error {
+	if l.Logical <= 0 {
+		return invalid(l, role, "resumable body needs Logical > 0 (the logical blocks of the body), got %d", l.Logical)
+	}
+	if l.Counter == 0 {
+		return invalid(l, role, "resumable body needs Counter: an int32 in device memory (Alloc it and Memset32 it to 0)")
+	}
+	if err := d.checkRange(l.Counter, 4); err != nil {
+		return fmt.Errorf("%s %q: Counter: %w", role, l.Name, err)
+	}
+	return d.checkWords(l, role)
+}
+
+func (d *Device) checkWords(l *gpu.Launch, role string) error {
+	for _, w := range []struct {
+		what string
+		w    gpu.HostWord
+	}{{"Flag", l.Flag}, {"Done", l.Done}} {
+		if w.w.Valid() && (w.w.Index <= 0 || w.w.Index > d.words.n || w.w.Dev != hostWordBase+gpu.Ptr(4*w.w.Index)) {
+			return fmt.Errorf("%w: %s %q: %s is not a host word of this device (use NewHostWords)", gpu.ErrInvalidHandle, role, l.Name, w.what)
+		}
+	}
+	return nil
+}
+
+// Launch validates l and enqueues it on s. l is copied: the caller may reuse
+// it at once.
+func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		return fmt.Errorf("%w: nil *Launch", gpu.ErrInvalidLaunch)
+	}
+	bpsm, err := d.checkBody(l, "launch")
+	if err != nil {
+		return err
+	}
+	padBpsm := 0
+	switch l.Form {
+	case gpu.Plain:
+	case gpu.Reset:
+		err = d.checkWords(l, "reset launch")
+	case gpu.Resumable:
+		err = d.checkResumable(l, "resumable launch")
+	case gpu.Padded:
+		if l.Pad == nil {
+			return invalid(l, "padded launch", "Pad is nil: a padded launch needs the BE launch whose body fills the extra blocks")
+		}
+		if l.Pad.Pad != nil || l.Pad.Form == gpu.Padded {
+			return invalid(l.Pad, "pad", "a pad cannot itself be padded")
+		}
+		if padBpsm, err = d.checkBody(l.Pad, "pad"); err == nil {
+			err = d.checkResumable(l.Pad, "pad")
+		}
+	default:
+		return invalid(l, "launch", "unknown form %v", l.Form)
+	}
+	if err != nil {
+		return err
+	}
+
+	k := d.newKernel()
+	d.seq++
+	k.seq, k.name, k.st = d.seq, l.Name, st
+	d.setPart(k, 0, l, bpsm)
+	switch l.Form {
+	case gpu.Reset:
+		k.parts[0].reset = true
+	case gpu.Resumable:
+		k.parts[0].resumable = true
+	case gpu.Padded:
+		d.setPart(k, 1, l.Pad, padBpsm)
+		k.parts[1].resumable = true
+		k.parts[1].pending = l.Pad.Grid.Count()
+	}
+	d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
+	return nil
+}
+
+func (d *Device) newKernel() *kernel {
+	if n := len(d.kpool); n > 0 {
+		k := d.kpool[n-1]
+		d.kpool = d.kpool[:n-1]
+		*k = kernel{}
+		return k
+	}
+	return new(kernel)
+}
+
+// setPart fills part i of k from body l: resources, counts and timing.
+func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
+	p := &k.parts[i]
+	*p = part{
+		k: k, index: i, name: l.Name,
+		res:     blockUsage(d.spec, l.Block.Count(), l.Registers, l.SharedMem),
+		pending: l.Grid.Count(),
+		flag:    l.Flag, done: l.Done, counter: l.Counter, logical: l.Logical,
+	}
+	k.nparts = i + 1
+	logical := l.Grid.Count()
+	if l.Form == gpu.Resumable || i == 1 {
+		logical = l.Logical
+	}
+	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm)
+}
+
+// timing is the calibrated model: the solo duration of one block of a body
+// of n logical blocks at occupancy bpsm, and its compute and DRAM shares.
+func (d *Device) timing(c gpu.Cost, n, bpsm int) (tb, cs, ms float64) {
+	s := d.spec
+	perWave := s.SMs * bpsm
+	waves := (n + perWave - 1) / perWave
+	total := float64(c.Duration)
+	if total == 0 { // roofline
+		total = max(c.FLOPs/s.PeakFLOPS, c.Bytes/s.DRAMBandwidth) * 1e9
+	}
+	cf, mf := c.ComputeFrac, c.MemoryFrac
+	if total > 0 {
+		if cf == 0 {
+			cf = min(1, c.FLOPs/(total*1e-9*s.PeakFLOPS))
+		}
+		if mf == 0 {
+			mf = min(1, c.Bytes/(total*1e-9*s.DRAMBandwidth))
+		}
+	}
+	tb = max(total/float64(waves), d.blkMin)
+	if j := d.cfg.Jitter; j > 0 {
+		tb *= 1 + j*(2*d.rng.Float64()-1)
+	}
+	resident := min(n, perWave)
+	perSM := (resident + s.SMs - 1) / s.SMs
+	return tb, cf / float64(perSM), mf / float64(resident)
+}

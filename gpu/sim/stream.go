@@ -1,0 +1,106 @@
+package sim
+
+import (
+	"math"
+
+	"atoll/gpu"
+)
+
+type opKind uint8
+
+const (
+	opKernel opKind = iota
+	opMemset
+	opRecord
+)
+
+// op is one piece of stream work, in enqueue order.
+type op struct {
+	kind opKind
+	host float64 // virtual time of the host call
+	k    *kernel
+	ev   gpu.Event
+	gen  uint32
+	ptr  gpu.Ptr
+	val  uint32
+	n    int
+}
+
+// stream is an ordered queue of ops; only its head op can be in progress.
+type stream struct {
+	id       gpu.Stream
+	prio     int
+	ctx      gpu.Context
+	dead     bool
+	ops      []op // ops[head:] are not yet complete
+	head     int
+	lastDone float64 // when the previous op completed
+	wake     float64 // when the head op becomes ready; +Inf if none or running
+}
+
+func (s *stream) idle() bool { return s.head == len(s.ops) }
+
+func (d *Device) enqueue(s *stream, o op) {
+	if s.idle() {
+		s.ops, s.head = s.ops[:0], 0
+		s.wake = d.readyAt(s, &o)
+	}
+	s.ops = append(s.ops, o)
+}
+
+// readyAt is when o, at the head of s, may start.
+func (d *Device) readyAt(s *stream, o *op) float64 {
+	if o.kind == opRecord {
+		return max(s.lastDone, o.host)
+	}
+	return max(s.lastDone, o.host+d.lat)
+}
+
+// pump runs the ready head ops of every stream: memsets and event records
+// complete, kernels become eligible for dispatch.
+func (d *Device) pump() {
+	for _, s := range d.streams {
+		if s.wake > d.now {
+			continue
+		}
+		s.wake = math.Inf(1)
+	ops:
+		for !s.idle() {
+			o := &s.ops[s.head]
+			t := d.readyAt(s, o)
+			if t > d.now {
+				s.wake = t
+				break
+			}
+			switch o.kind {
+			case opMemset:
+				d.fill(o.ptr, o.val, o.n)
+			case opRecord:
+				if ev := &d.events[o.ev-1]; ev.live && ev.gen == o.gen {
+					ev.done, ev.t = true, t
+					d.observed = true
+				}
+			case opKernel:
+				if !o.k.eligible {
+					o.k.eligible = true
+					d.machines[s.ctx].addPending(o.k)
+				}
+				break ops // the kernel stays at the head until it completes
+			}
+			s.lastDone = t
+			*o = op{}
+			s.head++
+		}
+	}
+}
+
+// kernelDone pops the finished kernel k off its stream.
+func (d *Device) kernelDone(k *kernel) {
+	s := k.st
+	d.trace(TraceEvent{Kind: TraceKernelEnd, Kernel: k.seq, Name: k.name, Stream: s.id, Context: s.ctx, Priority: s.prio})
+	s.ops[s.head] = op{}
+	s.head++
+	s.lastDone = d.now
+	s.wake = d.now
+	d.kpool = append(d.kpool, k)
+}
