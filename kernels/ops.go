@@ -13,11 +13,12 @@ const (
 	F32 DType = iota
 	F16
 	BF16
+	I32 // indices (Gather)
 )
 
 // Size is the element size in bytes.
 func (d DType) Size() int {
-	if d == F32 {
+	if d == F32 || d == I32 {
 		return 4
 	}
 	return 2
@@ -31,6 +32,8 @@ func (d DType) String() string {
 		return "f16"
 	case BF16:
 		return "bf16"
+	case I32:
+		return "i32"
 	}
 	return fmt.Sprintf("dtype(%d)", d)
 }
@@ -46,7 +49,10 @@ const (
 )
 
 func (a Act) String() string {
-	return [...]string{"none", "relu", "gelu", "relu6"}[a]
+	if int(a) < 4 {
+		return [...]string{"none", "relu", "gelu", "relu6"}[a]
+	}
+	return fmt.Sprintf("act(%d)", a)
 }
 
 // Geometry is how an op is launched: its logical grid (one logical block
@@ -78,8 +84,16 @@ type Op interface {
 // each a 64x32 warp tile on mma.sync); small ones 64x64 with 128 threads so
 // batch-1 layers still spread over the SMs.
 const (
-	gemmBK = 32
+	gemmBK   = 32
+	gemmAPad = 8 // elements of padding per shared-memory A row (cuda/gemm.cu GEMM_APAD)
+	gemmBPad = 8 // per B row (GEMM_BPAD)
 )
+
+// gemmSmem is the dynamic shared memory of a GEMM body: two stages of a
+// BM x (32+8) A tile and a 32 x (BN+8) B tile of 16-bit elements (the
+// padding avoids bank conflicts on ldmatrix). It stays under 48 KiB, so no
+// function attribute is needed to launch it.
+func gemmSmem(bm, bn int) int { return 2 * (bm*(gemmBK+gemmAPad) + gemmBK*(bn+gemmBPad)) * 2 }
 
 func gemmTile(m, n int) (bm, bn, threads int) {
 	if ceilDiv(m, 128)*ceilDiv(n, 128) >= 132 {
@@ -108,7 +122,7 @@ func (g GEMM) Kernel() string {
 
 func (g GEMM) Geometry() Geometry {
 	bm, bn, th := gemmTile(g.M, g.N)
-	smem := 2 * (bm*gemmBK + gemmBK*bn) * g.In.Size() // double-buffered A and B tiles
+	smem := gemmSmem(bm, bn) // double-buffered A and B tiles
 	regs := 128
 	if th == 128 {
 		regs = 96
@@ -159,11 +173,17 @@ func (c Conv2D) Out() (oh, ow int) {
 	return (c.H+2*c.Pad-c.R)/s + 1, (c.W+2*c.Pad-c.S)/s + 1
 }
 
+// gemm is the implicit GEMM the kernel runs (see cuda/gemm.cu):
+// forward M = N·OH·OW, N = OutC, K = R·S·C; backward data (dX) M = N·H·W,
+// N = C, K = R·S·OutC; backward filter (dW) M = R·S·C, N = OutC, K = N·OH·OW.
 func (c Conv2D) gemm() GEMM {
 	oh, ow := c.Out()
 	m, n, k := c.N*oh*ow, c.OutC, c.R*c.S*c.C
-	if c.BackwardFilter {
-		m, n, k = c.OutC, c.R*c.S*c.C, c.N*oh*ow
+	switch {
+	case c.BackwardData:
+		m, n, k = c.N*c.H*c.W, c.C, c.R*c.S*c.OutC
+	case c.BackwardFilter:
+		m, n, k = c.R*c.S*c.C, c.OutC, c.N*oh*ow
 	}
 	return GEMM{M: m, N: n, K: k, In: c.In, Out: c.In, Bias: c.Bias, Act: c.Act}
 }
@@ -181,7 +201,14 @@ func (c Conv2D) Kernel() string {
 }
 
 func (c Conv2D) Geometry() Geometry { return c.gemm().Geometry() }
-func (c Conv2D) FLOPs() float64     { return c.gemm().FLOPs() }
+
+// FLOPs counts the useful multiply-adds of the convolution (the forward
+// count for all three passes; with stride > 1 the dX kernel also multiplies
+// the zeros between strided taps, which this does not count).
+func (c Conv2D) FLOPs() float64 {
+	oh, ow := c.Out()
+	return 2 * float64(c.N*oh*ow) * float64(c.OutC) * float64(c.R*c.S*c.C)
+}
 
 func (c Conv2D) Bytes() float64 {
 	oh, ow := c.Out()
@@ -239,6 +266,11 @@ func (d Depthwise) Shape() string {
 // elements per thread, 256 threads per block. Inputs counts the tensors
 // read (1 or 2); it also covers optimizer updates (Inputs = 3 for SGD with
 // momentum: weight, grad, momentum; Outputs = 2).
+//
+// Names the library runs: "bias_act" (out = act(a + bias[i mod Cols])),
+// "add" (out = act(a + b)), "act", "relu", "gelu", "relu6" (out = act(a)),
+// "sgd" (m' = Momentum·m + g; w' = w − LR·m'). Other names describe ops for
+// costing only; Library.Launch rejects them with ErrUnsupported.
 type Elementwise struct {
 	Name    string // "bias_act", "add", "sgd", "adam", "gelu", ...
 	Elems   int
@@ -246,6 +278,11 @@ type Elementwise struct {
 	Outputs int
 	In      DType
 	Act     Act
+	// Cols is the bias period of "bias_act" (the channel count); 0 means
+	// Elems (one bias value per element).
+	Cols int
+	// LR and Momentum of "sgd"; 0 means 0.01 and 0.9.
+	LR, Momentum float32
 }
 
 func (e Elementwise) outs() int { return max(e.Outputs, 1) }
@@ -350,6 +387,9 @@ func (r Reduce) Shape() string { return fmt.Sprintf("rows=%d cols=%d", r.Rows, r
 type Gather struct {
 	Rows, Cols int
 	In         DType
+	// Vocab is the table's row count; 0 means Rows. Indices outside
+	// [0, Vocab) produce zero rows.
+	Vocab int
 }
 
 func (g Gather) Kernel() string { return "gather_" + g.In.String() }

@@ -17,6 +17,12 @@ const (
 	ClassUnknown = "unknown" // neither dominates; Orion treats it as compatible with both
 )
 
+// Phases of a profile.
+const (
+	PhaseInference = "inference" // one request
+	PhaseTraining  = "training"  // one training step
+)
+
 // Sources of a profile's numbers.
 const (
 	SourceEstimated = "estimated" // roofline estimate from FLOPs/bytes and the GPU's peaks
@@ -32,7 +38,7 @@ type Profile struct {
 	GPU        string `json:"gpu"`   // spec name, e.g. "H100-SXM"
 	Model      string `json:"model"` // zoo name, e.g. "resnet50"
 	Batch      int    `json:"batch"`
-	Phase      string `json:"phase"`  // "inference" or "training"
+	Phase      string `json:"phase"`  // PhaseInference or PhaseTraining
 	Source     string `json:"source"` // SourceEstimated, SourceMeasured or SourceNcu
 	// Device facts where measured: driver version, clocks seen, date, the
 	// exact command. Free-form; shown by `atoll profile show`.
@@ -43,7 +49,9 @@ type Profile struct {
 
 // Kernel is one launch of the model.
 type Kernel struct {
-	Name       string   `json:"name"`
+	Name       string   `json:"name"`            // the model's layer name, e.g. "layer2.0.conv1"
+	Kernel     string   `json:"kernel"`          // the CUDA function family (kernels.Op.Kernel), e.g. "conv2d_bf16_64x64"
+	Shape      string   `json:"shape,omitempty"` // kernels.Op.Shape; checked against the model when present
 	Grid       [3]int   `json:"grid"`
 	Block      [3]int   `json:"block"`
 	Registers  int      `json:"registers"`  // per thread
