@@ -1,0 +1,274 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"atoll/gpu"
+	"atoll/policies"
+	"atoll/profiles"
+	"atoll/sched"
+)
+
+// ErrConfig reports an unusable benchmark configuration.
+var ErrConfig = errors.New("bench: invalid configuration")
+
+// Config is one co-location workload and how to run it.
+type Config struct {
+	HP       *profiles.Profile // the HP client's kernels (one request)
+	BE       *profiles.Profile // the BE client's kernels (one iteration); nil = none
+	Arrival  string            // Poisson, Uniform, Bursty or Trace
+	Sigma    float64           // log-normal shape (Bursty)
+	Trace    []time.Duration   // arrival times when Arrival == Trace
+	Load     float64           // offered HP load (ignored for Trace)
+	Seed     uint64
+	Duration time.Duration // measured span, after Warmup
+	Warmup   time.Duration
+
+	// NewDevice opens a fresh device for each run (a run owns its device).
+	NewDevice func() (gpu.Device, error)
+	// Binder makes launches for a device; nil means the profile binder
+	// (the simulator).
+	Binder func(dev gpu.Device, w sched.Workload) (sched.Binder, error)
+	// Command is recorded in reports (the exact command line).
+	Command string
+	// Progress, when set, is told when each run starts.
+	Progress func(msg string)
+
+	lastInfo gpu.Info // the device of the latest run (each goroutine has its own Config copy)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.HP == nil:
+		return fmt.Errorf("%w: no HP profile", ErrConfig)
+	case c.NewDevice == nil:
+		return fmt.Errorf("%w: no device", ErrConfig)
+	case c.Duration <= 0:
+		return fmt.Errorf("%w: duration must be positive, got %v", ErrConfig, c.Duration)
+	case c.Warmup < 0:
+		return fmt.Errorf("%w: warm-up must not be negative, got %v", ErrConfig, c.Warmup)
+	case c.Arrival != Trace && !(c.Load > 0 && c.Load <= 4):
+		return fmt.Errorf("%w: load must be in (0, 4], got %v", ErrConfig, c.Load)
+	case c.Arrival == Trace && len(c.Trace) == 0:
+		return fmt.Errorf("%w: trace arrivals requested but no trace given", ErrConfig)
+	}
+	if c.BE != nil && c.HP.GPU != c.BE.GPU {
+		return fmt.Errorf("%w: HP profile is for %s but BE profile is for %s", ErrConfig, c.HP.GPU, c.BE.GPU)
+	}
+	return nil
+}
+
+// Baseline is what every policy's run is measured against: HP alone on the
+// arrival sequence and BE alone, on the same device kind.
+type Baseline struct {
+	Info      gpu.Info
+	Solo      time.Duration // HP service time alone (median of isolated requests)
+	Rate      float64       // offered HP requests per second
+	Arrivals  []time.Duration
+	Dedicated *sched.Trace
+	BEAlone   *sched.Trace // nil without BE
+}
+
+// Measure makes the baseline runs: solo calibration, HP alone on the
+// arrivals, and BE alone.
+func Measure(ctx context.Context, c *Config) (*Baseline, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	b := &Baseline{}
+	solo, info, err := soloLatency(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("measuring HP solo latency: %w", err)
+	}
+	b.Solo, b.Info = solo, info
+	span := c.Warmup + c.Duration
+	if c.Arrival == Trace {
+		b.Arrivals = c.Trace
+		b.Rate = Rate(c.Trace, span)
+	} else {
+		b.Rate = c.Load / solo.Seconds()
+		if b.Arrivals, err = Arrivals(c.Arrival, b.Rate, span, c.Seed, c.Sigma); err != nil {
+			return nil, err
+		}
+	}
+	c.progress("dedicated (HP alone)")
+	if b.Dedicated, err = c.run(ctx, "dedicated", b.Arrivals, false); err != nil {
+		return nil, fmt.Errorf("dedicated run: %w", err)
+	}
+	if c.BE != nil {
+		c.progress("BE alone")
+		if b.BEAlone, err = c.run(ctx, "streams", nil, true); err != nil {
+			return nil, fmt.Errorf("BE-alone run: %w", err)
+		}
+	}
+	return b, nil
+}
+
+func (c *Config) progress(msg string) {
+	if c.Progress != nil {
+		c.Progress(msg)
+	}
+}
+
+// soloLatency runs isolated HP requests (each far from the last) and takes
+// the median service time: the unit of load.
+func soloLatency(ctx context.Context, c *Config) (time.Duration, gpu.Info, error) {
+	const n = 21
+	gap := max(4*c.HP.Total(), time.Millisecond)
+	arr := make([]time.Duration, n)
+	for i := range arr {
+		arr[i] = time.Duration(i+1) * gap
+	}
+	cc := *c
+	cc.Duration, cc.Warmup = time.Duration(n+2)*gap, 0
+	tr, err := cc.run(ctx, "dedicated", arr, false)
+	if err != nil {
+		return 0, gpu.Info{}, err
+	}
+	if len(tr.Requests) == 0 {
+		return 0, gpu.Info{}, fmt.Errorf("no request completed")
+	}
+	svc := make([]time.Duration, 0, len(tr.Requests))
+	for _, r := range tr.Requests {
+		svc = append(svc, r.End-r.Arrival)
+	}
+	sort.Slice(svc, func(i, j int) bool { return svc[i] < svc[j] })
+	return svc[len(svc)/2], cc.lastInfo, nil
+}
+
+// run makes one run on a fresh device.
+func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duration, withBE bool) (*sched.Trace, error) {
+	p, err := policies.ByName(policy)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := c.NewDevice()
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	c.lastInfo = dev.Info()
+	w := sched.Workload{}
+	if len(arrivals) > 0 {
+		w.HP = []sched.HPWorkload{{Name: c.HP.Model, Profile: c.HP, Arrivals: arrivals}}
+	}
+	if withBE && c.BE != nil {
+		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
+	}
+	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup}
+	if c.Binder != nil {
+		if opt.Binder, err = c.Binder(dev, w); err != nil {
+			return nil, err
+		}
+	}
+	return sched.Run(ctx, dev, w, opt)
+}
+
+// RunPolicy runs one policy on the shared workload and reports it against
+// the baseline.
+func RunPolicy(ctx context.Context, c *Config, b *Baseline, policy string) (*Report, error) {
+	start := time.Now()
+	c.progress(policy)
+	tr, err := c.run(ctx, policy, b.Arrivals, policy != "dedicated")
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", policy, err)
+	}
+	r := c.report(b, policy, tr)
+	r.WallSec = time.Since(start).Seconds()
+	return r, nil
+}
+
+// Suite measures the baseline once and runs each policy, up to
+// GOMAXPROCS at a time (each run owns its own device, so this is only
+// sound for the simulator; pass parallel=1 on a real GPU).
+func Suite(ctx context.Context, c *Config, names []string, parallel int) ([]*Report, error) {
+	b, err := Measure(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	out := make([]*Report, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cc := *c // run() records lastInfo: one copy per goroutine
+			out[i], errs[i] = RunPolicy(ctx, &cc, b, name)
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// report turns traces into the report of design brief §4.
+func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
+	r := &Report{
+		Policy:  policy,
+		Backend: b.Info.Backend,
+		Device:  b.Info.Name,
+		Driver:  b.Info.Driver,
+		Command: c.Command,
+		Workload: WorkloadInfo{
+			HPModel:     c.HP.Model,
+			HPBatch:     c.HP.Batch,
+			Profiles:    fmt.Sprintf("%s, %s", c.HP.GPU, c.HP.Source),
+			Arrival:     c.Arrival,
+			Load:        c.Load,
+			RatePerSec:  b.Rate,
+			Seed:        c.Seed,
+			DurationSec: c.Duration.Seconds(),
+			WarmupSec:   c.Warmup.Seconds(),
+			SoloHPUs:    float64(b.Solo) / float64(time.Microsecond),
+		},
+	}
+	if c.Arrival == Trace {
+		r.Workload.Load = b.Rate * b.Solo.Seconds()
+	}
+	if c.BE != nil {
+		r.Workload.BEModel, r.Workload.BEBatch = c.BE.Model, c.BE.Batch
+	}
+	lat, svc := latencies(tr)
+	r.HP, r.HPService, r.HPCDF = Summarize(lat), Summarize(svc), CDF(lat)
+	r.HPCompleted = len(lat)
+	dl, _ := latencies(b.Dedicated)
+	r.Dedicated, r.DedicatedCDF = Summarize(dl), CDF(dl)
+	if c.BE != nil {
+		r.BEWorkPerSec = tr.BEWork.Seconds() / c.Duration.Seconds()
+		r.BEAlonePerS = b.BEAlone.BEWork.Seconds() / c.Duration.Seconds()
+	}
+	var pl []time.Duration
+	for _, p := range tr.Preemptions {
+		if p.Stopped > p.Decided {
+			pl = append(pl, p.Stopped-p.Decided)
+		}
+	}
+	r.Preemptions = len(tr.Preemptions)
+	r.PreemptLatency = Summarize(pl)
+	r.Padded = tr.PaddedLaunches
+	r.Launches = tr.Launches
+	r.Finish()
+	return r
+}
+
+// latencies are each measured request's latency (end − scheduled arrival)
+// and service time (end − first kernel start).
+func latencies(tr *sched.Trace) (lat, svc []time.Duration) {
+	for _, q := range tr.Requests {
+		lat = append(lat, q.End-q.Arrival)
+		svc = append(svc, q.End-q.Start)
+	}
+	return lat, svc
+}

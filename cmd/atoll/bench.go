@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"atoll/bench"
+	"atoll/policies"
+)
+
+const benchHelp = `
+Usage: atoll bench [flags]
+
+Runs one policy on one co-location workload and writes a JSON report (the
+format 'atoll compare' reads). The report stands on its own: it includes HP
+alone on the same arrival sequence and BE alone on the same device, so its
+p99 overhead and normalized throughputs need nothing else.
+
+Examples:
+  atoll bench --policy atoll --out atoll.json
+  atoll bench --policy orion --load 0.3 --duration 10s --out orion.json
+  atoll bench --policy reef --arrival trace --trace arrivals.txt --out reef.json
+  atoll compare orion.json atoll.json
+`
+
+func init() {
+	register(command{name: "bench", summary: "run one policy on a workload and write a JSON report", run: runBench})
+}
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench", benchHelp)
+	var w workloadFlags
+	w.register(fs)
+	policy := fs.String("policy", "atoll", "scheduling policy (see 'atoll policies')")
+	out := fs.String("out", "", "write the report here (default: standard output)")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if _, err := policies.ByName(*policy); err != nil {
+		return err
+	}
+	c, err := w.config()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if !*quiet {
+		c.Progress = func(msg string) { fmt.Fprintf(e.stderr, "  %6.1fs  running %s\n", time.Since(start).Seconds(), msg) }
+	}
+	b, err := bench.Measure(ctx, c)
+	if err != nil {
+		return err
+	}
+	r, err := bench.RunPolicy(ctx, c, b, *policy)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return bench.WriteReport(e.stdout, r)
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteReport(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, bench.Describe(r))
+	return bench.Table(e.stdout, []*bench.Report{r})
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"atoll/bench"
+	"atoll/gpu"
+	"atoll/gpu/sim"
+	"atoll/profiles"
+)
+
+// workloadFlags are the flags shared by demo and bench: what runs and on
+// which device.
+type workloadFlags struct {
+	gpuName  string
+	hp       string
+	hpBatch  int
+	be       string
+	beBatch  int
+	arrival  string
+	sigma    float64
+	trace    string
+	load     float64
+	seed     uint64
+	duration time.Duration
+	warmup   time.Duration
+	backend  string
+}
+
+func (w *workloadFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&w.gpuName, "gpu", "H100-SXM", "GPU whose profiles to use and (on the simulator) to simulate: "+strings.Join(gpu.Specs(), ", "))
+	fs.StringVar(&w.hp, "hp", "resnet50", "HP (latency-critical) model, an inference profile; see 'atoll models'")
+	fs.IntVar(&w.hpBatch, "hp-batch", 1, "HP batch size")
+	fs.StringVar(&w.be, "be", "resnet50-train", "BE (best-effort) model, run closed-loop; \"none\" for HP only")
+	fs.IntVar(&w.beBatch, "be-batch", 32, "BE batch size")
+	fs.StringVar(&w.arrival, "arrival", bench.Poisson, "HP arrival process: "+strings.Join(bench.ArrivalNames, ", ")+" (trace needs --trace)")
+	fs.Float64Var(&w.sigma, "sigma", 1, "shape of the lognormal arrival process (burstiness)")
+	fs.StringVar(&w.trace, "trace", "", "file of HP arrival times, one per line (\"1.5ms\" or microseconds)")
+	fs.Float64Var(&w.load, "load", 0.5, "offered HP load: rate × HP solo latency (0.5 keeps the GPU half busy with HP alone)")
+	fs.Uint64Var(&w.seed, "seed", 1, "seed of the arrival process and the simulator")
+	fs.DurationVar(&w.duration, "duration", 5*time.Second, "measured span of each run (device time)")
+	fs.DurationVar(&w.warmup, "warmup", 500*time.Millisecond, "span before the measured one whose requests are discarded")
+	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU)")
+}
+
+// config resolves the flags into a bench configuration.
+func (w *workloadFlags) config() (*bench.Config, error) {
+	spec, err := gpu.LookupSpec(w.gpuName)
+	if err != nil {
+		return nil, err
+	}
+	hp, err := profiles.Lookup(spec.Name, w.hp, w.hpBatch, "")
+	if err != nil {
+		return nil, fmt.Errorf("HP model: %w", err)
+	}
+	if hp.Phase != profiles.PhaseInference {
+		return nil, fmt.Errorf("HP model %q is a %s profile; HP clients serve inference (try %q)", w.hp, hp.Phase, strings.TrimSuffix(w.hp, "-train"))
+	}
+	c := &bench.Config{
+		HP: hp, Arrival: w.arrival, Sigma: w.sigma, Load: w.load, Seed: w.seed,
+		Duration: w.duration, Warmup: w.warmup,
+		Command: "atoll " + strings.Join(os.Args[1:], " "),
+	}
+	if w.be != "" && w.be != "none" {
+		if c.BE, err = profiles.Lookup(spec.Name, w.be, w.beBatch, ""); err != nil {
+			return nil, fmt.Errorf("BE model: %w", err)
+		}
+	}
+	if w.trace != "" {
+		f, err := os.Open(w.trace)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if c.Trace, err = bench.ReadTrace(f); err != nil {
+			return nil, fmt.Errorf("%s: %w", w.trace, err)
+		}
+		c.Arrival = bench.Trace
+	} else if w.arrival == bench.Trace {
+		return nil, fmt.Errorf("--arrival trace needs --trace FILE")
+	}
+	switch w.backend {
+	case "sim":
+		seed := w.seed
+		c.NewDevice = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: spec, Seed: seed}) }
+	case "cuda":
+		return nil, fmt.Errorf("--backend cuda: co-location runs on the real GPU need the model zoo's real-buffer binder, which is not built yet (issue 4); run 'atoll selftest' for the GPU mechanisms, or use --backend sim")
+	default:
+		return nil, fmt.Errorf("unknown backend %q (want sim)", w.backend)
+	}
+	return c, nil
+}
