@@ -41,6 +41,10 @@ type Config struct {
 	// Larger values trade timing detail (at most Coalesce per block) for
 	// speed when many kernels of odd grid sizes fragment the SMs.
 	Coalesce time.Duration
+	// SamePriority is the order in which the dispatcher serves eligible
+	// kernels of equal stream priority. The zero value is FIFO, the order
+	// measured on the real GPU (docs/simulator.md).
+	SamePriority SamePriority
 	// Memory is the device memory size in bytes that Alloc hands out.
 	// Zero means DefaultMemory. It is bookkeeping only.
 	Memory int64
@@ -48,6 +52,34 @@ type Config struct {
 	// Trace, when set, is called synchronously for every TraceEvent, from
 	// the goroutine that owns the Device. It must not call the Device.
 	Trace func(TraceEvent)
+}
+
+// SamePriority is the dispatch order among eligible kernels of one stream
+// priority level (in one context). Either way, a level that still has
+// pending blocks keeps every less urgent level from placing any.
+type SamePriority uint8
+
+const (
+	// FIFO serves kernels in the order they became eligible (at the head
+	// of their stream, past launch latency; ties by launch order): the
+	// first places as many blocks as fit, and a kernel behind it places
+	// blocks only once every block of the kernels ahead of it has been
+	// dispatched. It models what the real GPU was measured to do (design
+	// §2): a kernel waits behind whole queued kernels of equal priority.
+	FIFO SamePriority = iota
+	// RoundRobin lets the kernels of a level take turns, each placing one
+	// block per SM with room per turn, starting from a rotating offset.
+	RoundRobin
+)
+
+func (o SamePriority) String() string {
+	switch o {
+	case FIFO:
+		return "fifo"
+	case RoundRobin:
+		return "round-robin"
+	}
+	return fmt.Sprintf("SamePriority(%d)", uint8(o))
 }
 
 // Defaults of the model parameters. They are estimates for Hopper-class
@@ -92,6 +124,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Jitter < 0 || c.Jitter > 0.5 || c.Jitter != c.Jitter {
 		return c, fmt.Errorf("%w: Jitter is %v; it must lie in [0, 0.5]", ErrConfig, c.Jitter)
+	}
+	if c.SamePriority != FIFO && c.SamePriority != RoundRobin {
+		return c, fmt.Errorf("%w: SamePriority is %v; use sim.FIFO or sim.RoundRobin", ErrConfig, c.SamePriority)
 	}
 	if c.Memory < 0 {
 		return c, fmt.Errorf("%w: Memory is %d bytes; it must be >= 0 (0 means %d)", ErrConfig, c.Memory, int64(DefaultMemory))

@@ -11,9 +11,12 @@
 // with its reservation, exactly as gpu.Spec.Occupancy counts them). A block
 // dispatcher places pending blocks of eligible kernels on SMs with free room:
 // more urgent streams first (CUDA convention: a lower priority number is more
-// urgent), streams of equal priority round-robin, breadth first (one block per
-// SM per round, lowest SM index first). A resident block is never interrupted
-// except by a context switch, which suspends and later resumes it.
+// urgent); among equal priorities, by default, kernels in the order they
+// became eligible, each placing all the blocks it can before the next places
+// any (Config.SamePriority: FIFO, or RoundRobin); breadth first (one block
+// per SM per round, lowest SM index first). A resident block is never
+// interrupted except by a context switch, which suspends and later resumes
+// it.
 //
 // Blocks progress in a calibrated fluid model: a block's solo duration is its
 // kernel's profiled duration divided by the kernel's number of waves, and at

@@ -42,10 +42,10 @@ type machine struct {
 	ctx     gpu.Context
 	classes []*smClass // ascending by ids[0]
 	groups  []*group
-	pending []*kernel // eligible kernels with undispatched blocks, by (priority, stream)
-	rr      [prioLevels]int
-	dirty   bool    // rates need recomputing
-	next    float64 // earliest group completion at the current rates
+	pending []*kernel       // eligible kernels with undispatched blocks, in dispatch order (see addPending)
+	rr      [prioLevels]int // RoundRobin: rotating offset of each level
+	dirty   bool            // rates need recomputing
+	next    float64         // earliest group completion at the current rates
 }
 
 func (m *machine) hasWork() bool { return len(m.groups) > 0 || len(m.pending) > 0 }
@@ -58,16 +58,31 @@ func (d *Device) newMachine(ctx gpu.Context) *machine {
 	return &machine{ctx: ctx, classes: []*smClass{c}, next: math.Inf(1)}
 }
 
-// addPending inserts k keeping (priority, stream) order.
-func (m *machine) addPending(k *kernel) {
+// addPending inserts k keeping the pending order: by priority, then, for
+// FIFO, by (eligibility time, launch sequence), for RoundRobin by stream.
+func (m *machine) addPending(k *kernel, order SamePriority) {
 	m.pending = append(m.pending, k)
 	for i := len(m.pending) - 1; i > 0; i-- {
 		a, b := m.pending[i-1], m.pending[i]
-		if a.st.prio < b.st.prio || (a.st.prio == b.st.prio && a.st.id <= b.st.id) {
+		if !pendingBefore(b, a, order) {
 			break
 		}
 		m.pending[i-1], m.pending[i] = b, a
 	}
+}
+
+// pendingBefore reports whether a is served strictly before b.
+func pendingBefore(a, b *kernel, order SamePriority) bool {
+	if a.st.prio != b.st.prio {
+		return a.st.prio < b.st.prio
+	}
+	if order == RoundRobin {
+		return a.st.id < b.st.id
+	}
+	if a.elig != b.elig {
+		return a.elig < b.elig
+	}
+	return a.seq < b.seq
 }
 
 // slicer is the time-slicing state across contexts.
@@ -215,14 +230,45 @@ func (d *Device) rates(m *machine) {
 	m.next, m.dirty = next, false
 }
 
-// dispatch places pending blocks: priority levels from the most urgent;
-// within a level, kernels take turns placing one block per SM with room
-// (breadth first), starting from a rotating offset. A level that still has
+// dispatch places pending blocks: priority levels from the most urgent,
+// within a level in the Config.SamePriority order. A level that still has
 // pending blocks after its turn blocks all less urgent levels.
 func (d *Device) dispatch(m *machine) {
 	if len(m.pending) == 0 {
 		return
 	}
+	if d.cfg.SamePriority == RoundRobin {
+		d.dispatchRR(m)
+	} else {
+		d.dispatchFIFO(m)
+	}
+	out := m.pending[:0]
+	for _, k := range m.pending {
+		if k.pendingBlocks() > 0 {
+			out = append(out, k)
+		}
+	}
+	clear(m.pending[len(out):])
+	m.pending = out
+}
+
+// dispatchFIFO serves the pending kernels in order: each places as many
+// blocks as fit (one block per SM with room per round, breadth first), and
+// the first that cannot place all its blocks stops the dispatch, so no
+// kernel behind it, of its level or a less urgent one, places any.
+func (d *Device) dispatchFIFO(m *machine) {
+	for _, k := range m.pending {
+		for k.pendingBlocks() > 0 && d.placeLevel(m, k) > 0 {
+		}
+		if k.pendingBlocks() > 0 {
+			return
+		}
+	}
+}
+
+// dispatchRR: within a level, kernels take turns placing one block per SM
+// with room (breadth first), starting from a rotating offset.
+func (d *Device) dispatchRR(m *machine) {
 	for i := 0; i < len(m.pending); {
 		prio := m.pending[i].st.prio
 		j := i + 1
@@ -257,18 +303,10 @@ func (d *Device) dispatch(m *machine) {
 			}
 		}
 		if blocked {
-			break
+			return
 		}
 		i = j
 	}
-	out := m.pending[:0]
-	for _, k := range m.pending {
-		if k.pendingBlocks() > 0 {
-			out = append(out, k)
-		}
-	}
-	clear(m.pending[len(out):])
-	m.pending = out
 }
 
 // placeLevel places at most one block of k's current part on each SM with

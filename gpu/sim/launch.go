@@ -71,7 +71,8 @@ type kernel struct {
 	st       *stream
 	parts    [2]part
 	nparts   int
-	eligible bool // at the head of its stream, past launch latency
+	eligible bool    // at the head of its stream, past launch latency
+	elig     float64 // when it became eligible
 	started  bool
 }
 

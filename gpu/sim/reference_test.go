@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"testing"
 	"testing/quick"
 	"time"
@@ -13,7 +14,8 @@ import (
 
 // This file checks the fast simulator against a naive one: every block on
 // every SM is tracked on its own, rates are recomputed for every block at
-// every event. Same model, same dispatch policy, none of the cleverness.
+// every event. Same model, same dispatch policies (FIFO and RoundRobin among
+// equal priorities), none of the cleverness.
 
 type refLaunch struct {
 	stream, prio              int // stream index (0-based, creation order)
@@ -34,13 +36,13 @@ type refSM struct {
 
 // refSimulate returns each launch's completion time (ns). All launches are
 // made at time 0, in order.
-func refSimulate(spec gpu.Spec, lat, blkMin float64, ls []refLaunch) []float64 {
+func refSimulate(spec gpu.Spec, lat, blkMin float64, order SamePriority, ls []refLaunch) []float64 {
 	type kstate struct {
 		tb, c, m          float64
 		warps, regs, smem int
 		pending, resident int
 		eligible, done    bool
-		end               float64
+		elig, end         float64
 	}
 	ks := make([]kstate, len(ls))
 	for i, l := range ls {
@@ -91,7 +93,7 @@ func refSimulate(spec gpu.Spec, lat, blkMin float64, ls []refLaunch) []float64 {
 			}
 			k := &ks[q[0]]
 			if !k.eligible && max(lastDone[s], lat) <= now {
-				k.eligible = true
+				k.eligible, k.elig = true, now
 			}
 		}
 		for p := greatestPriority; p <= leastPriority; p++ {
@@ -101,7 +103,52 @@ func refSimulate(spec gpu.Spec, lat, blkMin float64, ls []refLaunch) []float64 {
 				}
 			}
 		}
-		// Dispatch, as the fast simulator's policy says, one block at a time.
+		// placeRound places one block of ki on every SM with room for it,
+		// lowest SM first, while it has pending blocks.
+		placeRound := func(ki int) bool {
+			k := &ks[ki]
+			progress := false
+			for s := range sms {
+				if k.pending == 0 {
+					break
+				}
+				if sm := &sms[s]; fits(sm, k) {
+					sm.warps -= k.warps
+					sm.regs -= k.regs
+					sm.smem -= k.smem
+					sm.blocks--
+					sm.res = append(sm.res, refBlock{k: ki, w: k.tb})
+					k.pending--
+					k.resident++
+					progress = true
+				}
+			}
+			return progress
+		}
+		// FIFO: one queue over all levels, by (priority, eligibility time,
+		// launch index); the first kernel that cannot place all its blocks
+		// stops everything behind it.
+		if order == FIFO {
+			sort.Slice(pending, func(a, b int) bool {
+				x, y := pending[a], pending[b]
+				if ls[x].prio != ls[y].prio {
+					return ls[x].prio < ls[y].prio
+				}
+				if ks[x].elig != ks[y].elig {
+					return ks[x].elig < ks[y].elig
+				}
+				return x < y
+			})
+			for _, ki := range pending {
+				for placeRound(ki) {
+				}
+				if ks[ki].pending > 0 {
+					break
+				}
+			}
+			pending = nil
+		}
+		// RoundRobin, as the fast simulator's policy says, one block at a time.
 		for i := 0; i < len(pending); {
 			prio := ls[pending[i]].prio
 			j := i + 1
@@ -115,22 +162,8 @@ func refSimulate(spec gpu.Spec, lat, blkMin float64, ls []refLaunch) []float64 {
 			for {
 				progress := false
 				for q := range n {
-					ki := level[(off+q)%n]
-					k := &ks[ki]
-					for s := range sms {
-						if k.pending == 0 {
-							break
-						}
-						if sm := &sms[s]; fits(sm, k) {
-							sm.warps -= k.warps
-							sm.regs -= k.regs
-							sm.smem -= k.smem
-							sm.blocks--
-							sm.res = append(sm.res, refBlock{k: ki, w: k.tb})
-							k.pending--
-							k.resident++
-							progress = true
-						}
+					if placeRound(level[(off+q)%n]) {
+						progress = true
 					}
 				}
 				if !progress {
@@ -244,8 +277,8 @@ func randomWorkload(rng *rand.Rand, contention bool) (gpu.Spec, []refLaunch, int
 
 // fastRun runs the workload on the fast simulator and checks its
 // invariants; it returns completion times (ns) by launch index.
-func fastRun(t *testing.T, spec gpu.Spec, ls []refLaunch, nstreams int) ([]float64, []TraceEvent, bool) {
-	r := newRig(t, Config{Spec: spec, BlockMin: 1})
+func fastRun(t *testing.T, spec gpu.Spec, order SamePriority, ls []refLaunch, nstreams int) ([]float64, []TraceEvent, bool) {
+	r := newRig(t, Config{Spec: spec, BlockMin: 1, SamePriority: order})
 	var streams []gpu.Stream
 	for s := range nstreams {
 		p := 0
@@ -261,7 +294,7 @@ func fastRun(t *testing.T, spec gpu.Spec, ls []refLaunch, nstreams int) ([]float
 			Cost: gpu.Cost{Duration: l.dur, ComputeFrac: l.cf, MemoryFrac: l.mf}})
 	}
 	r.drain()
-	ok := checkInvariants(t, spec, ls, r.trace)
+	ok := checkInvariants(t, spec, order, ls, r.trace)
 	ends := r.ends()
 	out := make([]float64, len(ls))
 	for i := range ls {
@@ -271,8 +304,10 @@ func fastRun(t *testing.T, spec gpu.Spec, ls []refLaunch, nstreams int) ([]float
 }
 
 // checkInvariants replays a trace: no SM over a limit, every block
-// dispatched and retired exactly once, priorities respected at dispatch.
-func checkInvariants(t *testing.T, spec gpu.Spec, ls []refLaunch, trace []TraceEvent) bool {
+// dispatched and retired exactly once, priorities respected at dispatch, and
+// under FIFO no kernel dispatched while one of its priority that became
+// eligible strictly earlier still had blocks to dispatch.
+func checkInvariants(t *testing.T, spec gpu.Spec, order SamePriority, ls []refLaunch, trace []TraceEvent) bool {
 	t.Helper()
 	use := make([]resources, spec.SMs)
 	capa := smCapacity(spec)
@@ -312,26 +347,44 @@ func checkInvariants(t *testing.T, spec gpu.Spec, ls []refLaunch, trace []TraceE
 			return false
 		}
 	}
-	// eligible[i]: launch latency and the previous kernel of its stream.
+	// eligible[i]: launch latency and the previous kernel of its stream;
+	// pred[i] is that previous kernel (-1 if none). Trace times are
+	// truncated to ns, so a kernel counts as eligible at a dispatch only
+	// if the dispatch comes after its predecessor's end in the trace.
 	lat := spec.LaunchLatency
 	eligible := make([]time.Duration, len(ls))
+	pred := make([]int, len(ls))
 	prev := map[int]int{}
 	for i, l := range ls {
-		eligible[i] = lat
+		eligible[i], pred[i] = lat, -1
 		if p, ok := prev[l.stream]; ok {
-			eligible[i] = max(lat, end[p])
+			eligible[i], pred[i] = max(lat, end[p]), p
 		}
 		prev[l.stream] = i
 	}
-	for _, e := range trace {
+	endIdx := make([]int, len(ls))
+	for j, e := range trace {
+		if e.Kind == TraceKernelEnd {
+			endIdx[int(e.Kernel)-1] = j
+		}
+	}
+	for j, e := range trace {
 		if e.Kind != TraceDispatch {
 			continue
 		}
 		lo := int(e.Kernel) - 1
 		for hi, l := range ls {
-			if l.prio < ls[lo].prio && eligible[hi] <= e.Time && lastDisp[hi] > e.Time {
+			eligibleNow := lat <= e.Time && (pred[hi] < 0 || endIdx[pred[hi]] < j)
+			if l.prio < ls[lo].prio && eligibleNow && lastDisp[hi] > e.Time {
 				t.Errorf("t=%v kernel %d (prio %d) dispatched while kernel %d (prio %d, eligible at %v) still had pending blocks",
 					e.Time, lo+1, ls[lo].prio, hi+1, l.prio, eligible[hi])
+				return false
+			}
+			// Trace times are truncated to ns, so only strictly earlier
+			// eligibility (and strictly later dispatch) is certain.
+			if order == FIFO && l.prio == ls[lo].prio && eligible[hi] < eligible[lo] && lastDisp[hi] > e.Time {
+				t.Errorf("FIFO: t=%v kernel %d (prio %d, eligible at %v) dispatched while kernel %d (eligible at %v) still had pending blocks",
+					e.Time, lo+1, l.prio, eligible[lo], hi+1, eligible[hi])
 				return false
 			}
 		}
@@ -340,26 +393,35 @@ func checkInvariants(t *testing.T, spec gpu.Spec, ls []refLaunch, trace []TraceE
 }
 
 func TestFastMatchesReference(t *testing.T) {
+	seen := map[SamePriority]int{}
+	defer func() {
+		if !t.Failed() && (seen[FIFO] == 0 || seen[RoundRobin] == 0) {
+			t.Errorf("workloads by order %v: both orders must be exercised", seen)
+		}
+	}()
 	for _, contention := range []bool{false, true} {
 		f := func(seed uint64) bool {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			spec, ls, ns := randomWorkload(rng, contention)
-			fast, trace, ok := fastRun(t, spec, ls, ns)
+			order := []SamePriority{FIFO, RoundRobin}[rng.IntN(2)]
+			seen[order]++
+			fast, trace, ok := fastRun(t, spec, order, ls, ns)
 			if !ok {
+				t.Logf("seed %d order %v: invariant broken", seed, order)
 				return false
 			}
-			ref := refSimulate(spec, float64(spec.LaunchLatency), 1, ls)
+			ref := refSimulate(spec, float64(spec.LaunchLatency), 1, order, ls)
 			for i := range ls {
 				tol := 2.0 // ns: the fast trace truncates to whole ns
 				if contention {
 					tol += 1e-6 * ref[i]
 				}
 				if math.Abs(fast[i]-ref[i]) > tol {
-					t.Logf("seed %d contention=%v kernel %d: fast %v, reference %v\nworkload %+v", seed, contention, i+1, fast[i], ref[i], ls)
+					t.Logf("seed %d contention=%v order %v kernel %d: fast %v, reference %v\nworkload %+v", seed, contention, order, i+1, fast[i], ref[i], ls)
 					return false
 				}
 			}
-			again, trace2, _ := fastRun(t, spec, ls, ns)
+			again, trace2, _ := fastRun(t, spec, order, ls, ns)
 			_ = again
 			if len(trace) != len(trace2) {
 				t.Logf("seed %d: traces differ in length", seed)
@@ -391,7 +453,7 @@ func TestResumableExactlyOnceRandom(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 9))
 		spec := gpu.H100SXM
 		spec.SMs = 1 + rng.IntN(16)
-		r := newRig(t, Config{Spec: spec})
+		r := newRig(t, Config{Spec: spec, SamePriority: []SamePriority{FIFO, RoundRobin}[rng.IntN(2)]})
 		d := r.d
 		words, _ := d.NewHostWords(2)
 		flag, done := words[0], words[1]

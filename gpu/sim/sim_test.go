@@ -501,7 +501,7 @@ func TestLaunchValidation(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	for _, c := range []Config{
-		{BlockMin: -1}, {Jitter: 0.7}, {Jitter: math.NaN()}, {Memory: -5},
+		{BlockMin: -1}, {Jitter: 0.7}, {Jitter: math.NaN()}, {Memory: -5}, {SamePriority: RoundRobin + 1},
 		{Spec: gpu.Spec{Name: "x"}},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrConfig) {

@@ -82,8 +82,8 @@ func (d *Device) pump() {
 				}
 			case opKernel:
 				if !o.k.eligible {
-					o.k.eligible = true
-					d.machines[s.ctx].addPending(o.k)
+					o.k.eligible, o.k.elig = true, t
+					d.machines[s.ctx].addPending(o.k, d.cfg.SamePriority)
 				}
 				break ops // the kernel stays at the head until it completes
 			}

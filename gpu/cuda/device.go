@@ -1,0 +1,1303 @@
+package cuda
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"atoll/gpu"
+)
+
+// maxContexts bounds the contexts of one Device (the primary one included).
+const maxContexts = 8
+
+// maxArgBytes is the largest kernel argument buffer: CUDA 12.1+ drivers allow
+// 32764 bytes of parameters on Volta and newer GPUs.
+const maxArgBytes = 32764
+
+// Driver constants used below (values from cuda.h).
+const (
+	cuStreamNonBlocking    = 0x1
+	cuEventDefault         = 0x0
+	cuMemHostAllocPortable = 0x01
+	cuMemHostAllocDevMap   = 0x02
+
+	launchParamEnd        = 0x00
+	launchParamBufferPtr  = 0x01
+	launchParamBufferSize = 0x02
+
+	funcAttrMaxThreadsPerBlock = 0
+	funcAttrSharedSizeBytes    = 1
+	funcAttrNumRegs            = 4
+	funcAttrMaxDynSharedBytes  = 8
+
+	defaultDynSharedLimit = 48 << 10
+)
+
+// Device attributes (CUdevice_attribute).
+const (
+	attrMaxThreadsPerBlock   = 1
+	attrMaxBlockDimX         = 2
+	attrMaxBlockDimY         = 3
+	attrMaxBlockDimZ         = 4
+	attrMaxGridDimX          = 5
+	attrMaxGridDimY          = 6
+	attrMaxGridDimZ          = 7
+	attrWarpSize             = 10
+	attrMultiprocessorCount  = 16
+	attrCanMapHostMemory     = 19
+	attrMemoryClockRate      = 36
+	attrGlobalMemoryBusWidth = 37
+	attrMaxThreadsPerSM      = 39
+	attrComputeCapMajor      = 75
+	attrComputeCapMinor      = 76
+	attrMaxSharedPerSM       = 81
+	attrMaxRegistersPerSM    = 82
+	attrMaxSharedOptin       = 97
+	attrMaxBlocksPerSM       = 106
+	attrReservedSharedPerBlk = 111
+)
+
+// cmem is scratch memory outside the Go heap (an anonymous mapping) that the
+// launch hot path hands to the driver: the `extra` array of cuLaunchKernel,
+// the packed argument buffer it points to, and out-parameters. Because it is
+// not Go memory it needs no pinning and its addresses never move.
+type cmem struct {
+	extra   [5]uintptr
+	argSize uintptr
+	cur     uintptr // cuCtxGetCurrent out-parameter
+	ms      float32 // cuEventElapsedTime out-parameter
+	_       uint32
+	out     [4]uintptr // other out-parameters of hot-ish calls
+	args    [maxArgBytes + 4]byte
+}
+
+// initExtra points m.extra at m's own argument buffer, once.
+func (m *cmem) initExtra() {
+	m.extra = [5]uintptr{
+		launchParamBufferPtr, uintptr(unsafe.Pointer(&m.args[0])),
+		launchParamBufferSize, uintptr(unsafe.Pointer(&m.argSize)),
+		launchParamEnd,
+	}
+}
+
+// packExtra copies args into m and returns the address of the `extra` array
+// for cuLaunchKernel (0 when the kernel takes no arguments). size is the
+// kernel's own parameter size when known (>0): args are the Go-side packing,
+// padded to 8 bytes, so they may be up to 7 bytes longer than the kernel's
+// parameter list, never shorter.
+func packExtra(m *cmem, args []byte, size int) (uintptr, error) {
+	n := len(args)
+	if size > 0 {
+		if n < size || n > (size+7)&^7 {
+			return 0, fmt.Errorf("%w: the kernel takes %d bytes of arguments, the launch packs %d", gpu.ErrInvalidLaunch, size, n)
+		}
+		n = size
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if n > maxArgBytes {
+		return 0, fmt.Errorf("%w: %d bytes of kernel arguments (the driver allows at most %d)", gpu.ErrInvalidLaunch, n, maxArgBytes)
+	}
+	copy(m.args[:n], args[:n])
+	m.argSize = uintptr(n)
+	return uintptr(unsafe.Pointer(&m.extra[0])), nil
+}
+
+type ctxRec struct {
+	h       uintptr // CUcontext
+	copyStr uintptr // internal stream: synchronous copies and clock base events
+	base    uintptr // clock base event
+	baseAt  time.Duration
+	next    uintptr // re-basing event, recorded once base is >1 s old
+	nextRec bool
+}
+
+type streamRec struct {
+	h    uintptr
+	ctx  int32
+	live bool
+}
+
+type eventRec struct {
+	native  [maxContexts]uintptr // one CUevent per context it was recorded in
+	ctx     int32                // context of the last Record; -1: never recorded
+	live    bool
+	pending bool // recorded and not yet seen complete
+}
+
+type moduleRec struct {
+	name   string
+	image  []byte // kept to load the module into further contexts
+	native [maxContexts]uintptr
+}
+
+type funcRec struct {
+	name       string
+	mod        int
+	native     [maxContexts]uintptr
+	dynSmem    [maxContexts]int // dynamic shared memory limit set per context
+	maxThreads int
+	staticSmem int
+	regs       int
+	paramBytes int // 0: unknown
+}
+
+type allocRec struct {
+	bytes int64
+	ctx   int32
+}
+
+type hostChunk struct {
+	host unsafe.Pointer
+	n    int
+}
+
+// Device is the real GPU behind gpu.Device, through the CUDA driver API.
+//
+// One goroutine owns a Device and must stay on one OS thread: Open locks the
+// calling goroutine to its thread (runtime.LockOSThread) and every call checks
+// the thread's current CUDA context (cuCtxGetCurrent) and switches it when a
+// stream of another context is used or the goroutine was not locked. Store
+// and Load of HostWords are the only methods safe from other goroutines.
+type Device struct {
+	drv     *driver
+	ordinal int
+	dev     uintptr // CUdevice
+	arch    int     // compute capability, e.g. 90
+	info    gpu.Info
+	t0      time.Time
+	clockUn time.Duration // uncertainty of the host/GPU clock alignment
+
+	maxGrid  [3]int
+	maxBlock [3]int
+	optin    int // max dynamic+static shared memory per block (opt-in)
+
+	ctxs     []ctxRec
+	streams  []streamRec
+	events   []eventRec
+	modules  []*moduleRec
+	funcs    []funcRec
+	allocs   map[gpu.Ptr]allocRec
+	chunks   []hostChunk
+	words    atomic.Pointer[[]*uint32]
+	snap     []uint32
+	pending  []gpu.Event
+	cm       *cmem
+	cmBytes  []byte
+	argv     []uintptr
+	cacheDir string
+	closed   bool
+}
+
+var _ gpu.Device = (*Device)(nil)
+
+// Open opens GPU ordinal through the CUDA driver and makes its primary
+// context current on the calling goroutine's OS thread. It locks the calling
+// goroutine to its OS thread (runtime.LockOSThread); Close, called from the
+// same goroutine, unlocks it. Use the Device from that goroutine only.
+//
+// On a machine without the driver or without a GPU it returns an error
+// wrapping gpu.ErrNoDevice; it never exits or panics.
+func Open(ordinal int) (*Device, error) {
+	drv, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	d, err := open(drv, ordinal)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Run locks the calling goroutine to its OS thread, opens GPU ordinal, calls
+// fn and closes the device: the simplest correct way to use a Device.
+func Run(ordinal int, fn func(d *Device) error) (err error) {
+	d, err := Open(ordinal)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	return fn(d)
+}
+
+func open(drv *driver, ordinal int) (*Device, error) {
+	var count int32
+	if err := check("cuDeviceGetCount", drv.call(drv.cuDeviceGetCount, uintptr(unsafe.Pointer(&count)))); err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= int(count) {
+		return nil, fmt.Errorf("%w: cuda: GPU %d requested, the driver sees %d GPU(s)", gpu.ErrNoDevice, ordinal, count)
+	}
+	var dev int32
+	if err := check("cuDeviceGet", drv.call(drv.cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(ordinal))); err != nil {
+		return nil, err
+	}
+	cmBytes, err := syscall.Mmap(-1, 0, int(unsafe.Sizeof(cmem{})), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: mmap of the launch scratch area: %w", err)
+	}
+	d := &Device{
+		drv:     drv,
+		ordinal: ordinal,
+		dev:     uintptr(dev),
+		t0:      time.Now(),
+		cmBytes: cmBytes,
+		cm:      (*cmem)(unsafe.Pointer(&cmBytes[0])),
+		argv:    make([]uintptr, 16),
+		allocs:  make(map[gpu.Ptr]allocRec),
+		pending: make([]gpu.Event, 0, 256),
+		streams: make([]streamRec, 1, 64), // handle 0 is never valid
+		events:  make([]eventRec, 1, 256),
+		funcs:   make([]funcRec, 1, 64),
+	}
+	d.cm.initExtra()
+	empty := make([]*uint32, 1)
+	d.words.Store(&empty)
+	if dir, err := os.UserCacheDir(); err == nil {
+		d.cacheDir = filepath.Join(dir, "atoll", "kernels")
+	}
+	var primary uintptr
+	if err := check("cuDevicePrimaryCtxRetain", drv.call(drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&primary)), d.dev)); err != nil {
+		_ = syscall.Munmap(cmBytes)
+		return nil, err
+	}
+	d.ctxs = append(d.ctxs, ctxRec{h: primary})
+	if err := check("cuCtxSetCurrent", drv.call(drv.cuCtxSetCurrent, primary)); err != nil {
+		d.release()
+		return nil, err
+	}
+	if err := d.describe(); err != nil {
+		d.release()
+		return nil, err
+	}
+	if err := d.initContext(0); err != nil {
+		d.release()
+		return nil, err
+	}
+	return d, nil
+}
+
+// attr reads one device attribute.
+func (d *Device) attr(a int) (int, error) {
+	var v int32
+	if err := check("cuDeviceGetAttribute", d.drv.call(d.drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), d.dev)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// describe fills Info from the driver's attributes and the built-in specs.
+func (d *Device) describe() error {
+	var name [256]byte
+	if err := check("cuDeviceGetName", d.drv.call(d.drv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), d.dev)); err != nil {
+		return err
+	}
+	n := string(name[:max(bytes.IndexByte(name[:], 0), 0)])
+	var ver int32
+	if err := check("cuDriverGetVersion", d.drv.call(d.drv.cuDriverGetVersion, uintptr(unsafe.Pointer(&ver)))); err != nil {
+		return err
+	}
+	get := map[int]*int{}
+	var (
+		maxTPB, warp, sms, canMap, memClock, busWidth, tpsm, ccMaj, ccMin int
+		smemSM, regsSM, optin, blocksSM, reserved                         int
+	)
+	get[attrMaxThreadsPerBlock] = &maxTPB
+	get[attrMaxBlockDimX] = &d.maxBlock[0]
+	get[attrMaxBlockDimY] = &d.maxBlock[1]
+	get[attrMaxBlockDimZ] = &d.maxBlock[2]
+	get[attrMaxGridDimX] = &d.maxGrid[0]
+	get[attrMaxGridDimY] = &d.maxGrid[1]
+	get[attrMaxGridDimZ] = &d.maxGrid[2]
+	get[attrWarpSize] = &warp
+	get[attrMultiprocessorCount] = &sms
+	get[attrCanMapHostMemory] = &canMap
+	get[attrMaxThreadsPerSM] = &tpsm
+	get[attrComputeCapMajor] = &ccMaj
+	get[attrComputeCapMinor] = &ccMin
+	get[attrMaxSharedPerSM] = &smemSM
+	get[attrMaxRegistersPerSM] = &regsSM
+	get[attrMaxSharedOptin] = &optin
+	get[attrMaxBlocksPerSM] = &blocksSM
+	get[attrReservedSharedPerBlk] = &reserved
+	for a, p := range get {
+		v, err := d.attr(a)
+		if err != nil {
+			return err
+		}
+		*p = v
+	}
+	// Deprecated on newer drivers; only used to estimate an unknown GPU's
+	// bandwidth, so failures are ignored.
+	memClock, _ = d.attr(attrMemoryClockRate)
+	busWidth, _ = d.attr(attrGlobalMemoryBusWidth)
+	if canMap == 0 {
+		return fmt.Errorf("%w: cuda: %s cannot map host memory, which preemption flags need", gpu.ErrNoDevice, n)
+	}
+	d.arch = ccMaj*10 + ccMin
+	d.optin = optin
+
+	spec, err := gpu.LookupSpec(n)
+	if err != nil {
+		spec = gpu.Spec{
+			Name:                n,
+			MaxRegistersPerThrd: 255,
+			RegisterAllocUnit:   256,
+			SharedMemAlloc:      128,
+			LaunchLatency:       4 * time.Microsecond,
+		}
+		if memClock > 0 && busWidth > 0 {
+			spec.DRAMBandwidth = float64(memClock) * 1e3 * 2 * float64(busWidth) / 8
+		}
+	}
+	spec.SMs = sms
+	spec.MaxThreadsPerSM = tpsm
+	spec.MaxBlocksPerSM = blocksSM
+	spec.RegistersPerSM = regsSM
+	spec.SharedMemPerSM = smemSM
+	spec.SharedMemReserved = reserved
+	spec.MaxThreadsPerBlock = maxTPB
+	spec.MaxSharedMemPerBlock = optin
+	spec.WarpSize = warp
+
+	var least, greatest int32
+	if err := check("cuCtxGetStreamPriorityRange", d.drv.call(d.drv.cuCtxGetStreamPriorityRange,
+		uintptr(unsafe.Pointer(&least)), uintptr(unsafe.Pointer(&greatest)))); err != nil {
+		return err
+	}
+	d.info = gpu.Info{
+		Backend:    "cuda",
+		Name:       n,
+		Driver:     fmt.Sprintf("CUDA driver API %d.%d (sm_%d)", ver/1000, (ver%1000)/10, d.arch),
+		Spec:       spec,
+		Priorities: gpu.Priorities{Least: int(least), Greatest: int(greatest)},
+	}
+	return nil
+}
+
+// fast calls a driver entry point from the hot path without allocating. Its
+// arguments must be integers or addresses outside the Go heap (d.cm).
+func (d *Device) fast(fn uintptr, args ...uintptr) Result {
+	n := copy(d.argv, args)
+	return d.drv.call(fn, d.argv[:n]...)
+}
+
+// use makes context c current on this OS thread if it is not already.
+func (d *Device) use(c int32) error {
+	want := d.ctxs[c].h
+	if r := d.fast(d.drv.cuCtxGetCurrent, uintptr(unsafe.Pointer(&d.cm.cur))); r != resultSuccess {
+		return check("cuCtxGetCurrent", r)
+	}
+	if d.cm.cur == want {
+		return nil
+	}
+	return check("cuCtxSetCurrent", d.fast(d.drv.cuCtxSetCurrent, want))
+}
+
+// initContext creates context c's internal stream and aligns its clock base.
+func (d *Device) initContext(c int32) error {
+	if err := d.use(c); err != nil {
+		return err
+	}
+	cr := &d.ctxs[c]
+	var s, e uintptr
+	if err := check("cuStreamCreateWithPriority", d.drv.call(d.drv.cuStreamCreateWithPriority,
+		uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking, uintptr(d.info.Priorities.Greatest))); err != nil {
+		return err
+	}
+	cr.copyStr = s
+	if err := check("cuEventCreate", d.drv.call(d.drv.cuEventCreate, uintptr(unsafe.Pointer(&e)), cuEventDefault)); err != nil {
+		return err
+	}
+	cr.base = e
+	if err := check("cuEventCreate", d.drv.call(d.drv.cuEventCreate, uintptr(unsafe.Pointer(&e)), cuEventDefault)); err != nil {
+		return err
+	}
+	cr.next = e
+	// Align: record the base event on an idle stream and spin until it
+	// completes. The GPU stamped it between the two host readings; take the
+	// midpoint. Retry while the window is wide (first calls are slow).
+	for try := 0; ; try++ {
+		t1 := d.Now()
+		if err := check("cuEventRecord", d.fast(d.drv.cuEventRecord, cr.base, cr.copyStr)); err != nil {
+			return err
+		}
+		for {
+			r := d.fast(d.drv.cuEventQuery, cr.base)
+			if r == resultSuccess {
+				break
+			}
+			if r != resultNotReady {
+				return check("cuEventQuery", r)
+			}
+		}
+		t2 := d.Now()
+		cr.baseAt = t1 + (t2-t1)/2
+		un := (t2 - t1) / 2
+		if un < 5*time.Microsecond || try == 9 {
+			if c == 0 {
+				d.clockUn = un
+			} else {
+				d.clockUn = max(d.clockUn, un)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// Info describes the device.
+func (d *Device) Info() gpu.Info { return d.info }
+
+// Arch is the compute capability as major*10+minor (90 on Hopper).
+func (d *Device) Arch() int { return d.arch }
+
+// ClockUncertainty bounds the error of aligning event timestamps with the
+// host clock at Open (half the window in which the base event completed).
+func (d *Device) ClockUncertainty() time.Duration { return d.clockUn }
+
+// ContextAPI names the driver entry point NewContext uses ("cuCtxCreate_v2"
+// or "cuCtxCreate_v4"), or "" if the driver has neither.
+func (d *Device) ContextAPI() string { return d.drv.ctxCreateName }
+
+// SetCacheDir sets where compiled CUDA C modules are cached ("" disables the
+// cache). The default is os.UserCacheDir()/atoll/kernels.
+func (d *Device) SetCacheDir(dir string) { d.cacheDir = dir }
+
+// Now is host monotonic time since Open.
+func (d *Device) Now() time.Duration { return time.Since(d.t0) }
+
+// Wait spins until the device clock reaches until, a recorded event completes
+// or a HostWord changes. It yields the processor between polls
+// (runtime.Gosched) and sleeps in short steps once it has waited 200 µs.
+func (d *Device) Wait(ctx context.Context, until time.Duration) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	start := d.Now()
+	if until <= start {
+		return nil
+	}
+	// Keep every context's clock base under a second old (see rebase).
+	for c := range d.ctxs {
+		if start-d.ctxs[c].baseAt > time.Second {
+			d.rebase(int32(c))
+		}
+	}
+	words := *d.words.Load()
+	d.snap = d.snap[:0]
+	for _, w := range words[1:] {
+		d.snap = append(d.snap, atomic.LoadUint32(w))
+	}
+	for {
+		done, err := d.pollPending()
+		if err != nil || done {
+			return err
+		}
+		for i, w := range words[1:] {
+			if atomic.LoadUint32(w) != d.snap[i] {
+				return nil
+			}
+		}
+		now := d.Now()
+		if now >= until {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if now-start < 200*time.Microsecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(min(50*time.Microsecond, until-now))
+		}
+	}
+}
+
+// pollPending queries the recorded, not yet completed events and drops the
+// completed ones; it reports whether any completed.
+func (d *Device) pollPending() (bool, error) {
+	any := false
+	kept := d.pending[:0]
+	for _, e := range d.pending {
+		ev := &d.events[e]
+		if !ev.live || !ev.pending {
+			continue
+		}
+		ok, err := d.query(ev)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			any = true
+			continue
+		}
+		kept = append(kept, e)
+	}
+	d.pending = kept
+	return any, nil
+}
+
+func (d *Device) live() error {
+	if d.closed {
+		return fmt.Errorf("%w: cuda: device is closed", gpu.ErrInvalidHandle)
+	}
+	return nil
+}
+
+// NewContext makes a further context on the device (the time-slicing
+// baseline). It uses cuCtxCreate_v2 when the driver exports it, else
+// cuCtxCreate_v4 with no parameters; the primary context stays current.
+func (d *Device) NewContext() (gpu.Context, error) {
+	if err := d.live(); err != nil {
+		return 0, err
+	}
+	if len(d.ctxs) >= maxContexts {
+		return 0, fmt.Errorf("%w: cuda: at most %d contexts per device", gpu.ErrDriver, maxContexts)
+	}
+	var h uintptr
+	var r Result
+	switch d.drv.ctxCreateName {
+	case "cuCtxCreate_v2":
+		r = d.drv.call(d.drv.cuCtxCreateV2, uintptr(unsafe.Pointer(&h)), 0, d.dev)
+	case "cuCtxCreate_v4":
+		r = d.drv.call(d.drv.cuCtxCreateV4, uintptr(unsafe.Pointer(&h)), 0, 0, d.dev)
+	default:
+		return 0, fmt.Errorf("%w: cuda: the driver exports neither cuCtxCreate_v2 nor cuCtxCreate_v4", gpu.ErrDriver)
+	}
+	if err := check(d.drv.ctxCreateName, r); err != nil {
+		return 0, err
+	}
+	c := int32(len(d.ctxs))
+	d.ctxs = append(d.ctxs, ctxRec{h: h})
+	if err := d.initContext(c); err != nil {
+		return 0, err
+	}
+	if err := d.use(0); err != nil {
+		return 0, err
+	}
+	return gpu.Context(c), nil
+}
+
+func (d *Device) context(c gpu.Context) (int32, error) {
+	if c < 0 || int(c) >= len(d.ctxs) {
+		return 0, fmt.Errorf("%w: cuda: context %d", gpu.ErrInvalidHandle, c)
+	}
+	return int32(c), nil
+}
+
+// NewStream creates a non-blocking stream (it does not synchronize with the
+// legacy default stream) with the given priority in the given context.
+func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
+	if err := d.live(); err != nil {
+		return 0, err
+	}
+	c, err := d.context(opt.Context)
+	if err != nil {
+		return 0, err
+	}
+	pr := d.info.Priorities
+	if opt.Priority > pr.Least || opt.Priority < pr.Greatest {
+		return 0, &Error{Call: "cuStreamCreateWithPriority", Code: resultInvalidValue,
+			Hint: fmt.Sprintf("priority %d outside the device's range [%d (greatest), %d (least)]: use Info().Priorities.Clamp", opt.Priority, pr.Greatest, pr.Least)}
+	}
+	if err := d.use(c); err != nil {
+		return 0, err
+	}
+	var h uintptr
+	if err := check("cuStreamCreateWithPriority", d.drv.call(d.drv.cuStreamCreateWithPriority,
+		uintptr(unsafe.Pointer(&h)), cuStreamNonBlocking, uintptr(opt.Priority))); err != nil {
+		return 0, err
+	}
+	d.streams = append(d.streams, streamRec{h: h, ctx: c, live: true})
+	return gpu.Stream(len(d.streams) - 1), nil
+}
+
+func (d *Device) stream(s gpu.Stream) (*streamRec, error) {
+	if s <= 0 || int(s) >= len(d.streams) || !d.streams[s].live {
+		return nil, fmt.Errorf("%w: cuda: stream %d", gpu.ErrInvalidHandle, s)
+	}
+	return &d.streams[s], nil
+}
+
+// DestroyStream destroys s; work already in it completes.
+func (d *Device) DestroyStream(s gpu.Stream) error {
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	if err := d.use(st.ctx); err != nil {
+		return err
+	}
+	st.live = false
+	return check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, st.h))
+}
+
+// module is a loaded module.
+type module struct {
+	d   *Device
+	idx int
+}
+
+// LoadModule loads a cubin, PTX or CUDA C source (compiled with NVRTC for this
+// device's architecture, cached on disk) into the primary context. Further
+// contexts load it when a launch first needs it there.
+func (d *Device) LoadModule(src gpu.ModuleSource) (gpu.Module, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	var image []byte
+	switch {
+	case len(src.Cubin) > 0:
+		image = append([]byte(nil), src.Cubin...)
+	case len(src.PTX) > 0:
+		image = append(append([]byte(nil), src.PTX...), 0)
+	case src.CUDA != "":
+		img, err := d.compileCached(src.CUDA, src.Name)
+		if err != nil {
+			return nil, err
+		}
+		image = img
+	default:
+		return nil, fmt.Errorf("cuda: module %q has no code (set CUDA, PTX or Cubin)", src.Name)
+	}
+	m := &moduleRec{name: src.Name, image: image}
+	d.modules = append(d.modules, m)
+	if _, err := d.moduleIn(len(d.modules)-1, 0); err != nil {
+		d.modules = d.modules[:len(d.modules)-1]
+		return nil, err
+	}
+	return &module{d: d, idx: len(d.modules) - 1}, nil
+}
+
+// moduleIn returns module i loaded in context c, loading it if needed.
+func (d *Device) moduleIn(i int, c int32) (uintptr, error) {
+	m := d.modules[i]
+	if m.native[c] != 0 {
+		return m.native[c], nil
+	}
+	if err := d.use(c); err != nil {
+		return 0, err
+	}
+	var h uintptr
+	r := d.drv.call(d.drv.cuModuleLoadData, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&m.image[0])))
+	runtime.KeepAlive(m.image)
+	if err := check("cuModuleLoadData", r); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Hint = fmt.Sprintf("module %q", m.name)
+		}
+		return 0, err
+	}
+	m.native[c] = h
+	return h, nil
+}
+
+// Function resolves a kernel of the module by its (extern "C") name.
+func (m *module) Function(name string) (gpu.Func, error) {
+	d := m.d
+	if err := d.live(); err != nil {
+		return 0, err
+	}
+	f := funcRec{name: name, mod: m.idx}
+	h, err := d.funcIn(&f, 0)
+	if err != nil {
+		return 0, err
+	}
+	fattr := func(a int) (int, error) {
+		var v int32
+		err := check("cuFuncGetAttribute", d.drv.call(d.drv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), h))
+		return int(v), err
+	}
+	if f.maxThreads, err = fattr(funcAttrMaxThreadsPerBlock); err != nil {
+		return 0, err
+	}
+	if f.staticSmem, err = fattr(funcAttrSharedSizeBytes); err != nil {
+		return 0, err
+	}
+	if f.regs, err = fattr(funcAttrNumRegs); err != nil {
+		return 0, err
+	}
+	if d.drv.cuFuncGetParamInfo != 0 {
+		// Sum the parameter list: the last parameter's offset + size.
+		for i := 0; ; i++ {
+			var off, size uint64
+			if d.drv.call(d.drv.cuFuncGetParamInfo, h, uintptr(i), uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size))) != resultSuccess {
+				break
+			}
+			f.paramBytes = int(off + size)
+		}
+	}
+	d.funcs = append(d.funcs, f)
+	return gpu.Func(len(d.funcs) - 1), nil
+}
+
+// funcIn returns f's handle in context c, loading its module there if needed.
+func (d *Device) funcIn(f *funcRec, c int32) (uintptr, error) {
+	if f.native[c] != 0 {
+		return f.native[c], nil
+	}
+	mh, err := d.moduleIn(f.mod, c)
+	if err != nil {
+		return 0, err
+	}
+	cname := append([]byte(f.name), 0)
+	var h uintptr
+	if err := check("cuModuleGetFunction", d.drv.call(d.drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&h)), mh, uintptr(unsafe.Pointer(&cname[0])))); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Hint = fmt.Sprintf("no kernel %q in module %q (declare it extern \"C\")", f.name, d.modules[f.mod].name)
+		}
+		return 0, err
+	}
+	f.native[c] = h
+	f.dynSmem[c] = defaultDynSharedLimit
+	return h, nil
+}
+
+// FuncAttributes reports what the driver says about a loaded kernel:
+// registers per thread, static shared memory and the largest block.
+func (d *Device) FuncAttributes(fn gpu.Func) (registers, staticSharedMem, maxThreadsPerBlock int, err error) {
+	if fn <= 0 || int(fn) >= len(d.funcs) {
+		return 0, 0, 0, fmt.Errorf("%w: cuda: function %d", gpu.ErrInvalidHandle, fn)
+	}
+	f := &d.funcs[fn]
+	return f.regs, f.staticSmem, f.maxThreads, nil
+}
+
+// validate checks a launch shape against the device's and the function's
+// limits before the driver sees it.
+func (d *Device) validate(f *funcRec, l *gpu.Launch) error {
+	g, b := l.Grid, l.Block
+	gd := [3]int{g.X, max(g.Y, 1), max(g.Z, 1)}
+	bd := [3]int{b.X, max(b.Y, 1), max(b.Z, 1)}
+	for i := range 3 {
+		if gd[i] <= 0 || gd[i] > d.maxGrid[i] {
+			return fmt.Errorf("%w: cuda: kernel %q: grid %v (dimension %d must lie in 1..%d)", gpu.ErrInvalidLaunch, f.name, g, i, d.maxGrid[i])
+		}
+		if bd[i] <= 0 || bd[i] > d.maxBlock[i] {
+			return fmt.Errorf("%w: cuda: kernel %q: block %v (dimension %d must lie in 1..%d)", gpu.ErrInvalidLaunch, f.name, b, i, d.maxBlock[i])
+		}
+	}
+	if t := b.Count(); t > f.maxThreads {
+		return fmt.Errorf("%w: cuda: kernel %q: %d threads per block (this kernel allows at most %d)", gpu.ErrInvalidLaunch, f.name, t, f.maxThreads)
+	}
+	if l.SharedMem < 0 || l.SharedMem+f.staticSmem > d.optin {
+		return fmt.Errorf("%w: cuda: kernel %q: %d B dynamic + %d B static shared memory per block (this GPU allows %d)", gpu.ErrInvalidLaunch, f.name, l.SharedMem, f.staticSmem, d.optin)
+	}
+	return nil
+}
+
+// Launch enqueues l on stream s with cuLaunchKernel. The arguments go through
+// the CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE `extra` mechanism from a scratch
+// buffer outside the Go heap; the hot path does not allocate.
+//
+// Launch uses Func, Grid, Block, SharedMem and Args only. Form, Flag,
+// Counter, Done, Logical and Pad describe the kernel for schedulers and the
+// simulator: the kernels library compiles each form as its own function and
+// packs those parameters into Args itself. A Padded launch arrives here as
+// one kernel whose Grid already covers both bodies; Launch.Pad is
+// informational for this backend.
+func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
+	if d.closed {
+		return d.live()
+	}
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	if l.Func <= 0 || int(l.Func) >= len(d.funcs) {
+		return fmt.Errorf("%w: cuda: kernel %q: function %d", gpu.ErrInvalidHandle, l.Name, l.Func)
+	}
+	f := &d.funcs[l.Func]
+	if err := d.validate(f, l); err != nil {
+		return err
+	}
+	c := st.ctx
+	h := f.native[c]
+	if h == 0 {
+		if h, err = d.funcIn(f, c); err != nil {
+			return err
+		}
+	}
+	if err := d.use(c); err != nil {
+		return err
+	}
+	if need := l.SharedMem; need > f.dynSmem[c] {
+		if err := check("cuFuncSetAttribute", d.fast(d.drv.cuFuncSetAttribute, h, funcAttrMaxDynSharedBytes, uintptr(need))); err != nil {
+			return err
+		}
+		f.dynSmem[c] = need
+	}
+	extra, err := packExtra(d.cm, l.Args.Bytes(), f.paramBytes)
+	if err != nil {
+		return fmt.Errorf("cuda: kernel %q: %w", f.name, err)
+	}
+	r := d.fast(d.drv.cuLaunchKernel, h,
+		uintptr(l.Grid.X), uintptr(max(l.Grid.Y, 1)), uintptr(max(l.Grid.Z, 1)),
+		uintptr(l.Block.X), uintptr(max(l.Block.Y, 1)), uintptr(max(l.Block.Z, 1)),
+		uintptr(l.SharedMem), st.h, 0, extra)
+	if r != resultSuccess {
+		return &Error{Call: "cuLaunchKernel", Code: r,
+			Hint: fmt.Sprintf("kernel %q grid %v block %v shared %d B", f.name, l.Grid, l.Block, l.SharedMem)}
+	}
+	return nil
+}
+
+// Alloc allocates device memory in the primary context.
+func (d *Device) Alloc(n int64) (gpu.Ptr, error) { return d.AllocIn(0, n) }
+
+// AllocIn allocates device memory in context c. Kernels launched in a
+// context can only use memory of that context: the timeslice baseline's BE
+// work allocates in its own context. (An addition to gpu.Device.)
+func (d *Device) AllocIn(c gpu.Context, n int64) (gpu.Ptr, error) {
+	if err := d.live(); err != nil {
+		return 0, err
+	}
+	ci, err := d.context(c)
+	if err != nil {
+		return 0, err
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: cuda: Alloc(%d): size must be positive", gpu.ErrDriver, n)
+	}
+	if err := d.use(ci); err != nil {
+		return 0, err
+	}
+	var p uint64
+	if err := check("cuMemAlloc_v2", d.drv.call(d.drv.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n))); err != nil {
+		return 0, err
+	}
+	d.allocs[gpu.Ptr(p)] = allocRec{bytes: n, ctx: ci}
+	return gpu.Ptr(p), nil
+}
+
+// Free releases memory from Alloc.
+func (d *Device) Free(p gpu.Ptr) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	a, ok := d.allocs[p]
+	if !ok {
+		return fmt.Errorf("%w: cuda: Free(%#x): not an allocation of this device", gpu.ErrInvalidHandle, uint64(p))
+	}
+	if err := d.use(a.ctx); err != nil {
+		return err
+	}
+	delete(d.allocs, p)
+	return check("cuMemFree_v2", d.fast(d.drv.cuMemFree, uintptr(p)))
+}
+
+// ctxOf finds the allocation holding [p, p+n) and its context.
+func (d *Device) ctxOf(p gpu.Ptr, n int) (int32, error) {
+	for base, a := range d.allocs {
+		if p >= base && uint64(p)+uint64(n) <= uint64(base)+uint64(a.bytes) {
+			return a.ctx, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: cuda: %d bytes at %#x are not inside one allocation of this device", gpu.ErrInvalidHandle, n, uint64(p))
+}
+
+// CopyToDevice copies src to device memory and returns when the copy is
+// complete. It runs on an internal non-blocking stream, so it does not wait
+// for kernels in other streams.
+func (d *Device) CopyToDevice(dst gpu.Ptr, src []byte) error {
+	if err := d.live(); err != nil || len(src) == 0 {
+		return err
+	}
+	c, err := d.ctxOf(dst, len(src))
+	if err != nil {
+		return err
+	}
+	if err := d.use(c); err != nil {
+		return err
+	}
+	s := d.ctxs[c].copyStr
+	r := d.drv.call(d.drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s)
+	if err := check("cuMemcpyHtoDAsync_v2", r); err != nil {
+		return err
+	}
+	err = check("cuStreamSynchronize", d.fast(d.drv.cuStreamSynchronize, s))
+	runtime.KeepAlive(src)
+	return err
+}
+
+// CopyFromDevice copies device memory to dst and returns when it is there.
+func (d *Device) CopyFromDevice(dst []byte, src gpu.Ptr) error {
+	if err := d.live(); err != nil || len(dst) == 0 {
+		return err
+	}
+	c, err := d.ctxOf(src, len(dst))
+	if err != nil {
+		return err
+	}
+	if err := d.use(c); err != nil {
+		return err
+	}
+	s := d.ctxs[c].copyStr
+	r := d.drv.call(d.drv.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s)
+	if err := check("cuMemcpyDtoHAsync_v2", r); err != nil {
+		return err
+	}
+	err = check("cuStreamSynchronize", d.fast(d.drv.cuStreamSynchronize, s))
+	runtime.KeepAlive(dst)
+	return err
+}
+
+// Memset32 enqueues a fill of n 32-bit words on s.
+func (d *Device) Memset32(s gpu.Stream, p gpu.Ptr, v uint32, n int) error {
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	if n <= 0 {
+		return nil
+	}
+	if err := d.use(st.ctx); err != nil {
+		return err
+	}
+	return check("cuMemsetD32Async", d.fast(d.drv.cuMemsetD32Async, uintptr(p), uintptr(v), uintptr(n), st.h))
+}
+
+// NewHostWords allocates n words of pinned, device-mapped host memory
+// (cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP|PORTABLE), zeroed.
+func (d *Device) NewHostWords(n int) ([]gpu.HostWord, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: cuda: NewHostWords(%d): count must be positive", gpu.ErrDriver, n)
+	}
+	if err := d.use(0); err != nil {
+		return nil, err
+	}
+	var host unsafe.Pointer
+	if err := check("cuMemHostAlloc", d.drv.call(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&host)), uintptr(4*n), cuMemHostAllocPortable|cuMemHostAllocDevMap)); err != nil {
+		return nil, err
+	}
+	var dev uint64
+	if err := check("cuMemHostGetDevicePointer_v2", d.drv.call(d.drv.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&dev)), uintptr(host), 0)); err != nil {
+		d.drv.call(d.drv.cuMemFreeHost, uintptr(host))
+		return nil, err
+	}
+	d.chunks = append(d.chunks, hostChunk{host: host, n: n})
+	cells := unsafe.Slice((*uint32)(host), n)
+	old := *d.words.Load()
+	words := make([]*uint32, len(old), len(old)+n)
+	copy(words, old)
+	out := make([]gpu.HostWord, n)
+	for i := range cells {
+		cells[i] = 0
+		out[i] = gpu.HostWord{Index: len(words), Dev: gpu.Ptr(dev + 4*uint64(i))}
+		words = append(words, &cells[i])
+	}
+	d.words.Store(&words)
+	return out, nil
+}
+
+// Store writes a HostWord from the host (atomic; any goroutine). A word not
+// made by this device is ignored.
+func (d *Device) Store(w gpu.HostWord, v uint32) {
+	words := *d.words.Load()
+	if w.Index > 0 && w.Index < len(words) {
+		atomic.StoreUint32(words[w.Index], v)
+	}
+}
+
+// Load reads a HostWord from the host (atomic; any goroutine). A word not
+// made by this device reads as 0.
+func (d *Device) Load(w gpu.HostWord) uint32 {
+	words := *d.words.Load()
+	if w.Index > 0 && w.Index < len(words) {
+		return atomic.LoadUint32(words[w.Index])
+	}
+	return 0
+}
+
+// NewEvent makes an event. Its CUDA events are created per context on first
+// Record there, with timing enabled.
+func (d *Device) NewEvent() (gpu.Event, error) {
+	if err := d.live(); err != nil {
+		return 0, err
+	}
+	ev := eventRec{ctx: -1, live: true}
+	h, err := d.newNative(0)
+	if err != nil {
+		return 0, err
+	}
+	ev.native[0] = h
+	d.events = append(d.events, ev)
+	return gpu.Event(len(d.events) - 1), nil
+}
+
+func (d *Device) newNative(c int32) (uintptr, error) {
+	if err := d.use(c); err != nil {
+		return 0, err
+	}
+	var h uintptr
+	err := check("cuEventCreate", d.drv.call(d.drv.cuEventCreate, uintptr(unsafe.Pointer(&h)), cuEventDefault))
+	return h, err
+}
+
+func (d *Device) event(e gpu.Event) (*eventRec, error) {
+	if e <= 0 || int(e) >= len(d.events) || !d.events[e].live {
+		return nil, fmt.Errorf("%w: cuda: event %d", gpu.ErrInvalidHandle, e)
+	}
+	return &d.events[e], nil
+}
+
+// DestroyEvent destroys e.
+func (d *Device) DestroyEvent(e gpu.Event) error {
+	ev, err := d.event(e)
+	if err != nil {
+		return err
+	}
+	ev.live = false
+	var first error
+	for c, h := range ev.native {
+		if h == 0 {
+			continue
+		}
+		if err := d.use(int32(c)); err != nil && first == nil {
+			first = err
+		}
+		if err := check("cuEventDestroy_v2", d.fast(d.drv.cuEventDestroy, h)); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Record places e in s.
+func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
+	ev, err := d.event(e)
+	if err != nil {
+		return err
+	}
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	c := st.ctx
+	if ev.native[c] == 0 {
+		h, err := d.newNative(c)
+		if err != nil {
+			return err
+		}
+		ev.native[c] = h
+	}
+	if err := d.use(c); err != nil {
+		return err
+	}
+	if err := check("cuEventRecord", d.fast(d.drv.cuEventRecord, ev.native[c], st.h)); err != nil {
+		return err
+	}
+	ev.ctx = c
+	if !ev.pending {
+		ev.pending = true
+		d.pending = append(d.pending, e)
+	}
+	return nil
+}
+
+func (d *Device) query(ev *eventRec) (bool, error) {
+	if ev.ctx < 0 {
+		return false, nil
+	}
+	if err := d.use(ev.ctx); err != nil {
+		return false, err
+	}
+	switch r := d.fast(d.drv.cuEventQuery, ev.native[ev.ctx]); r {
+	case resultSuccess:
+		ev.pending = false // seen: Wait need not report it again
+		return true, nil
+	case resultNotReady:
+		return false, nil
+	default:
+		return false, check("cuEventQuery", r)
+	}
+}
+
+// Query reports whether e has completed. An event never recorded has not.
+func (d *Device) Query(e gpu.Event) (bool, error) {
+	ev, err := d.event(e)
+	if err != nil {
+		return false, err
+	}
+	return d.query(ev)
+}
+
+// Time is the device-clock time at which e completed: the time of its
+// context's base event plus cuEventElapsedTime(base, e). Resolution is that of
+// CUDA event timestamps (about 0.5 µs); the offset to the host clock is
+// uncertain by ClockUncertainty.
+func (d *Device) Time(e gpu.Event) (time.Duration, error) {
+	ev, err := d.event(e)
+	if err != nil {
+		return 0, err
+	}
+	ok, err := d.query(ev)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: cuda: event %d has not completed", gpu.ErrNotReady, e)
+	}
+	cr := &d.ctxs[ev.ctx]
+	t, err := d.since(cr, ev.native[ev.ctx])
+	if err != nil {
+		return 0, err
+	}
+	if t-cr.baseAt > time.Second {
+		d.rebase(ev.ctx)
+	}
+	return t, nil
+}
+
+// since is the device-clock time of completed event h of context cr.
+func (d *Device) since(cr *ctxRec, h uintptr) (time.Duration, error) {
+	if err := check("cuEventElapsedTime", d.fast(d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&d.cm.ms)), cr.base, h)); err != nil {
+		return 0, err
+	}
+	return cr.baseAt + time.Duration(float64(d.cm.ms)*1e6), nil
+}
+
+// rebase keeps elapsed times short: cuEventElapsedTime returns float32
+// milliseconds, whose resolution decays with distance from the base (61 ns at
+// 1 s, 62 µs at 1000 s). Once the base is over a second old a new base event
+// is recorded; when it has completed its time is derived from the old base
+// and it replaces it.
+func (d *Device) rebase(c int32) {
+	cr := &d.ctxs[c]
+	if d.use(c) != nil {
+		return
+	}
+	if !cr.nextRec {
+		if d.fast(d.drv.cuEventRecord, cr.next, cr.copyStr) == resultSuccess {
+			cr.nextRec = true
+		}
+		return
+	}
+	if d.fast(d.drv.cuEventQuery, cr.next) != resultSuccess {
+		return
+	}
+	at, err := d.since(cr, cr.next)
+	if err != nil {
+		return
+	}
+	cr.base, cr.next = cr.next, cr.base
+	cr.baseAt = at
+	cr.nextRec = false
+}
+
+// Synchronize waits until all work in all contexts has completed.
+func (d *Device) Synchronize() error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	for c := range d.ctxs {
+		if err := d.use(int32(c)); err != nil {
+			return err
+		}
+		if err := check("cuCtxSynchronize", d.fast(d.drv.cuCtxSynchronize)); err != nil {
+			return err
+		}
+	}
+	return d.use(0)
+}
+
+// Close waits for outstanding work, releases everything the device made and
+// unlocks the OS thread Open locked. Stop using HostWords (from any
+// goroutine) before Close: their memory is freed.
+func (d *Device) Close() error {
+	if d.closed {
+		return nil
+	}
+	err := d.release()
+	runtime.UnlockOSThread()
+	return err
+}
+
+func (d *Device) release() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for c := range d.ctxs {
+		if d.use(int32(c)) == nil {
+			keep(check("cuCtxSynchronize", d.fast(d.drv.cuCtxSynchronize)))
+		}
+	}
+	for i := range d.events {
+		if d.events[i].live {
+			keep(d.DestroyEvent(gpu.Event(i)))
+		}
+	}
+	for i := range d.streams {
+		if d.streams[i].live {
+			keep(d.DestroyStream(gpu.Stream(i)))
+		}
+	}
+	for _, m := range d.modules {
+		for c, h := range m.native {
+			if h != 0 && d.use(int32(c)) == nil {
+				keep(check("cuModuleUnload", d.fast(d.drv.cuModuleUnload, h)))
+			}
+		}
+	}
+	for p, a := range d.allocs {
+		if d.use(a.ctx) == nil {
+			keep(check("cuMemFree_v2", d.fast(d.drv.cuMemFree, uintptr(p))))
+		}
+	}
+	empty := make([]*uint32, 1)
+	d.words.Store(&empty)
+	if len(d.ctxs) > 0 && d.use(0) == nil {
+		for _, ch := range d.chunks {
+			keep(check("cuMemFreeHost", d.drv.call(d.drv.cuMemFreeHost, uintptr(ch.host))))
+		}
+	}
+	for c := range d.ctxs {
+		cr := &d.ctxs[c]
+		if d.use(int32(c)) == nil {
+			for _, h := range []uintptr{cr.base, cr.next} {
+				if h != 0 {
+					keep(check("cuEventDestroy_v2", d.fast(d.drv.cuEventDestroy, h)))
+				}
+			}
+			if cr.copyStr != 0 {
+				keep(check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, cr.copyStr)))
+			}
+		}
+	}
+	for c := len(d.ctxs) - 1; c >= 1; c-- {
+		keep(check("cuCtxDestroy_v2", d.fast(d.drv.cuCtxDestroy, d.ctxs[c].h)))
+	}
+	if len(d.ctxs) > 0 {
+		d.fast(d.drv.cuCtxSetCurrent, 0)
+		keep(check("cuDevicePrimaryCtxRelease_v2", d.fast(d.drv.cuDevicePrimaryCtxRelease, d.dev)))
+	}
+	d.closed = true
+	d.cm = nil
+	keep(syscall.Munmap(d.cmBytes))
+	return first
+}
