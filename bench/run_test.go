@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/sim"
+	"atoll/policies"
+	"atoll/profiles"
+)
+
+func demoConfig(t testing.TB, d time.Duration) *Config {
+	t.Helper()
+	hp, err := profiles.Lookup("H100-SXM", "resnet50", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := profiles.Lookup("H100-SXM", "resnet50-train", 32, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Config{
+		HP: hp, BE: be, Arrival: Poisson, Load: 0.5, Seed: 1,
+		Duration: d, Warmup: 50 * time.Millisecond,
+		NewDevice: func() (gpu.Device, error) { return sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1}) },
+	}
+}
+
+func TestSuiteRunsEveryPolicy(t *testing.T) {
+	c := demoConfig(t, 200*time.Millisecond)
+	rs, err := Suite(context.Background(), c, policies.Names(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if r.Policy != policies.Names()[i] {
+			t.Fatalf("row %d is %s", i, r.Policy)
+		}
+		if r.HP.Count == 0 || r.HPCompleted != r.Dedicated.Count {
+			t.Errorf("%s: %d HP requests measured, %d dedicated: every admitted request must complete", r.Policy, r.HPCompleted, r.Dedicated.Count)
+		}
+		if r.HP.P50 < r.Workload.SoloHPUs*0.99 {
+			t.Errorf("%s: HP p50 %.0f µs is faster than the solo latency %.0f µs", r.Policy, r.HP.P50, r.Workload.SoloHPUs)
+		}
+		if r.Policy == "dedicated" {
+			if *r.P99Overhead != 0 || r.BEWorkPerSec != 0 {
+				t.Errorf("dedicated must match itself and run no BE: %+v", r)
+			}
+			continue
+		}
+		if r.BENormalized == nil || *r.BENormalized <= 0 || *r.BENormalized > 1.05 {
+			t.Errorf("%s: BE normalized throughput %v outside (0, 1.05]", r.Policy, r.BENormalized)
+		}
+	}
+}
+
+// The same configuration gives the same reports: the simulator and the
+// arrivals are seeded.
+func TestRunIsDeterministic(t *testing.T) {
+	run := func() *Report {
+		c := demoConfig(t, 100*time.Millisecond)
+		b, err := Measure(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := RunPolicy(context.Background(), c, b, "atoll")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.WallSec = 0
+		return r
+	}
+	a, b := run(), run()
+	if a.HP != b.HP || a.BEWorkPerSec != b.BEWorkPerSec || a.Preemptions != b.Preemptions {
+		t.Fatalf("two runs differ:\n%+v\n%+v", a.HP, b.HP)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	base := demoConfig(t, time.Second)
+	cases := map[string]func(c *Config){
+		"no HP profile":        func(c *Config) { c.HP = nil },
+		"no device":            func(c *Config) { c.NewDevice = nil },
+		"duration must be":     func(c *Config) { c.Duration = 0 },
+		"load must be":         func(c *Config) { c.Load = 0 },
+		"no trace given":       func(c *Config) { c.Arrival = Trace },
+		"BE profile is for A1": func(c *Config) { be := *c.BE; be.GPU = "A100-SXM"; c.BE = &be },
+	}
+	for want, mutate := range cases {
+		c := *base
+		mutate(&c)
+		_, err := Measure(context.Background(), &c)
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), strings.TrimSuffix(want, "1")) {
+			t.Errorf("%s: err = %v", want, err)
+		}
+	}
+}
+
+func TestDeviceErrorIsReported(t *testing.T) {
+	c := demoConfig(t, time.Second)
+	c.NewDevice = func() (gpu.Device, error) { return nil, gpu.ErrNoDevice }
+	if _, err := Measure(context.Background(), c); !errors.Is(err, gpu.ErrNoDevice) {
+		t.Fatalf("err = %v, want ErrNoDevice", err)
+	}
+}
+
+// BenchmarkDemoWorkload10s simulates 10 s of GPU time of the demo workload
+// (ResNet-50 bs1 HP at load 0.5 beside ResNet-50 bs32 training) under each
+// policy through the whole stack: arrivals, the scheduler core, the driver
+// loop and the simulated GPU. Run it with -cpu 1 for the acceptance figure
+// (target: under 5 s of wall time per 10 s simulated, on one core).
+func BenchmarkDemoWorkload10s(b *testing.B) {
+	for _, policy := range []string{"priority", "orion", "reef", "atoll"} {
+		b.Run(policy, func(b *testing.B) {
+			c := demoConfig(b, 10*time.Second)
+			c.Warmup = 0
+			base := &Baseline{Rate: 0.5 / 387e-6}
+			var err error
+			base.Arrivals, err = Arrivals(Poisson, base.Rate, c.Duration, 1, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.run(context.Background(), policy, base.Arrivals, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(base.Arrivals)), "requests/op")
+		})
+	}
+}

@@ -1,0 +1,188 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"atoll/gpu"
+	"atoll/orion"
+	"atoll/preempt"
+	"atoll/profiles"
+	"atoll/sched"
+)
+
+// ErrConfig is wrapped by errors about atoll's parameters.
+var ErrConfig = errors.New("policies: invalid parameter")
+
+// DefaultPlainBound is the longest BE kernel atoll runs in Plain form:
+// waiting for a kernel this short costs no more than Tally's preemption
+// latency bound (31.6 µs), so preempting it buys nothing.
+const DefaultPlainBound = 31600 * time.Nanosecond
+
+// DefaultBEWindow is the Plain BE launches atoll keeps in flight per client.
+const DefaultBEWindow = 2
+
+// Atoll is the combined policy:
+//
+//   - streams: HP at the greatest priority, BE at the least;
+//   - HP is never held back: its kernels launch as they come, HPWindow in
+//     flight per client, each padded with BE work when the padding
+//     selector finds a class-compatible BE head kernel that fits beside it;
+//   - while no HP request is in flight (and HP has been idle ResumeAfter),
+//     BE runs freely, each kernel in the form Form chooses from its
+//     profile, one Resumable launch or up to BEWindow Plain launches per
+//     client;
+//   - when an HP request arrives, BE clients with a Resumable launch in
+//     flight are preempted (flag raised; the launch exits between logical
+//     blocks, progress kept); Plain launches, short by construction, run
+//     out; then BE kernels that Orion's rule admits beside the HP kernel
+//     running (class-compatible, SM need <= SMThreshold, under the
+//     duration cap) still launch, in Plain form, one per client;
+//   - when HP has been idle for ResumeAfter, flags are lowered and
+//     preempted kernels resume where they stopped.
+type Atoll struct {
+	// ResumeAfter is the HP idle time before BE resumes (default 0.1 ms).
+	ResumeAfter time.Duration
+	// PlainBound: BE kernels whose solo duration is at most this run in
+	// Plain form (default DefaultPlainBound).
+	PlainBound time.Duration
+	// BEWindow is the Plain BE launches in flight per client (default 2).
+	BEWindow int
+	// HPWindow is the HP launches in flight per client (default 4, see
+	// preempt.DefaultHPWindow).
+	HPWindow int
+	// NoPadding and NoAdmission turn the two side channels off.
+	NoPadding, NoAdmission bool
+	// PadAnyClass pads with BE kernels of any class (REEF's rule);
+	// by default only class-compatible ones pad (see padKeep).
+	PadAnyClass bool
+	// SMThreshold, DurThreshold and DurFraction are Orion's parameters
+	// for BE kernels admitted beside HP (defaults as in package orion).
+	SMThreshold  int
+	DurThreshold time.Duration
+	DurFraction  float64
+
+	cap    orion.Cap
+	seenHP bool
+}
+
+// New returns atoll's policy with defaults.
+func New() *Atoll { return &Atoll{} }
+
+func (p *Atoll) Name() string              { return "atoll" }
+func (p *Atoll) Streams() sched.StreamPlan { return sched.PriorityPlan }
+
+func (p *Atoll) Start(st *sched.State) error {
+	if p.ResumeAfter < 0 || p.PlainBound < 0 || p.BEWindow < 0 || p.HPWindow < 0 {
+		return fmt.Errorf("%w: resume-after %v, plain-bound %v, be-window %d, hp-window %d (want >= 0; 0 = default)",
+			ErrConfig, p.ResumeAfter, p.PlainBound, p.BEWindow, p.HPWindow)
+	}
+	if p.ResumeAfter == 0 {
+		p.ResumeAfter = preempt.DefaultResumeAfter
+	}
+	if p.PlainBound == 0 {
+		p.PlainBound = DefaultPlainBound
+	}
+	if p.BEWindow == 0 {
+		p.BEWindow = DefaultBEWindow
+	}
+	if p.HPWindow == 0 {
+		p.HPWindow = preempt.DefaultHPWindow
+	}
+	th, err := orion.Resolve(st, p.SMThreshold, p.DurThreshold, p.DurFraction)
+	if err != nil {
+		return err
+	}
+	p.SMThreshold, p.DurThreshold = th.SMs, th.Dur
+	p.cap = orion.Cap{Limit: th.Dur}
+	return nil
+}
+
+// Form is atoll's per-kernel choice for a fresh BE kernel instance:
+//
+//   - Plain if its solo duration is at most plainBound: waiting for it is
+//     cheaper than preempting it;
+//   - Plain if its grid fits in one wave of resident blocks: a persistent
+//     worker then holds one logical block each, so the flag could only be
+//     seen after all the work is done — Resumable would add overhead and
+//     cut nothing;
+//   - Resumable otherwise: preemption then waits for at most one logical
+//     block per worker (about duration / waves).
+//
+// A kernel with progress saved always continues Resumable (the core
+// enforces it).
+func Form(spec gpu.Spec, k *profiles.Kernel, plainBound time.Duration) gpu.Form {
+	if k.Duration() <= plainBound || sched.Waves(spec, k) <= 1 {
+		return gpu.Plain
+	}
+	return gpu.Resumable
+}
+
+func (p *Atoll) Schedule(st *sched.State, now time.Duration) {
+	if st.HPBusy() {
+		p.seenHP = true
+		preempt.PreemptAll(st, false)
+		for _, c := range st.HP() {
+			preempt.LaunchHP(st, c, p.HPWindow, !p.NoPadding, p.padKeep)
+		}
+		if !p.NoAdmission {
+			p.admit(st)
+		}
+		return
+	}
+	if !preempt.IdleFor(st, now, p.ResumeAfter, p.seenHP) {
+		return
+	}
+	for _, b := range st.BE() {
+		if b.Raised() && !st.Stopping() {
+			st.Resume(b)
+		}
+		p.launchFree(st, b)
+	}
+}
+
+// padKeep admits a BE head kernel as padding only when its class is
+// compatible with the HP kernel's (Orion's class rule): co-resident blocks
+// of the same class compete for the same unit and stretch the HP kernel.
+func (p *Atoll) padKeep(hp, be *profiles.Kernel) bool {
+	return p.PadAnyClass || orion.Compatible(be.Class, hp.Class)
+}
+
+// launchFree launches b's next kernels while HP is idle.
+func (p *Atoll) launchFree(st *sched.State, b *sched.BEClient) {
+	for {
+		k, _ := b.Next()
+		if k == nil {
+			return
+		}
+		form := st.LaunchForm(b, Form(st.Spec(), k, p.PlainBound))
+		if form == gpu.Plain && b.InFlight() >= p.BEWindow {
+			return
+		}
+		if _, ok := st.LaunchBE(b, form); !ok {
+			return
+		}
+	}
+}
+
+// admit launches, beside the running HP kernel, the BE head kernels
+// Orion's rule admits: fresh instances only, Plain form, one in flight per
+// client, under the duration cap.
+func (p *Atoll) admit(st *sched.State) {
+	for _, b := range st.BE() {
+		if !p.cap.Open(orion.BEInFlight(st)) {
+			return
+		}
+		k, _ := b.Next()
+		if k == nil || b.InFlight() > 0 || st.LaunchForm(b, gpu.Plain) != gpu.Plain {
+			continue
+		}
+		if !orion.Admit(st.Spec(), k, true, st.RunningHP(), p.SMThreshold) || !p.cap.Fits(k.Duration(), true) {
+			continue
+		}
+		if _, ok := st.LaunchBE(b, gpu.Plain); ok {
+			p.cap.Add(k.Duration())
+		}
+	}
+}

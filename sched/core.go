@@ -1,0 +1,352 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"atoll/gpu"
+	"atoll/profiles"
+)
+
+// Config describes one run to the core.
+type Config struct {
+	Spec   gpu.Spec            // the device's description (SMs, occupancy limits)
+	HP     []*profiles.Profile // one per HP client: its request's kernel sequence
+	BE     []*profiles.Profile // one per BE client: its iteration's kernel sequence
+	Policy Policy
+}
+
+// Core is the scheduler: a pure state machine. Step feeds it one event; it
+// runs the policy and queues decisions, which Decisions hands out. It has
+// no goroutines, clocks or I/O; one goroutine owns it (the driver).
+type Core struct {
+	st     State
+	policy Policy
+}
+
+// NewCore validates cfg and starts the policy.
+func NewCore(cfg Config) (*Core, error) {
+	if cfg.Policy == nil {
+		return nil, fmt.Errorf("%w: no policy; pick one from policies.Names()", ErrConfig)
+	}
+	if cfg.Spec.SMs <= 0 {
+		return nil, fmt.Errorf("%w: device spec %q has %d SMs", ErrConfig, cfg.Spec.Name, cfg.Spec.SMs)
+	}
+	if len(cfg.HP)+len(cfg.BE) == 0 {
+		return nil, fmt.Errorf("%w: no clients; give at least one HP or BE profile", ErrConfig)
+	}
+	c := &Core{policy: cfg.Policy}
+	s := &c.st
+	s.spec = cfg.Spec
+	s.flights = make(map[LaunchID]*flight)
+	for i, p := range cfg.HP {
+		if err := ValidateProfile(p); err != nil {
+			return nil, fmt.Errorf("HP client %d: %w", i, err)
+		}
+		s.hp = append(s.hp, &HPClient{id: HPClientID(i), prof: p})
+	}
+	for i, p := range cfg.BE {
+		if err := ValidateProfile(p); err != nil {
+			return nil, fmt.Errorf("BE client %d: %w", i, err)
+		}
+		s.be = append(s.be, &BEClient{id: BEClientID(i), prof: p})
+	}
+	s.stats.BEWorkByClient = make([]time.Duration, len(cfg.BE))
+	if err := cfg.Policy.Start(s); err != nil {
+		return nil, fmt.Errorf("%w: policy %s: %w", ErrConfig, cfg.Policy.Name(), err)
+	}
+	return c, nil
+}
+
+// Policy is the core's policy.
+func (c *Core) Policy() Policy { return c.policy }
+
+// State is the core's state, for inspection (drivers, tests). Do not call
+// its decision methods from outside a Policy.
+func (c *Core) State() *State { return &c.st }
+
+// Decisions returns the decisions queued since the last call and clears the
+// queue. The returned slice is valid until the next Step, which reuses its
+// storage (the launch path stays free of allocations).
+func (c *Core) Decisions() []Decision {
+	d := c.st.out
+	c.st.out = d[:0]
+	return d
+}
+
+// NextWake is the time of the EvTick the policy asked for, if any.
+func (c *Core) NextWake() (time.Duration, bool) { return c.st.wake, c.st.wake > 0 }
+
+// InFlight is the number of launches not yet completed.
+func (c *Core) InFlight() int { return len(c.st.flights) }
+
+// InFlightIDs lists the launches not yet completed, in launch order.
+func (c *Core) InFlightIDs() []LaunchID {
+	ids := make([]LaunchID, 0, len(c.st.flights))
+	for id := range c.st.flights {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Flight returns the launch decision of an in-flight launch.
+func (c *Core) Flight(id LaunchID) (Launch, bool) {
+	f, ok := c.st.flights[id]
+	if !ok {
+		return Launch{}, false
+	}
+	return f.l, true
+}
+
+// Quiescent reports whether nothing is in flight and no HP request waits.
+func (c *Core) Quiescent() bool { return len(c.st.flights) == 0 && c.st.hpBusy == 0 }
+
+// Describe summarises the state in one line (for errors and scripts).
+func (c *Core) Describe() string { return c.st.describe() }
+
+// Step feeds one event and runs the policy. Events should come in time
+// order; an event earlier than the core's clock is accepted (drivers poll
+// completions late) but does not move the clock back. An invalid event
+// returns an error wrapping ErrEvent and changes nothing the policy sees.
+func (c *Core) Step(ev Event) error {
+	s := &c.st
+	if err := c.apply(ev); err != nil {
+		return err
+	}
+	if s.wake != 0 && s.now >= s.wake {
+		s.wake = 0
+	}
+	c.policy.Schedule(s, s.now)
+	return nil
+}
+
+func (c *Core) apply(ev Event) error {
+	s := &c.st
+	if ev.Time < 0 {
+		return fmt.Errorf("%w: %s at negative time %v", ErrEvent, ev.Kind, ev.Time)
+	}
+	switch ev.Kind {
+	case EvArrive:
+		if ev.Client.Class != HP || ev.Client.Index < 0 || ev.Client.Index >= len(s.hp) {
+			return fmt.Errorf("%w: arrival for unknown HP client %s", ErrEvent, ev.Client)
+		}
+		s.advance(ev.Time)
+		hc := s.hp[ev.Client.Index]
+		if len(hc.reqs) == 0 {
+			s.hpBusy++
+		}
+		hc.reqs = append(hc.reqs, hpRequest{id: ev.Request, arrival: ev.Time})
+	case EvReady:
+		if ev.Client.Class != BE || ev.Client.Index < 0 || ev.Client.Index >= len(s.be) {
+			return fmt.Errorf("%w: ready for unknown BE client %s", ErrEvent, ev.Client)
+		}
+		s.advance(ev.Time)
+		if b := s.be[ev.Client.Index]; !b.ready {
+			b.ready = true
+			b.iterStart = ev.Time
+		}
+	case EvComplete:
+		f, ok := s.flights[ev.Launch]
+		if !ok {
+			return fmt.Errorf("%w: completion of L%d, which is not in flight", ErrEvent, ev.Launch)
+		}
+		if err := s.checkOrder(f); err != nil {
+			return err
+		}
+		if err := s.checkOutcome(f, ev.Outcome); err != nil {
+			return err
+		}
+		s.advance(ev.Time)
+		delete(s.flights, ev.Launch)
+		if f.l.Client.Class == HP {
+			s.completeHP(f, ev.Time)
+		}
+		if f.l.Client.Class == BE || f.l.Form == gpu.Padded {
+			s.completeBE(f, ev.Time, ev.Outcome)
+		}
+	case EvFlagObserved:
+		if ev.Client.Class != BE || ev.Client.Index < 0 || ev.Client.Index >= len(s.be) {
+			return fmt.Errorf("%w: flag observed for unknown BE client %s", ErrEvent, ev.Client)
+		}
+		s.advance(ev.Time)
+		for _, o := range s.be[ev.Client.Index].opens {
+			if o.rec.Observed == 0 {
+				o.rec.Observed = ev.Time
+			}
+		}
+	case EvTick:
+		s.advance(ev.Time)
+	case EvStop:
+		s.advance(ev.Time)
+		if !s.stopping {
+			s.stopping = true
+			for _, b := range s.be {
+				if !b.raised && b.PreemptibleInFlight() > 0 {
+					s.raise(b)
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("%w: unknown event kind %d", ErrEvent, ev.Kind)
+	}
+	return nil
+}
+
+func (s *State) advance(t time.Duration) {
+	if t > s.now {
+		s.now = t
+	}
+}
+
+// checkOrder refuses a completion that overtakes an earlier launch on the
+// same stream: streams run in order, so it means the driver is confused.
+func (s *State) checkOrder(f *flight) error {
+	var q []LaunchID
+	if f.l.Stream.Class == HP {
+		q = s.hp[f.l.Stream.Index].inflight
+	} else {
+		q = s.be[f.l.Stream.Index].inflight
+	}
+	if len(q) == 0 || q[0] != f.l.ID {
+		return fmt.Errorf("%w: L%d completed before earlier launches on stream %s (%v)", ErrEvent, f.l.ID, f.l.Stream, q)
+	}
+	return nil
+}
+
+func (s *State) checkOutcome(f *flight, o Outcome) error {
+	ok := false
+	switch f.l.Form {
+	case gpu.Plain:
+		ok = o == Finished
+	case gpu.Reset:
+		ok = o == Finished || o == Cut
+	case gpu.Resumable, gpu.Padded:
+		ok = o == Finished || o == Preempted
+	}
+	if !ok {
+		return fmt.Errorf("%w: L%d is a %s launch and cannot end %s", ErrEvent, f.l.ID, f.l.Form, o)
+	}
+	return nil
+}
+
+func (s *State) completeHP(f *flight, t time.Duration) {
+	c := s.hp[f.l.Client.Index]
+	c.inflight = c.inflight[1:]
+	r := &c.reqs[0]
+	r.done++
+	if r.done == len(c.prof.Kernels) {
+		s.emit(Decision{Kind: DecRequestDone, Request: RequestRecord{
+			Client: c.id, ID: r.id, Arrival: r.arrival, Start: r.start, End: t}})
+		s.stats.Requests++
+		c.reqs = c.reqs[1:]
+		c.launchReq--
+		if len(c.reqs) == 0 {
+			s.hpBusy--
+			if s.hpBusy == 0 {
+				s.hpIdleSince = t
+			}
+		}
+	}
+	// The next launch on the stream starts now; if it begins a request,
+	// that is the request's start.
+	if len(c.inflight) > 0 {
+		nf := s.flights[c.inflight[0]]
+		if nf.l.Kernel == 0 {
+			for i := range c.reqs {
+				if c.reqs[i].id == nf.req && !c.reqs[i].started {
+					c.reqs[i].start, c.reqs[i].started = t, true
+				}
+			}
+		}
+	}
+}
+
+func (s *State) completeBE(f *flight, t time.Duration, o Outcome) {
+	var b *BEClient
+	if f.l.Form == gpu.Padded {
+		b = s.be[f.l.Pad.Client.Index]
+	} else {
+		b = s.be[f.l.Client.Index]
+	}
+	b.inflight = slices.DeleteFunc(b.inflight, func(id LaunchID) bool { return id == f.l.ID })
+	// Close preemption records waiting for this launch.
+	b.opens = slices.DeleteFunc(b.opens, func(op *openPreemption) bool {
+		n := len(op.waiting)
+		op.waiting = slices.DeleteFunc(op.waiting, func(id LaunchID) bool { return id == f.l.ID })
+		if len(op.waiting) < n && t > op.rec.Stopped {
+			op.rec.Stopped = t
+		}
+		if len(op.waiting) == 0 {
+			if op.rec.Stopped < op.rec.Decided {
+				op.rec.Stopped = op.rec.Decided
+			}
+			s.emit(Decision{Kind: DecPreemptionDone, Client: b.id, Preemption: op.rec})
+			return true
+		}
+		return false
+	})
+	switch f.l.Form {
+	case gpu.Plain, gpu.Reset:
+		b.nOwn--
+		if f.l.Form == gpu.Reset {
+			b.nReset--
+		}
+		if f.gen != b.gen {
+			s.stats.Cuts++ // void: it ran after a cut kernel and must re-run
+			return
+		}
+		if o == Cut {
+			s.stats.Cuts++
+			b.gen++
+			b.issued = f.l.Kernel
+			return
+		}
+		s.finishBE(b, f.l.Kernel, t)
+	case gpu.Resumable:
+		b.nResume--
+		if o == Finished {
+			s.finishBE(b, f.l.Kernel, t)
+			return
+		}
+		s.stats.Preempted++
+		b.partial = true
+		b.issued = b.head
+	case gpu.Padded:
+		b.nPads--
+		if f.inst != b.inst {
+			return // the body finished in an earlier pad
+		}
+		if o == Finished {
+			s.finishBE(b, f.l.Pad.Kernel, t)
+			return
+		}
+		s.stats.Preempted++
+		b.partial = true
+	}
+}
+
+func (s *State) finishBE(b *BEClient, k int, t time.Duration) {
+	if k != b.head {
+		// Stream order makes this impossible; keep the books sane anyway.
+		return
+	}
+	d := b.prof.Kernels[k].Duration()
+	b.iterWork += d
+	s.stats.BEWork += d
+	s.stats.BEWorkByClient[b.id.Index] += d
+	s.stats.BEKernels++
+	b.head++
+	b.issued = max(b.issued, b.head)
+	b.inst++
+	b.started, b.partial = false, false
+	if b.head == len(b.prof.Kernels) {
+		s.emit(Decision{Kind: DecIterationDone, Client: b.id, Iteration: IterationRecord{
+			Client: b.id, N: b.iter, Start: b.iterStart, End: t, Work: b.iterWork}})
+		s.stats.Iterations++
+		b.iter++
+		b.iterStart, b.iterWork = t, 0
+		b.head, b.issued = 0, 0
+	}
+}

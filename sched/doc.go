@@ -1,0 +1,43 @@
+// Package sched is atoll's scheduler: a pure state machine (Core) that
+// policies plug into, and a driver (Run) that feeds it from a gpu.Device.
+//
+// # Core
+//
+// Core works like etcd raft's RawNode: Step feeds one Event (an HP request
+// arrived, a BE client is ready, a launch completed — finished, preempted
+// with progress saved, or cut — the device saw a flag, time passed, the run
+// stops); the core updates its books and runs the Policy, whose decisions
+// queue up; Decisions hands them out (launch L on a stream in a form,
+// raise or lower a BE client's flag, reset a BE client's progress counter,
+// and records: request done, iteration done, preemption done). NextWake says
+// when the policy wants an EvTick. The core has no goroutines, clocks or
+// I/O, so every policy is testable to the nanosecond with scripts
+// (package sched/schedtest, testdata/*.txt in each policy package).
+//
+// Clients are HP (open loop: each request runs the client's profile kernel
+// sequence once; requests of one client run in order) or BE (closed loop:
+// iterations of its kernel sequence back to back). State keeps, per BE
+// client, the head kernel (first unfinished), the next kernel to launch,
+// the instance of the head's body (for resumable progress and pads) and a
+// generation number (a cut voids every later launch of the client, which
+// then re-runs from the cut kernel). Its decision methods refuse what the
+// forms make illegal: a Reset or Resumable launch under a raised flag, two
+// bodies sharing one progress counter, a kernel with saved progress in a
+// form that would restart it.
+//
+// # Driver
+//
+// Run makes one stream per client with the policy's StreamPlan (priorities
+// clamped to the device's range; a separate gpu.Context per class when the
+// plan asks), a flag HostWord and a progress counter per BE client, a done
+// HostWord per resumable or padded launch, binds each launch decision to a
+// gpu.Launch through a Binder (ProfileBinder for gpu/sim), records an event
+// after it, and loops: poll events → feed completions and due arrivals in
+// time order → tick → Wait until the next arrival, wake or completion. A
+// Reset launch counts as cut when its flag was raised before it completed;
+// a Resumable or padded launch as finished when its done word is 1.
+//
+// One goroutine owns a Core and the Device under Run. This package must
+// never start goroutines, read the wall clock or touch hardware except
+// through the gpu.Device it is given.
+package sched

@@ -1,0 +1,543 @@
+package sched
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"atoll/gpu"
+	"atoll/profiles"
+)
+
+// Workload is what Run serves.
+type Workload struct {
+	HP []HPWorkload
+	BE []BEWorkload
+}
+
+// HPWorkload is one open-loop HP client: each arrival is a request that runs
+// the profile's kernel sequence once.
+type HPWorkload struct {
+	Name     string
+	Profile  *profiles.Profile
+	Arrivals []time.Duration // device-clock times, ascending
+}
+
+// BEWorkload is one closed-loop BE client: from Start it runs iterations of
+// the profile's kernel sequence back to back until the run ends.
+type BEWorkload struct {
+	Name    string
+	Profile *profiles.Profile
+	Start   time.Duration
+}
+
+// Options control Run.
+type Options struct {
+	Policy Policy
+	// Duration: HP arrivals at or after it are not admitted and BE stops
+	// at it; Run then drains the HP requests admitted.
+	Duration time.Duration
+	// Warmup: requests arriving, iterations starting, preemptions decided
+	// and BE work completed before it are left out of the Trace.
+	Warmup time.Duration
+	// Binder makes launches; nil means NewProfileBinder (gpu/sim).
+	Binder Binder
+	// Stall is how long (device time) launches may be in flight with none
+	// completing before Run gives up (default 10 s).
+	Stall time.Duration
+	// Drain is how long after Duration the run may take to drain
+	// (default 60 s).
+	Drain time.Duration
+	// OnDecision, when set, sees every decision as the driver applies it
+	// (a decision log for debugging and reports). It must not block.
+	OnDecision func(Decision)
+}
+
+// Trace is what a run measured. Times are on the device clock.
+type Trace struct {
+	Policy           string
+	Device           string
+	Warmup, Duration time.Duration
+	End              time.Duration // when the run drained
+	Requests         []RequestRecord
+	Iterations       []IterationRecord
+	// BEWork is the profiled solo duration of the BE kernels completed in
+	// [Warmup, Duration) (a kernel re-run after a cut counts once).
+	BEWork         time.Duration
+	BEWorkByClient []time.Duration
+	Preemptions    []PreemptionRecord
+	Launches       int // all launches of the run
+	PaddedLaunches int
+	Stats          Stats // the core's counters over the whole run
+}
+
+// Window is the measured interval, Duration − Warmup.
+func (t *Trace) Window() time.Duration { return t.Duration - t.Warmup }
+
+// Run serves w on dev under opt.Policy and returns what it measured. It
+// owns dev for the call (one goroutine). It returns an error wrapping
+// ErrConfig for a bad workload or options, ErrDevice when a device call
+// fails (the message names the call), ErrStuck when no progress is
+// possible, ErrEvent when the device's events contradict the core, or
+// ctx.Err() when ctx is done.
+func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, error) {
+	d, err := newDriver(dev, w, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer d.release()
+	if err := d.loop(ctx); err != nil {
+		return nil, err
+	}
+	return d.trace, nil
+}
+
+type dflight struct {
+	l        Launch
+	stream   gpu.Stream
+	ev       gpu.Event
+	done     gpu.HostWord // Resumable, Padded: this launch's done word
+	raisedAt time.Duration
+}
+
+type driver struct {
+	dev     gpu.Device
+	core    *Core
+	opt     Options
+	binder  Binder
+	hpS     []gpu.Stream
+	beS     []gpu.Stream
+	flags   []gpu.HostWord
+	ctrs    []gpu.Ptr
+	zero    gpu.HostWord
+	words   []gpu.HostWord // free done words
+	events  []gpu.Event    // free events
+	allEv   []gpu.Event
+	flights map[LaunchID]*dflight
+	order   []LaunchID // launches in flight, in launch order (deterministic polling)
+	inputs  []Event
+	next    int
+	stopped bool
+	snapA   []time.Duration
+	haveA   bool
+	trace   *Trace
+	comps   []Event
+}
+
+func devErr(call string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrDevice, call, err)
+}
+
+func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("%w: nil device; open gpu/sim or gpu/cuda", ErrConfig)
+	}
+	if opt.Duration <= 0 || opt.Warmup < 0 || opt.Warmup >= opt.Duration {
+		return nil, fmt.Errorf("%w: duration %v, warm-up %v (want 0 <= warm-up < duration)", ErrConfig, opt.Duration, opt.Warmup)
+	}
+	if opt.Stall <= 0 {
+		opt.Stall = 10 * time.Second
+	}
+	if opt.Drain <= 0 {
+		opt.Drain = 60 * time.Second
+	}
+	cfg := Config{Spec: dev.Info().Spec, Policy: opt.Policy}
+	for i, c := range w.HP {
+		if !slices.IsSorted(c.Arrivals) {
+			return nil, fmt.Errorf("%w: HP client %d (%s): arrivals are not in ascending order", ErrConfig, i, c.Name)
+		}
+		cfg.HP = append(cfg.HP, c.Profile)
+	}
+	for _, c := range w.BE {
+		cfg.BE = append(cfg.BE, c.Profile)
+	}
+	core, err := NewCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &driver{dev: dev, core: core, opt: opt, binder: opt.Binder, flights: map[LaunchID]*dflight{}}
+	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
+		BEWorkByClient: make([]time.Duration, len(w.BE))}
+	if d.binder == nil {
+		if d.binder, err = NewProfileBinder(dev, w); err != nil {
+			return nil, err
+		}
+	}
+	// Streams per the policy's plan.
+	plan := opt.Policy.Streams()
+	prio := dev.Info().Priorities
+	level := func(p Priority) int {
+		if p == PriorityGreatest {
+			return prio.Clamp(prio.Greatest)
+		}
+		return prio.Clamp(prio.Least)
+	}
+	ctxs := map[bool]gpu.Context{}
+	ctxFor := func(own bool, class Class) (gpu.Context, error) {
+		if !own {
+			return 0, nil
+		}
+		key := class == BE
+		if c, ok := ctxs[key]; ok {
+			return c, nil
+		}
+		c, err := dev.NewContext()
+		if err != nil {
+			return 0, devErr("NewContext", err)
+		}
+		ctxs[key] = c
+		return c, nil
+	}
+	for i := range w.HP {
+		cx, err := ctxFor(plan.HP.OwnContext, HP)
+		if err != nil {
+			return nil, err
+		}
+		s, err := dev.NewStream(gpu.StreamOptions{Priority: level(plan.HP.Priority), Context: cx})
+		if err != nil {
+			return nil, devErr(fmt.Sprintf("NewStream for HP client %d", i), err)
+		}
+		d.hpS = append(d.hpS, s)
+	}
+	for i := range w.BE {
+		cx, err := ctxFor(plan.BE.OwnContext, BE)
+		if err != nil {
+			return nil, err
+		}
+		s, err := dev.NewStream(gpu.StreamOptions{Priority: level(plan.BE.Priority), Context: cx})
+		if err != nil {
+			return nil, devErr(fmt.Sprintf("NewStream for BE client %d", i), err)
+		}
+		d.beS = append(d.beS, s)
+	}
+	words, err := dev.NewHostWords(1 + len(w.BE))
+	if err != nil {
+		return nil, devErr("NewHostWords (flags)", err)
+	}
+	if len(words) != 1+len(w.BE) {
+		return nil, fmt.Errorf("%w: NewHostWords(%d) returned %d words", ErrDevice, 1+len(w.BE), len(words))
+	}
+	d.zero, d.flags = words[0], words[1:]
+	dev.Store(d.zero, 0)
+	for i := range w.BE {
+		dev.Store(d.flags[i], 0)
+		p, err := dev.Alloc(4)
+		if err != nil {
+			return nil, devErr(fmt.Sprintf("Alloc (progress counter of BE client %d)", i), err)
+		}
+		d.ctrs = append(d.ctrs, p)
+	}
+	// Timed inputs: arrivals before Duration, BE starts, the stop.
+	for i, c := range w.HP {
+		for j, a := range c.Arrivals {
+			if a >= opt.Duration {
+				break
+			}
+			d.inputs = append(d.inputs, Event{Kind: EvArrive, Time: max(a, 0), Client: HPClientID(i), Request: j})
+		}
+	}
+	for i, c := range w.BE {
+		if c.Start < opt.Duration {
+			d.inputs = append(d.inputs, Event{Kind: EvReady, Time: max(c.Start, 0), Client: BEClientID(i)})
+		}
+	}
+	d.inputs = append(d.inputs, Event{Kind: EvStop, Time: opt.Duration})
+	slices.SortStableFunc(d.inputs, func(a, b Event) int { return cmp.Compare(a.Time, b.Time) })
+	return d, nil
+}
+
+// release frees what the run made; errors here cannot change the result.
+func (d *driver) release() {
+	for _, e := range d.allEv {
+		_ = d.dev.DestroyEvent(e)
+	}
+	for _, p := range d.ctrs {
+		_ = d.dev.Free(p)
+	}
+	for _, s := range append(slices.Clone(d.hpS), d.beS...) {
+		_ = d.dev.DestroyStream(s)
+	}
+}
+
+func (d *driver) stream(c ClientID) gpu.Stream {
+	if c.Class == HP {
+		return d.hpS[c.Index]
+	}
+	return d.beS[c.Index]
+}
+
+func (d *driver) doneWord() (gpu.HostWord, error) {
+	if len(d.words) == 0 {
+		ws, err := d.dev.NewHostWords(16)
+		if err != nil {
+			return gpu.HostWord{}, devErr("NewHostWords (done words)", err)
+		}
+		d.words = append(d.words, ws...)
+	}
+	if len(d.words) == 0 {
+		return gpu.HostWord{}, fmt.Errorf("%w: NewHostWords(16) returned no words", ErrDevice)
+	}
+	w := d.words[len(d.words)-1]
+	d.words = d.words[:len(d.words)-1]
+	d.dev.Store(w, 0)
+	return w, nil
+}
+
+func (d *driver) event() (gpu.Event, error) {
+	if n := len(d.events); n > 0 {
+		e := d.events[n-1]
+		d.events = d.events[:n-1]
+		return e, nil
+	}
+	e, err := d.dev.NewEvent()
+	if err != nil {
+		return 0, devErr("NewEvent", err)
+	}
+	d.allEv = append(d.allEv, e)
+	return e, nil
+}
+
+func (d *driver) loop(ctx context.Context) error {
+	lastProgress := d.dev.Now()
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("sched: run stopped at %s: %w", us(d.dev.Now()), err)
+		}
+		now := d.dev.Now()
+		n, err := d.poll()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			lastProgress = now
+		}
+		// Feed completions and due inputs in time order (completions
+		// first on ties: they happened before we saw the arrival).
+		ci := 0
+		for ci < len(d.comps) || (d.next < len(d.inputs) && d.inputs[d.next].Time <= now) {
+			var ev Event
+			if ci < len(d.comps) && (d.next >= len(d.inputs) || d.inputs[d.next].Time > now || d.comps[ci].Time <= d.inputs[d.next].Time) {
+				ev = d.comps[ci]
+				ci++
+			} else {
+				ev = d.inputs[d.next]
+				d.next++
+				lastProgress = now
+			}
+			if err := d.feed(ev); err != nil {
+				return err
+			}
+		}
+		if w, ok := d.core.NextWake(); ok && w <= now {
+			if err := d.feed(Event{Kind: EvTick, Time: now}); err != nil {
+				return err
+			}
+		}
+		if d.stopped && d.core.Quiescent() {
+			d.trace.End = now
+			d.trace.Stats = d.core.State().Stats()
+			return nil
+		}
+		// What to wait for.
+		until := time.Duration(-1)
+		if d.next < len(d.inputs) {
+			until = d.inputs[d.next].Time
+		}
+		if w, ok := d.core.NextWake(); ok && (until < 0 || w < until) {
+			until = w
+		}
+		if d.core.InFlight() == 0 {
+			if until < 0 {
+				return fmt.Errorf("%w: nothing in flight and nothing to wait for, but work remains: %s", ErrStuck, d.core.Describe())
+			}
+		} else {
+			if now-lastProgress > d.opt.Stall {
+				return fmt.Errorf("%w: %d launches in flight and none completed in %v: %s", ErrStuck, d.core.InFlight(), d.opt.Stall, d.core.Describe())
+			}
+			if until < 0 || until > now+d.opt.Stall {
+				until = now + d.opt.Stall
+			}
+		}
+		if d.stopped && now > d.opt.Duration+d.opt.Drain {
+			return fmt.Errorf("%w: not drained %v after the run ended: %s", ErrStuck, d.opt.Drain, d.core.Describe())
+		}
+		if until > now {
+			if err := d.dev.Wait(ctx, until); err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("sched: run stopped at %s: %w", us(d.dev.Now()), ctx.Err())
+				}
+				return devErr("Wait", err)
+			}
+			if d.dev.Now() < now {
+				return fmt.Errorf("%w: device clock went back from %v to %v", ErrDevice, now, d.dev.Now())
+			}
+		}
+	}
+}
+
+// poll collects the completed launches into d.comps, in time order.
+func (d *driver) poll() (int, error) {
+	d.comps = d.comps[:0]
+	for _, id := range d.order {
+		f := d.flights[id]
+		ok, err := d.dev.Query(f.ev)
+		if err != nil {
+			return 0, devErr(fmt.Sprintf("Query (event of L%d %s k%d)", id, f.l.Client, f.l.Kernel), err)
+		}
+		if !ok {
+			continue
+		}
+		t, err := d.dev.Time(f.ev)
+		if err != nil {
+			return 0, devErr(fmt.Sprintf("Time (event of L%d)", id), err)
+		}
+		ev := Event{Kind: EvComplete, Time: t, Launch: id}
+		switch f.l.Form {
+		case gpu.Reset:
+			if f.raisedAt >= 0 && t > f.raisedAt {
+				ev.Outcome = Cut
+			}
+		case gpu.Resumable, gpu.Padded:
+			if d.dev.Load(f.done) != 1 {
+				ev.Outcome = Preempted
+			}
+		}
+		d.comps = append(d.comps, ev)
+	}
+	slices.SortFunc(d.comps, func(a, b Event) int {
+		if c := cmp.Compare(a.Time, b.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Launch, b.Launch)
+	})
+	for _, c := range d.comps {
+		f := d.flights[c.Launch]
+		if f.done.Valid() {
+			d.words = append(d.words, f.done)
+		}
+		d.events = append(d.events, f.ev)
+		delete(d.flights, c.Launch)
+	}
+	if len(d.comps) > 0 {
+		d.order = slices.DeleteFunc(d.order, func(id LaunchID) bool { _, ok := d.flights[id]; return !ok })
+	}
+	return len(d.comps), nil
+}
+
+func (d *driver) feed(ev Event) error {
+	if !d.haveA && ev.Time >= d.opt.Warmup {
+		d.snapA, d.haveA = d.core.State().Stats().BEWorkByClient, true
+	}
+	if ev.Kind == EvStop {
+		if !d.haveA {
+			d.snapA, d.haveA = d.core.State().Stats().BEWorkByClient, true
+		}
+		b := d.core.State().Stats().BEWorkByClient
+		for i := range b {
+			d.trace.BEWorkByClient[i] = b[i] - d.snapA[i]
+			d.trace.BEWork += d.trace.BEWorkByClient[i]
+		}
+		d.stopped = true
+	}
+	if err := d.core.Step(ev); err != nil {
+		return fmt.Errorf("sched: %s at %s: %w", ev.Kind, us(ev.Time), err)
+	}
+	for _, dec := range d.core.Decisions() {
+		if err := d.apply(dec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *driver) apply(dec Decision) error {
+	if d.opt.OnDecision != nil {
+		d.opt.OnDecision(dec)
+	}
+	switch dec.Kind {
+	case DecLaunch:
+		return d.launch(dec.Launch)
+	case DecRaise, DecLower:
+		v := uint32(0)
+		if dec.Kind == DecRaise {
+			v = 1
+			now := d.dev.Now()
+			for _, id := range d.order {
+				if f := d.flights[id]; f.l.Client == dec.Client && f.l.Form == gpu.Reset && f.raisedAt < 0 {
+					f.raisedAt = now
+				}
+			}
+		}
+		d.dev.Store(d.flags[dec.Client.Index], v)
+	case DecResetProgress:
+		if err := d.dev.Memset32(d.stream(dec.Stream), d.ctrs[dec.Client.Index], 0, 1); err != nil {
+			return devErr(fmt.Sprintf("Memset32 (progress counter of %s)", dec.Client), err)
+		}
+	case DecRequestDone:
+		if r := dec.Request; r.Arrival >= d.opt.Warmup {
+			d.trace.Requests = append(d.trace.Requests, r)
+		}
+	case DecIterationDone:
+		if it := dec.Iteration; it.Start >= d.opt.Warmup && it.End <= d.opt.Duration {
+			d.trace.Iterations = append(d.trace.Iterations, it)
+		}
+	case DecPreemptionDone:
+		if p := dec.Preemption; p.Decided >= d.opt.Warmup && p.Decided < d.opt.Duration {
+			d.trace.Preemptions = append(d.trace.Preemptions, p)
+		}
+	}
+	return nil
+}
+
+func (d *driver) launch(l Launch) error {
+	what := fmt.Sprintf("L%d %s k%d %s", l.ID, l.Client, l.Kernel, l.Form)
+	bound, err := d.binder.Bind(l.Client, l.Kernel, l.Form)
+	if err != nil {
+		return fmt.Errorf("sched: bind %s: %w", what, err)
+	}
+	gl := *bound
+	gl.Form = l.Form
+	f := &dflight{l: l, stream: d.stream(l.Stream), raisedAt: -1}
+	switch l.Form {
+	case gpu.Reset:
+		gl.Flag = d.flags[l.Client.Index]
+	case gpu.Resumable:
+		if f.done, err = d.doneWord(); err != nil {
+			return err
+		}
+		gl.Flag, gl.Counter, gl.Done = d.flags[l.Client.Index], d.ctrs[l.Client.Index], f.done
+	case gpu.Padded:
+		pb, err := d.binder.Bind(l.Pad.Client, l.Pad.Kernel, gpu.Resumable)
+		if err != nil {
+			return fmt.Errorf("sched: bind pad of %s: %w", what, err)
+		}
+		pad := *pb
+		if f.done, err = d.doneWord(); err != nil {
+			return err
+		}
+		pad.Grid = gpu.D1(l.Pad.Blocks)
+		pad.Flag, pad.Counter, pad.Done = d.zero, d.ctrs[l.Pad.Client.Index], f.done
+		gl.Pad = &pad
+	}
+	if err := d.dev.Launch(f.stream, &gl); err != nil {
+		if f.done.Valid() {
+			d.words = append(d.words, f.done)
+		}
+		return devErr("Launch "+what, err)
+	}
+	if f.ev, err = d.event(); err != nil {
+		return err
+	}
+	if err := d.dev.Record(f.ev, f.stream); err != nil {
+		return devErr("Record (after "+what+")", err)
+	}
+	d.flights[l.ID] = f
+	d.order = append(d.order, l.ID)
+	d.trace.Launches++
+	if l.Form == gpu.Padded {
+		d.trace.PaddedLaunches++
+	}
+	return nil
+}

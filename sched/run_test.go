@@ -1,0 +1,128 @@
+package sched_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"atoll/policies"
+	"atoll/profiles"
+	"atoll/sched"
+)
+
+// lazy never launches anything: Run must notice it is stuck.
+type lazy struct{}
+
+func (lazy) Name() string                         { return "lazy" }
+func (lazy) Streams() sched.StreamPlan            { return sched.PriorityPlan }
+func (lazy) Start(*sched.State) error             { return nil }
+func (lazy) Schedule(*sched.State, time.Duration) {}
+
+func TestRunStuck(t *testing.T) {
+	w := smallWorkload(t, time.Millisecond, 3*time.Millisecond)
+	_, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: lazy{}, Duration: 3 * time.Millisecond})
+	if !errors.Is(err, sched.ErrStuck) {
+		t.Fatalf("got %v, want ErrStuck", err)
+	}
+	if !strings.Contains(err.Error(), "hp0: 3 requests") {
+		t.Errorf("error %q does not describe the stuck state", err)
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	w := smallWorkload(t, time.Millisecond, 3*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	pol, _ := policies.ByName("atoll")
+	_, err := sched.Run(ctx, newSim(t), w, sched.Options{Policy: pol, Duration: 3 * time.Millisecond})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	pol, _ := policies.ByName("priority")
+	good := smallWorkload(t, time.Millisecond, 3*time.Millisecond)
+	unsorted := smallWorkload(t, time.Millisecond, 3*time.Millisecond)
+	unsorted.HP[0].Arrivals = []time.Duration{2 * time.Millisecond, time.Millisecond}
+	empty := smallWorkload(t, time.Millisecond, 3*time.Millisecond)
+	empty.BE[0].Profile = &profiles.Profile{Model: "empty"}
+	zeroDur := smallWorkload(t, time.Millisecond, 3*time.Millisecond)
+	zp := *zeroDur.HP[0].Profile
+	zp.Kernels = append([]profiles.Kernel(nil), zp.Kernels...)
+	zp.Kernels[1].DurationUs = 0
+	zeroDur.HP[0].Profile = &zp
+	for _, c := range []struct {
+		name string
+		w    sched.Workload
+		opt  sched.Options
+		want string
+	}{
+		{"no policy", good, sched.Options{Duration: time.Millisecond}, "no policy"},
+		{"no duration", good, sched.Options{Policy: pol}, "duration"},
+		{"warm-up past the end", good, sched.Options{Policy: pol, Duration: time.Millisecond, Warmup: 2 * time.Millisecond}, "warm-up"},
+		{"unsorted arrivals", unsorted, sched.Options{Policy: pol, Duration: time.Millisecond}, "ascending"},
+		{"empty profile", empty, sched.Options{Policy: pol, Duration: time.Millisecond}, "no kernels"},
+		{"zero duration kernel", zeroDur, sched.Options{Policy: pol, Duration: time.Millisecond}, "durationUs"},
+		{"no clients", sched.Workload{}, sched.Options{Policy: pol, Duration: time.Millisecond}, "no clients"},
+	} {
+		_, err := sched.Run(context.Background(), newSim(t), c.w, c.opt)
+		if !errors.Is(err, sched.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want ErrConfig mentioning %q", c.name, err, c.want)
+		}
+	}
+	if _, err := sched.Run(context.Background(), nil, good, sched.Options{Policy: pol, Duration: time.Millisecond}); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("nil device: got %v, want ErrConfig", err)
+	}
+}
+
+// TestRunDeterministic: the simulator is deterministic, so two runs give the
+// same trace.
+func TestRunDeterministic(t *testing.T) {
+	w := smallWorkload(t, 900*time.Microsecond, 10*time.Millisecond)
+	var lat [2][]time.Duration
+	var work [2]time.Duration
+	for i := range 2 {
+		pol, _ := policies.ByName("atoll")
+		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tr.Requests {
+			lat[i] = append(lat[i], r.Latency())
+		}
+		work[i] = tr.BEWork
+	}
+	if work[0] != work[1] || len(lat[0]) != len(lat[1]) {
+		t.Fatalf("runs differ: work %v vs %v, %d vs %d requests", work[0], work[1], len(lat[0]), len(lat[1]))
+	}
+	for i := range lat[0] {
+		if lat[0][i] != lat[1][i] {
+			t.Fatalf("request %d: %v vs %v", i, lat[0][i], lat[1][i])
+		}
+	}
+}
+
+// TestRunDecisionLog: OnDecision sees every launch; the trace counts them.
+func TestRunDecisionLog(t *testing.T) {
+	w := smallWorkload(t, time.Millisecond, 5*time.Millisecond)
+	pol, _ := policies.ByName("reef")
+	launches, padded := 0, 0
+	tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: 5 * time.Millisecond,
+		OnDecision: func(d sched.Decision) {
+			if d.Kind == sched.DecLaunch {
+				launches++
+				if d.Launch.Pad.Blocks > 0 {
+					padded++
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if launches != tr.Launches || padded != tr.PaddedLaunches || launches == 0 {
+		t.Errorf("log saw %d launches (%d padded), trace says %d (%d)", launches, padded, tr.Launches, tr.PaddedLaunches)
+	}
+}

@@ -1,0 +1,438 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"atoll/gpu"
+	"atoll/profiles"
+)
+
+// State is the scheduler's bookkeeping, handed to Policy.Schedule. Its
+// methods make decisions (they append to the core's output) and keep the
+// books consistent, so policies stay short: a policy says what to launch,
+// the State checks it is legal (stream order, one resumable instance per
+// client, no reset launch under a raised flag) and refuses it otherwise.
+//
+// State is owned by the Core; policies must not keep it past Schedule.
+type State struct {
+	spec        gpu.Spec
+	now         time.Duration
+	hp          []*HPClient
+	be          []*BEClient
+	flights     map[LaunchID]*flight
+	nextID      LaunchID
+	out         []Decision
+	wake        time.Duration
+	stopping    bool
+	hpBusy      int
+	hpIdleSince time.Duration
+	stats       Stats
+}
+
+type flight struct {
+	l    Launch
+	at   time.Duration
+	req  int // HP: request id of the HP body
+	gen  int // BE own-stream launches: the client's generation at launch
+	inst int // BE resumable/pad: the body instance
+}
+
+// Stats are the core's running counters.
+type Stats struct {
+	Launches       int // every launch decision
+	HPLaunches     int // HP kernels launched (padded ones included)
+	BELaunches     int // BE launches on BE streams
+	PaddedLaunches int
+	Cuts           int // reset launches cut (and launches discarded after them)
+	Preempted      int // resumable or pad bodies that exited unfinished
+	Preemptions    int // flags raised by policies
+	Requests       int // HP requests finished
+	Iterations     int // BE iterations finished
+	BEKernels      int // BE kernels finished (each counted once)
+	BEWork         time.Duration
+	BEWorkByClient []time.Duration
+}
+
+// HPClient is one HP client's state: requests arrived and not finished, in
+// arrival order, and its launches in flight (on its stream, in order).
+type HPClient struct {
+	id        ClientID
+	prof      *profiles.Profile
+	reqs      []hpRequest
+	launchReq int // index in reqs of the request whose kernels are being launched
+	launchK   int // next kernel of that request
+	inflight  []LaunchID
+}
+
+type hpRequest struct {
+	id      int
+	arrival time.Duration
+	start   time.Duration
+	started bool
+	done    int // kernels completed
+}
+
+// ID is the client's id.
+func (c *HPClient) ID() ClientID { return c.id }
+
+// Profile is the client's kernel sequence.
+func (c *HPClient) Profile() *profiles.Profile { return c.prof }
+
+// Busy reports whether a request has arrived and not finished.
+func (c *HPClient) Busy() bool { return len(c.reqs) > 0 }
+
+// Requests is the number of requests arrived and not finished.
+func (c *HPClient) Requests() int { return len(c.reqs) }
+
+// InFlight is the number of the client's launches not yet completed.
+func (c *HPClient) InFlight() int { return len(c.inflight) }
+
+// Next is the next HP kernel to launch and its index, or nil.
+func (c *HPClient) Next() (*profiles.Kernel, int) {
+	if c.launchReq >= len(c.reqs) {
+		return nil, -1
+	}
+	return &c.prof.Kernels[c.launchK], c.launchK
+}
+
+// BEClient is one BE client's state: where it is in its iteration, its
+// flag, and its launches in flight.
+type BEClient struct {
+	id        ClientID
+	prof      *profiles.Profile
+	ready     bool
+	iter      int
+	iterStart time.Duration
+	iterWork  time.Duration
+	head      int // first kernel of the iteration not yet finished
+	issued    int // next kernel to launch on the client's own stream (>= head)
+	gen       int // bumped by a cut: launches of older generations are void
+	inst      int // instance number of the head kernel's body
+	started   bool
+	partial   bool
+	raised    bool
+	inflight  []LaunchID
+	nOwn      int // Plain/Reset launches in flight on its stream
+	nReset    int // Reset launches in flight
+	nResume   int // Resumable launches in flight (at most one)
+	nPads     int // pads in flight (all on padStream)
+	padStream ClientID
+	opens     []*openPreemption
+}
+
+type openPreemption struct {
+	rec     PreemptionRecord
+	waiting []LaunchID
+}
+
+// ID is the client's id.
+func (b *BEClient) ID() ClientID { return b.id }
+
+// Profile is the client's kernel sequence (one iteration).
+func (b *BEClient) Profile() *profiles.Profile { return b.prof }
+
+// Ready reports whether the client has started its loop.
+func (b *BEClient) Ready() bool { return b.ready }
+
+// Raised reports whether its preemption flag is raised.
+func (b *BEClient) Raised() bool { return b.raised }
+
+// InFlight is the number of its launches not yet completed (pads included).
+func (b *BEClient) InFlight() int { return len(b.inflight) }
+
+// OwnInFlight is the number of its Plain/Reset launches in flight.
+func (b *BEClient) OwnInFlight() int { return b.nOwn }
+
+// PreemptibleInFlight is the number of its launches in flight that a
+// raised flag stops (Reset and Resumable; Plain launches and pads ignore
+// it).
+func (b *BEClient) PreemptibleInFlight() int { return b.nReset + b.nResume }
+
+// ResumableInFlight reports whether a Resumable launch of it is in flight.
+func (b *BEClient) ResumableInFlight() bool { return b.nResume > 0 }
+
+// PadsInFlight is the number of padded launches carrying its body.
+func (b *BEClient) PadsInFlight() int { return b.nPads }
+
+// Head is the first kernel of the iteration not yet finished, and its index.
+func (b *BEClient) Head() (*profiles.Kernel, int) { return &b.prof.Kernels[b.head], b.head }
+
+// Next is the kernel the next own-stream launch would run, and its index,
+// or nil when the rest of the iteration is already in flight.
+func (b *BEClient) Next() (*profiles.Kernel, int) {
+	if b.issued >= len(b.prof.Kernels) {
+		return nil, -1
+	}
+	return &b.prof.Kernels[b.issued], b.issued
+}
+
+// Partial reports whether the head kernel has progress saved by a
+// resumable or padded launch that exited unfinished. Such a kernel can
+// only continue in Resumable form (or in a pad).
+func (b *BEClient) Partial() bool { return b.partial }
+
+// Iteration is the number of the iteration under way.
+func (b *BEClient) Iteration() int { return b.iter }
+
+// Spec is the device's description.
+func (s *State) Spec() gpu.Spec { return s.spec }
+
+// Now is the core's clock: the latest event time seen.
+func (s *State) Now() time.Duration { return s.now }
+
+// HP and BE list the clients, in Workload order.
+func (s *State) HP() []*HPClient { return s.hp }
+func (s *State) BE() []*BEClient { return s.be }
+
+// Stopping reports whether the run has ended for BE work.
+func (s *State) Stopping() bool { return s.stopping }
+
+// HPBusy reports whether any HP request is in flight (arrived, unfinished).
+func (s *State) HPBusy() bool { return s.hpBusy > 0 }
+
+// HPIdleSince is when the last HP request finished (meaningful when
+// !HPBusy; zero before any).
+func (s *State) HPIdleSince() time.Duration { return s.hpIdleSince }
+
+// RunningHP is the HP kernel the device runs now: the oldest HP launch in
+// flight over all HP clients (ties: first client), or nil.
+func (s *State) RunningHP() *profiles.Kernel {
+	var best *flight
+	for _, c := range s.hp {
+		if len(c.inflight) == 0 {
+			continue
+		}
+		f := s.flights[c.inflight[0]]
+		if best == nil || f.at < best.at {
+			best = f
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return &s.hp[best.l.Client.Index].prof.Kernels[best.l.Kernel]
+}
+
+// Stats are the running counters.
+func (s *State) Stats() Stats {
+	st := s.stats
+	st.BEWorkByClient = slices.Clone(s.stats.BEWorkByClient)
+	return st
+}
+
+// WakeAt asks for an EvTick at t (the earliest requested wins). Requests at
+// or before now are ignored. A wake is forgotten once reached: a policy
+// that still needs one asks again.
+func (s *State) WakeAt(t time.Duration) {
+	if t > s.now && (s.wake == 0 || t < s.wake) {
+		s.wake = t
+	}
+}
+
+func (s *State) emit(d Decision) {
+	d.Time = s.now
+	s.out = append(s.out, d)
+}
+
+func (s *State) newLaunch(l Launch, f flight) LaunchID {
+	s.nextID++
+	l.ID = s.nextID
+	f.l = l
+	f.at = s.now
+	s.flights[l.ID] = &f
+	s.stats.Launches++
+	s.emit(Decision{Kind: DecLaunch, Launch: l})
+	return l.ID
+}
+
+// LaunchHP launches c's next kernel in Plain form on its stream. It returns
+// false when c has nothing to launch.
+func (s *State) LaunchHP(c *HPClient) (LaunchID, bool) {
+	k, ki := c.Next()
+	if k == nil {
+		return 0, false
+	}
+	id := s.launchHP(c, ki, Launch{Client: c.id, Kernel: ki, Stream: c.id, Form: gpu.Plain})
+	return id, true
+}
+
+func (s *State) launchHP(c *HPClient, ki int, l Launch) LaunchID {
+	r := &c.reqs[c.launchReq]
+	if ki == 0 && len(c.inflight) == 0 {
+		r.start, r.started = s.now, true
+	}
+	id := s.newLaunch(l, flight{req: r.id})
+	c.inflight = append(c.inflight, id)
+	s.stats.HPLaunches++
+	c.launchK++
+	if c.launchK == len(c.prof.Kernels) {
+		c.launchReq++
+		c.launchK = 0
+	}
+	return id
+}
+
+// CanPad reports whether b's head kernel may fill a padded launch on c's
+// stream now: b is running, and all its launches in flight are pads on
+// c's stream (pads of one stream run in order, so they may continue the
+// same body instance one after another).
+func (s *State) CanPad(c *HPClient, b *BEClient) bool {
+	if !b.ready || s.stopping || b.nOwn > 0 || b.nResume > 0 {
+		return false
+	}
+	if b.nPads > 0 && b.padStream != c.id {
+		return false
+	}
+	k, _ := c.Next()
+	return k != nil
+}
+
+// PadHP launches c's next kernel as a Padded launch whose remaining block
+// slots run b's head kernel (blocks worker blocks, Resumable semantics). It
+// returns false when CanPad is false or blocks < 1.
+func (s *State) PadHP(c *HPClient, b *BEClient, blocks int) (LaunchID, bool) {
+	if blocks < 1 || !s.CanPad(c, b) {
+		return 0, false
+	}
+	_, ki := c.Next()
+	if !b.started {
+		s.emit(Decision{Kind: DecResetProgress, Client: b.id, Stream: c.id})
+		b.started = true
+	}
+	id := s.launchHP(c, ki, Launch{Client: c.id, Kernel: ki, Stream: c.id, Form: gpu.Padded,
+		Pad: Pad{Client: b.id, Kernel: b.head, Blocks: blocks}})
+	s.flights[id].inst = b.inst
+	b.inflight = append(b.inflight, id)
+	b.nPads++
+	b.padStream = c.id
+	s.stats.PaddedLaunches++
+	return id, true
+}
+
+// LaunchForm is the form LaunchBE would use for b's next kernel when asked
+// for want: a kernel with saved progress continues in Resumable form.
+func (s *State) LaunchForm(b *BEClient, want gpu.Form) gpu.Form {
+	if b.issued == b.head && b.started {
+		return gpu.Resumable
+	}
+	return want
+}
+
+// CanLaunchBE reports whether LaunchBE(b, form) would launch.
+func (s *State) CanLaunchBE(b *BEClient, form gpu.Form) bool {
+	if !b.ready || s.stopping || b.issued >= len(b.prof.Kernels) || b.nPads > 0 {
+		return false
+	}
+	switch s.LaunchForm(b, form) {
+	case gpu.Plain:
+		return b.nResume == 0
+	case gpu.Reset:
+		return b.nResume == 0 && !b.raised
+	case gpu.Resumable:
+		return len(b.inflight) == 0 && !b.raised
+	}
+	return false
+}
+
+// LaunchBE launches b's next kernel on its own stream in the given form
+// (Plain, Reset or Resumable; see LaunchForm). A fresh Resumable instance is
+// preceded by a DecResetProgress. It returns false when CanLaunchBE is
+// false: the client is not ready, the run is stopping, the rest of the
+// iteration is in flight, a Reset or Resumable launch would meet a raised
+// flag, or the launch would break one-instance-in-flight.
+func (s *State) LaunchBE(b *BEClient, form gpu.Form) (LaunchID, bool) {
+	if !s.CanLaunchBE(b, form) {
+		return 0, false
+	}
+	form = s.LaunchForm(b, form)
+	f := flight{gen: b.gen, inst: b.inst}
+	if form == gpu.Resumable {
+		if !b.started {
+			s.emit(Decision{Kind: DecResetProgress, Client: b.id, Stream: b.id})
+			b.started = true
+		}
+		b.nResume++
+	} else {
+		b.nOwn++
+		if form == gpu.Reset {
+			b.nReset++
+		}
+	}
+	id := s.newLaunch(Launch{Client: b.id, Kernel: b.issued, Stream: b.id, Form: form}, f)
+	b.issued++
+	b.inflight = append(b.inflight, id)
+	s.stats.BELaunches++
+	return id, true
+}
+
+// Preempt raises b's flag. If flag-sensitive launches (Reset, Resumable)
+// of b are in flight, a preemption record opens; it closes when the last
+// of them completes. It returns false if the flag was already raised.
+func (s *State) Preempt(b *BEClient) bool {
+	if b.raised {
+		return false
+	}
+	s.raise(b)
+	s.stats.Preemptions++
+	var waiting []LaunchID
+	for _, id := range b.inflight {
+		if f := s.flights[id]; f.l.Form == gpu.Reset || f.l.Form == gpu.Resumable {
+			waiting = append(waiting, id)
+		}
+	}
+	if len(waiting) > 0 {
+		b.opens = append(b.opens, &openPreemption{
+			rec:     PreemptionRecord{Client: b.id, Decided: s.now, Launches: len(waiting)},
+			waiting: waiting,
+		})
+	}
+	return true
+}
+
+func (s *State) raise(b *BEClient) {
+	b.raised = true
+	s.emit(Decision{Kind: DecRaise, Client: b.id})
+}
+
+// Resume lowers b's flag. It returns false if it was not raised.
+func (s *State) Resume(b *BEClient) bool {
+	if !b.raised {
+		return false
+	}
+	b.raised = false
+	s.emit(Decision{Kind: DecLower, Client: b.id})
+	return true
+}
+
+// describe summarises the state for errors and scripts.
+func (s *State) describe() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "t=%s", us(s.now))
+	if s.stopping {
+		sb.WriteString(" stopping")
+	}
+	for _, c := range s.hp {
+		fmt.Fprintf(&sb, "; %s: %d requests, %d in flight", c.id, len(c.reqs), len(c.inflight))
+		if k, ki := c.Next(); k != nil {
+			fmt.Fprintf(&sb, ", next k%d", ki)
+		}
+	}
+	for _, b := range s.be {
+		fmt.Fprintf(&sb, "; %s:", b.id)
+		if !b.ready {
+			sb.WriteString(" not ready")
+			continue
+		}
+		fmt.Fprintf(&sb, " iter %d head k%d issued k%d in flight %d", b.iter, b.head, b.issued, len(b.inflight))
+		if b.raised {
+			sb.WriteString(" flag raised")
+		}
+		if b.partial {
+			sb.WriteString(" partial")
+		}
+	}
+	return sb.String()
+}
