@@ -115,8 +115,12 @@ type driver struct {
 	words   []gpu.HostWord // free done words
 	events  []gpu.Event    // free events
 	allEv   []gpu.Event
-	flights map[LaunchID]*dflight
-	order   []LaunchID // launches in flight, in launch order (deterministic polling)
+	// queues holds the launches in flight per stream, in launch order.
+	// Work in one stream completes in order, so polling stops at the first
+	// launch of each stream that has not completed: a poll costs O(streams
+	// + completions), not O(launches in flight).
+	queues map[gpu.Stream][]*dflight
+	qorder []gpu.Stream // streams in creation order (deterministic polling)
 	inputs  []Event
 	next    int
 	stopped bool
@@ -157,7 +161,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{dev: dev, core: core, opt: opt, binder: opt.Binder, flights: map[LaunchID]*dflight{}}
+	d := &driver{dev: dev, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}}
 	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
 		BEWorkByClient: make([]time.Duration, len(w.BE))}
 	if d.binder == nil {
@@ -380,31 +384,43 @@ func (d *driver) loop(ctx context.Context) error {
 // poll collects the completed launches into d.comps, in time order.
 func (d *driver) poll() (int, error) {
 	d.comps = d.comps[:0]
-	for _, id := range d.order {
-		f := d.flights[id]
-		ok, err := d.dev.Query(f.ev)
-		if err != nil {
-			return 0, devErr(fmt.Sprintf("Query (event of L%d %s k%d)", id, f.l.Client, f.l.Kernel), err)
-		}
-		if !ok {
-			continue
-		}
-		t, err := d.dev.Time(f.ev)
-		if err != nil {
-			return 0, devErr(fmt.Sprintf("Time (event of L%d)", id), err)
-		}
-		ev := Event{Kind: EvComplete, Time: t, Launch: id}
-		switch f.l.Form {
-		case gpu.Reset:
-			if f.raisedAt >= 0 && t > f.raisedAt {
-				ev.Outcome = Cut
+	for _, s := range d.qorder {
+		q := d.queues[s]
+		n := 0
+		for ; n < len(q); n++ {
+			f := q[n]
+			ok, err := d.dev.Query(f.ev)
+			if err != nil {
+				return 0, devErr(fmt.Sprintf("Query (event of L%d %s k%d)", f.l.ID, f.l.Client, f.l.Kernel), err)
 			}
-		case gpu.Resumable, gpu.Padded:
-			if d.dev.Load(f.done) != 1 {
-				ev.Outcome = Preempted
+			if !ok {
+				break
 			}
+			t, err := d.dev.Time(f.ev)
+			if err != nil {
+				return 0, devErr(fmt.Sprintf("Time (event of L%d)", f.l.ID), err)
+			}
+			ev := Event{Kind: EvComplete, Time: t, Launch: f.l.ID}
+			switch f.l.Form {
+			case gpu.Reset:
+				if f.raisedAt >= 0 && t > f.raisedAt {
+					ev.Outcome = Cut
+				}
+			case gpu.Resumable, gpu.Padded:
+				if d.dev.Load(f.done) != 1 {
+					ev.Outcome = Preempted
+				}
+			}
+			d.comps = append(d.comps, ev)
+			if f.done.Valid() {
+				d.words = append(d.words, f.done)
+			}
+			d.events = append(d.events, f.ev)
 		}
-		d.comps = append(d.comps, ev)
+		if n > 0 {
+			clear(q[:n])
+			d.queues[s] = append(q[:0], q[n:]...)
+		}
 	}
 	slices.SortFunc(d.comps, func(a, b Event) int {
 		if c := cmp.Compare(a.Time, b.Time); c != 0 {
@@ -412,17 +428,6 @@ func (d *driver) poll() (int, error) {
 		}
 		return cmp.Compare(a.Launch, b.Launch)
 	})
-	for _, c := range d.comps {
-		f := d.flights[c.Launch]
-		if f.done.Valid() {
-			d.words = append(d.words, f.done)
-		}
-		d.events = append(d.events, f.ev)
-		delete(d.flights, c.Launch)
-	}
-	if len(d.comps) > 0 {
-		d.order = slices.DeleteFunc(d.order, func(id LaunchID) bool { _, ok := d.flights[id]; return !ok })
-	}
 	return len(d.comps), nil
 }
 
@@ -464,9 +469,11 @@ func (d *driver) apply(dec Decision) error {
 		if dec.Kind == DecRaise {
 			v = 1
 			now := d.dev.Now()
-			for _, id := range d.order {
-				if f := d.flights[id]; f.l.Client == dec.Client && f.l.Form == gpu.Reset && f.raisedAt < 0 {
-					f.raisedAt = now
+			for _, q := range d.queues {
+				for _, f := range q {
+					if f.l.Client == dec.Client && f.l.Form == gpu.Reset && f.raisedAt < 0 {
+						f.raisedAt = now
+					}
 				}
 			}
 		}
@@ -492,10 +499,10 @@ func (d *driver) apply(dec Decision) error {
 }
 
 func (d *driver) launch(l Launch) error {
-	what := fmt.Sprintf("L%d %s k%d %s", l.ID, l.Client, l.Kernel, l.Form)
+	what := func() string { return fmt.Sprintf("L%d %s k%d %s", l.ID, l.Client, l.Kernel, l.Form) }
 	bound, err := d.binder.Bind(l.Client, l.Kernel, l.Form)
 	if err != nil {
-		return fmt.Errorf("sched: bind %s: %w", what, err)
+		return fmt.Errorf("sched: bind %s: %w", what(), err)
 	}
 	gl := *bound
 	gl.Form = l.Form
@@ -511,7 +518,7 @@ func (d *driver) launch(l Launch) error {
 	case gpu.Padded:
 		pb, err := d.binder.Bind(l.Pad.Client, l.Pad.Kernel, gpu.Resumable)
 		if err != nil {
-			return fmt.Errorf("sched: bind pad of %s: %w", what, err)
+			return fmt.Errorf("sched: bind pad of %s: %w", what(), err)
 		}
 		pad := *pb
 		if f.done, err = d.doneWord(); err != nil {
@@ -525,16 +532,19 @@ func (d *driver) launch(l Launch) error {
 		if f.done.Valid() {
 			d.words = append(d.words, f.done)
 		}
-		return devErr("Launch "+what, err)
+		return devErr("Launch "+what(), err)
 	}
 	if f.ev, err = d.event(); err != nil {
 		return err
 	}
 	if err := d.dev.Record(f.ev, f.stream); err != nil {
-		return devErr("Record (after "+what+")", err)
+		return devErr("Record (after "+what()+")", err)
 	}
-	d.flights[l.ID] = f
-	d.order = append(d.order, l.ID)
+	q, ok := d.queues[f.stream]
+	if !ok {
+		d.qorder = append(d.qorder, f.stream)
+	}
+	d.queues[f.stream] = append(q, f)
 	d.trace.Launches++
 	if l.Form == gpu.Padded {
 		d.trace.PaddedLaunches++
