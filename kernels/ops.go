@@ -89,18 +89,29 @@ const (
 	gemmBPad = 8 // per B row (GEMM_BPAD)
 )
 
-// gemmSmem is the dynamic shared memory of a GEMM body: two stages of a
-// BM x (32+8) A tile and a 32 x (BN+8) B tile of 16-bit elements (the
-// padding avoids bank conflicts on ldmatrix). It stays under 48 KiB, so no
-// function attribute is needed to launch it.
-func gemmSmem(bm, bn int) int { return 2 * (bm*(gemmBK+gemmAPad) + gemmBK*(bn+gemmBPad)) * 2 }
+// gemmStages is the depth of the GEMM's cp.async shared-memory pipeline
+// (cuda/gemm.cu GEMM_STAGES).
+const gemmStages = 4
+
+// gemmSmem is the dynamic shared memory of a GEMM body: gemmStages stages of
+// a BM x (32+8) A tile and a 32 x (BN+8) B tile of 16-bit elements (the
+// padding avoids bank conflicts on ldmatrix): 75,776 bytes for 128x128
+// tiles (two blocks fit on a Hopper SM), 38,912 for 64x64. Above 48 KiB the
+// device raises the function's dynamic shared-memory limit at launch.
+func gemmSmem(bm, bn int) int {
+	return gemmStages * (bm*(gemmBK+gemmAPad) + gemmBK*(bn+gemmBPad)) * 2
+}
 
 func gemmTile(m, n int) (bm, bn, threads int) {
 	if ceilDiv(m, 128)*ceilDiv(n, 128) >= 132 {
-		return 128, 128, 256
+		return 128, 128, gemmThreads128
 	}
 	return 64, 64, 128
 }
+
+// gemmThreads128 is the block size of the 128x128 tile (a variable so that
+// the GPU tuning test can compare warp layouts).
+var gemmThreads128 = 256
 
 // GEMM is C[batch][M][N] = act(A[batch][M][K] · B[batch][K][N] + bias[N]) with
 // 16-bit inputs and fp32 accumulation.
@@ -122,7 +133,7 @@ func (g GEMM) Kernel() string {
 
 func (g GEMM) Geometry() Geometry {
 	bm, bn, th := gemmTile(g.M, g.N)
-	smem := gemmSmem(bm, bn) // double-buffered A and B tiles
+	smem := gemmSmem(bm, bn) // pipelined A and B tiles
 	regs := 128
 	if th == 128 {
 		regs = 96

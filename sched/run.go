@@ -103,24 +103,24 @@ type dflight struct {
 }
 
 type driver struct {
-	dev     gpu.Device
-	core    *Core
-	opt     Options
-	binder  Binder
-	hpS     []gpu.Stream
-	beS     []gpu.Stream
-	flags   []gpu.HostWord
-	ctrs    []gpu.Ptr
-	zero    gpu.HostWord
-	words   []gpu.HostWord // free done words
-	events  []gpu.Event    // free events
-	allEv   []gpu.Event
+	dev    gpu.Device
+	core   *Core
+	opt    Options
+	binder Binder
+	hpS    []gpu.Stream
+	beS    []gpu.Stream
+	flags  []gpu.HostWord
+	ctrs   []gpu.Ptr
+	zero   gpu.HostWord
+	words  []gpu.HostWord // free done words
+	events []gpu.Event    // free events
+	allEv  []gpu.Event
 	// queues holds the launches in flight per stream, in launch order.
 	// Work in one stream completes in order, so polling stops at the first
 	// launch of each stream that has not completed: a poll costs O(streams
 	// + completions), not O(launches in flight).
-	queues map[gpu.Stream][]*dflight
-	qorder []gpu.Stream // streams in creation order (deterministic polling)
+	queues  map[gpu.Stream][]*dflight
+	qorder  []gpu.Stream // streams in creation order (deterministic polling)
 	inputs  []Event
 	next    int
 	stopped bool
