@@ -15,16 +15,33 @@ import (
 var ErrUnknown = errors.New("policies: unknown policy")
 
 var registry = []struct {
-	name string
-	make func() sched.Policy
+	name, summary string
+	make          func() sched.Policy
 }{
-	{"dedicated", func() sched.Policy { return streams.Dedicated() }},
-	{"timeslice", func() sched.Policy { return streams.Timeslice() }},
-	{"streams", func() sched.Policy { return streams.Streams() }},
-	{"priority", func() sched.Policy { return streams.Priority() }},
-	{"orion", func() sched.Policy { return orion.New() }},
-	{"reef", func() sched.Policy { return preempt.New() }},
-	{"atoll", func() sched.Policy { return New() }},
+	{"dedicated", "HP alone on the GPU; BE never runs (the baseline overheads are measured against)",
+		func() sched.Policy { return streams.Dedicated() }},
+	{"timeslice", "HP and BE in separate GPU contexts; the GPU time-slices between them",
+		func() sched.Policy { return streams.Timeslice() }},
+	{"streams", "one context, HP and BE on plain streams of equal priority; BE launches freely",
+		func() sched.Policy { return streams.Streams() }},
+	{"priority", "HP on the most urgent stream priority, BE on the least; no preemption",
+		func() sched.Policy { return streams.Priority() }},
+	{"orion", "Orion: BE kernels beside HP only if class-compatible and small, under a duration cap",
+		func() sched.Policy { return orion.New() }},
+	{"reef", "REEF: reset preemption with 2 BE kernels in flight, plus dynamic kernel padding",
+		func() sched.Policy { return preempt.New() }},
+	{"atoll", "priorities + resumable preemption + Orion admission + padding, per kernel from its profile",
+		func() sched.Policy { return New() }},
+}
+
+// Summary is a one-line description of a registered policy ("" if unknown).
+func Summary(name string) string {
+	for _, r := range registry {
+		if r.name == name {
+			return r.summary
+		}
+	}
+	return ""
 }
 
 // Names lists the policies in the order reports show them: baselines
