@@ -7,13 +7,47 @@ import (
 	"atoll/profiles"
 )
 
-// Binder turns a launch decision's body into a gpu.Launch: function,
-// geometry, arguments and cost. Bind returns a launch the caller owns; the
-// driver then sets the form's fields (Flag, Counter, Done, Pad). For
-// gpu.Resumable, Bind sets Grid to the worker blocks and Logical to the
-// body's logical blocks.
+// Control is the preemption state of one launch, owned by the driver: the
+// client's flag, the client's progress block and the launch's done word.
+// On a real GPU the kernel reads them through its arguments, so the binder
+// (which packs the arguments) must receive them; the simulator reads the
+// matching gpu.Launch fields.
+type Control struct {
+	Flag    gpu.HostWord // Reset, Resumable: raised by the host to preempt
+	Counter gpu.Ptr      // Resumable: the client's progress block (Binder.ProgressBytes), zeroed per kernel instance
+	Done    gpu.HostWord // Resumable: set to 1 when the body's last logical block completes
+}
+
+// BindRequest asks for the launch of one kernel of one client in one form.
+type BindRequest struct {
+	Client ClientID
+	Kernel int
+	Form   gpu.Form
+	Ctl    Control
+	// Pad is the BE body that shares a gpu.Padded launch.
+	Pad *PadRequest
+}
+
+// PadRequest is the BE side of a padded launch: Blocks worker blocks run
+// the BE kernel with Resumable semantics under Ctl.
+type PadRequest struct {
+	Client ClientID
+	Kernel int
+	Blocks int
+	Ctl    Control
+}
+
+// Binder turns a launch decision into a complete gpu.Launch: function,
+// geometry, arguments (the preemption state included), cost and the form's
+// fields. Bind returns a launch the caller owns. For gpu.Resumable, Grid is
+// the worker blocks and Logical the body's logical blocks; for gpu.Padded,
+// Grid is the HP blocks and Pad the BE part.
 type Binder interface {
-	Bind(client ClientID, kernel int, form gpu.Form) (*gpu.Launch, error)
+	Bind(r BindRequest) (*gpu.Launch, error)
+	// ProgressBytes is the size of the progress block a BE client's
+	// resumable kernels use (a multiple of 4). The driver allocates one per
+	// BE client and zeroes it before each fresh kernel instance.
+	ProgressBytes() int
 }
 
 // ProfileBinder builds launches from profile fields alone: geometry,
@@ -73,8 +107,37 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 	return b, nil
 }
 
+// ProgressBytes implements Binder: the simulator's progress counter is one
+// int32.
+func (b *ProfileBinder) ProgressBytes() int { return 4 }
+
 // Bind implements Binder.
-func (b *ProfileBinder) Bind(client ClientID, kernel int, form gpu.Form) (*gpu.Launch, error) {
+func (b *ProfileBinder) Bind(r BindRequest) (*gpu.Launch, error) {
+	l, err := b.bind(r.Client, r.Kernel, r.Form)
+	if err != nil {
+		return nil, err
+	}
+	switch r.Form {
+	case gpu.Reset:
+		l.Flag = r.Ctl.Flag
+	case gpu.Resumable:
+		l.Flag, l.Counter, l.Done = r.Ctl.Flag, r.Ctl.Counter, r.Ctl.Done
+	case gpu.Padded:
+		if r.Pad == nil {
+			return nil, fmt.Errorf("%w: padded launch of %s kernel %d without a pad", ErrConfig, r.Client, r.Kernel)
+		}
+		pad, err := b.bind(r.Pad.Client, r.Pad.Kernel, gpu.Resumable)
+		if err != nil {
+			return nil, err
+		}
+		pad.Grid = gpu.D1(r.Pad.Blocks)
+		pad.Flag, pad.Counter, pad.Done = r.Pad.Ctl.Flag, r.Pad.Ctl.Counter, r.Pad.Ctl.Done
+		l.Pad = pad
+	}
+	return l, nil
+}
+
+func (b *ProfileBinder) bind(client ClientID, kernel int, form gpu.Form) (*gpu.Launch, error) {
 	tab := b.hp
 	if client.Class == BE {
 		tab = b.be

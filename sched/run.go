@@ -227,7 +227,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	dev.Store(d.zero, 0)
 	for i := range w.BE {
 		dev.Store(d.flags[i], 0)
-		p, err := dev.Alloc(4)
+		p, err := dev.Alloc(int64(d.progressWords() * 4))
 		if err != nil {
 			return nil, devErr(fmt.Sprintf("Alloc (progress counter of BE client %d)", i), err)
 		}
@@ -264,6 +264,9 @@ func (d *driver) release() {
 		_ = d.dev.DestroyStream(s)
 	}
 }
+
+// progressWords is the size of a BE client's progress block in int32 words.
+func (d *driver) progressWords() int { return max(1, (d.binder.ProgressBytes()+3)/4) }
 
 func (d *driver) stream(c ClientID) gpu.Stream {
 	if c.Class == HP {
@@ -479,7 +482,7 @@ func (d *driver) apply(dec Decision) error {
 		}
 		d.dev.Store(d.flags[dec.Client.Index], v)
 	case DecResetProgress:
-		if err := d.dev.Memset32(d.stream(dec.Stream), d.ctrs[dec.Client.Index], 0, 1); err != nil {
+		if err := d.dev.Memset32(d.stream(dec.Stream), d.ctrs[dec.Client.Index], 0, d.progressWords()); err != nil {
 			return devErr(fmt.Sprintf("Memset32 (progress counter of %s)", dec.Client), err)
 		}
 	case DecRequestDone:
@@ -500,34 +503,35 @@ func (d *driver) apply(dec Decision) error {
 
 func (d *driver) launch(l Launch) error {
 	what := func() string { return fmt.Sprintf("L%d %s k%d %s", l.ID, l.Client, l.Kernel, l.Form) }
-	bound, err := d.binder.Bind(l.Client, l.Kernel, l.Form)
-	if err != nil {
-		return fmt.Errorf("sched: bind %s: %w", what(), err)
-	}
-	gl := *bound
-	gl.Form = l.Form
 	f := &dflight{l: l, stream: d.stream(l.Stream), raisedAt: -1}
+	req := BindRequest{Client: l.Client, Kernel: l.Kernel, Form: l.Form}
+	var err error
 	switch l.Form {
 	case gpu.Reset:
-		gl.Flag = d.flags[l.Client.Index]
+		req.Ctl.Flag = d.flags[l.Client.Index]
 	case gpu.Resumable:
 		if f.done, err = d.doneWord(); err != nil {
 			return err
 		}
-		gl.Flag, gl.Counter, gl.Done = d.flags[l.Client.Index], d.ctrs[l.Client.Index], f.done
+		req.Ctl = Control{Flag: d.flags[l.Client.Index], Counter: d.ctrs[l.Client.Index], Done: f.done}
 	case gpu.Padded:
-		pb, err := d.binder.Bind(l.Pad.Client, l.Pad.Kernel, gpu.Resumable)
-		if err != nil {
-			return fmt.Errorf("sched: bind pad of %s: %w", what(), err)
-		}
-		pad := *pb
 		if f.done, err = d.doneWord(); err != nil {
 			return err
 		}
-		pad.Grid = gpu.D1(l.Pad.Blocks)
-		pad.Flag, pad.Counter, pad.Done = d.zero, d.ctrs[l.Pad.Client.Index], f.done
-		gl.Pad = &pad
+		// The pad is not preemptible by flag (d.zero is never raised): it
+		// ends with the HP blocks it shares the launch with.
+		req.Pad = &PadRequest{Client: l.Pad.Client, Kernel: l.Pad.Kernel, Blocks: l.Pad.Blocks,
+			Ctl: Control{Flag: d.zero, Counter: d.ctrs[l.Pad.Client.Index], Done: f.done}}
 	}
+	bound, err := d.binder.Bind(req)
+	if err != nil {
+		if f.done.Valid() {
+			d.words = append(d.words, f.done)
+		}
+		return fmt.Errorf("sched: bind %s: %w", what(), err)
+	}
+	gl := *bound
+	gl.Form = l.Form
 	if err := d.dev.Launch(f.stream, &gl); err != nil {
 		if f.done.Valid() {
 			d.words = append(d.words, f.done)
