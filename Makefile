@@ -30,6 +30,8 @@ gpu-build:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./profiles
+	$(GO) test -run '^$$' -fuzz FuzzReadTrace -fuzztime 30s ./bench
+	$(GO) test -run '^$$' -fuzz FuzzReadReport -fuzztime 30s ./bench
 
 clean:
 	rm -rf bin
