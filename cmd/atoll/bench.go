@@ -35,7 +35,6 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	w.register(fs)
 	policy := fs.String("policy", "atoll", "scheduling policy (see 'atoll policies')")
 	out := fs.String("out", "", "write the report here (default: standard output)")
-	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -47,9 +46,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	start := time.Now()
-	if !*quiet {
-		c.Progress = func(msg string) { fmt.Fprintf(e.stderr, "  %6.1fs  running %s\n", time.Since(start).Seconds(), msg) }
-	}
+	w.progress(e, c, start)
 	b, err := bench.Measure(ctx, c)
 	if err != nil {
 		return err

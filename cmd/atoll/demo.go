@@ -40,7 +40,6 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	var w workloadFlags
 	w.register(fs)
 	plotPath := fs.String("plot", "", "also draw the HP latency CDFs to this file (.svg, .png or .pdf)")
-	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -49,9 +48,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	start := time.Now()
-	if !*quiet {
-		c.Progress = func(msg string) { fmt.Fprintf(e.stderr, "  %6.1fs  running %s\n", time.Since(start).Seconds(), msg) }
-	}
+	w.progress(e, c, start)
 	rs, err := bench.Suite(ctx, c, policies.Names(), 0)
 	if err != nil {
 		return err

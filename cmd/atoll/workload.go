@@ -29,6 +29,7 @@ type workloadFlags struct {
 	duration time.Duration
 	warmup   time.Duration
 	backend  string
+	quiet    bool
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
@@ -45,6 +46,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.duration, "duration", 5*time.Second, "measured span of each run (device time)")
 	fs.DurationVar(&w.warmup, "warmup", 500*time.Millisecond, "span before the measured one whose requests are discarded")
 	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU)")
+	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 }
 
 // config resolves the flags into a bench configuration.
@@ -93,4 +95,12 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		return nil, fmt.Errorf("unknown backend %q (want sim)", w.backend)
 	}
 	return c, nil
+}
+
+// progress reports each run's start on stderr unless --quiet.
+func (w *workloadFlags) progress(e *env, c *bench.Config, start time.Time) {
+	if w.quiet {
+		return
+	}
+	c.Progress = func(msg string) { fmt.Fprintf(e.stderr, "  %6.1fs  running %s\n", time.Since(start).Seconds(), msg) }
 }
