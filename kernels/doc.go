@@ -1,14 +1,22 @@
 // Package kernels is atoll's GPU kernel library: real kernels (tensor-core
-// GEMM, implicit-GEMM convolution, depthwise convolution, elementwise with
-// bias and activation, layernorm, softmax, pooling, reductions, gathers)
-// written once in CUDA C against a logical block index and compiled in four
-// forms (gpu.Plain, gpu.Reset, gpu.Resumable, gpu.Padded).
+// GEMM, implicit-GEMM convolution and its two backward passes, depthwise
+// convolution, elementwise with bias and activation, SGD, layernorm,
+// softmax, pooling, reductions, gathers) written once in CUDA C
+// (cuda/*.cu, embedded) against a logical block index and compiled at run
+// time in four forms (gpu.Plain, gpu.Reset, gpu.Resumable, gpu.Padded).
 //
-// The Go side (ops.go) describes each op at a concrete shape: its launch
-// geometry, FLOPs and the DRAM bytes it must move. Models are sequences of
-// these ops; profiles record how they ran.
+// ops.go describes each op at a concrete shape: launch geometry, FLOPs and
+// the DRAM bytes it must move. Models are sequences of these ops; profiles
+// record how they ran. Library compiles an op's module on a gpu.Device on
+// first use and returns fully populated gpu.Launches (Launch, LaunchPadded);
+// Alloc makes an op's buffers with seeded data; Reference computes its
+// outputs on the CPU; SelfTest checks every kernel and form on a real GPU
+// and measures preemption latency, flag-check cost and GEMM throughput.
+// docs/kernels.md documents the forms, the kernel ABI (Ctl) and the results.
 //
-// This package must never schedule anything or hold global device state:
-// it describes and compiles kernels, and launches them only when a caller
-// hands it a gpu.Device.
+// This package must never schedule anything or hold global device state: it
+// describes, compiles and builds launches, and touches a device only through
+// the gpu.Device a caller hands it, from the caller's goroutine. Kernels
+// must never read the mapped host flag once per logical block (such reads
+// serialise GPU-wide); they go through the flag relay in cuda/common.cuh.
 package kernels

@@ -84,20 +84,28 @@ type Op interface {
 // each a 64x32 warp tile on mma.sync); small ones 64x64 with 128 threads so
 // batch-1 layers still spread over the SMs.
 const (
-	gemmBK   = 32
 	gemmAPad = 8 // elements of padding per shared-memory A row (cuda/gemm.cu GEMM_APAD)
 	gemmBPad = 8 // per B row (GEMM_BPAD)
 )
 
+// gemmBK is the GEMM's K-tile. The module sources define GEMM_BK and
+// GEMM_STAGES from gemmBK and gemmStages, so the Go geometry and the CUDA
+// body cannot disagree (variables so that the GPU tuning test can try
+// others). 64 with two stages measured fastest on an H200 (309 TFLOP/s
+// bf16 at 4096^3 against 270 for K-tiles of 32 with 3 or 4 stages; see
+// docs/kernels.md).
+var gemmBK = 64
+
 // gemmStages is the depth of the GEMM's cp.async shared-memory pipeline
-// (cuda/gemm.cu GEMM_STAGES).
-const gemmStages = 4
+// (cuda/gemm.cu GEMM_STAGES): 2 is double buffering.
+var gemmStages = 2
 
 // gemmSmem is the dynamic shared memory of a GEMM body: gemmStages stages of
-// a BM x (32+8) A tile and a 32 x (BN+8) B tile of 16-bit elements (the
-// padding avoids bank conflicts on ldmatrix): 75,776 bytes for 128x128
-// tiles (two blocks fit on a Hopper SM), 38,912 for 64x64. Above 48 KiB the
-// device raises the function's dynamic shared-memory limit at launch.
+// a BM x (BK+8) A tile and a BK x (BN+8) B tile of 16-bit elements (the
+// padding avoids bank conflicts on ldmatrix): 71,680 bytes for 128x128
+// tiles with BK 64 and 2 stages (two blocks fit on a Hopper SM), 36,864
+// for 64x64. Above 48 KiB the device raises the function's dynamic
+// shared-memory limit at launch.
 func gemmSmem(bm, bn int) int {
 	return gemmStages * (bm*(gemmBK+gemmAPad) + gemmBK*(bn+gemmBPad)) * 2
 }

@@ -2,6 +2,8 @@ package models
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"atoll/kernels"
 )
@@ -12,34 +14,151 @@ const (
 	bf16      = kernels.BF16
 )
 
+// ResNetConfig is the shape of a bottleneck ResNet (v1.5: stride on the
+// 3x3 conv). The zoo's ResNet-50 is {Blocks: {3, 4, 6, 3}, Image: 224,
+// Width: 64, Classes: 1000}; tests build reduced ones (a 32x32 image, width
+// 8, one block per stage) that a CPU reference runs in milliseconds.
+type ResNetConfig struct {
+	Blocks  [4]int `json:"blocks"` // bottleneck blocks per stage
+	Image   int    `json:"image"`  // input height and width
+	Width   int    `json:"width"`  // stem width and first stage's bottleneck width (x2 per stage, x4 expansion)
+	Classes int    `json:"classes"`
+	// Train builds one training step (forward with batch norm, loss,
+	// backward, SGD with momentum) instead of inference with BN folded.
+	Train bool `json:"train"`
+}
+
+var resnet50 = ResNetConfig{Blocks: [4]int{3, 4, 6, 3}, Image: imageSize, Width: 64, Classes: classes}
+
+func (c ResNetConfig) validate() error {
+	for _, n := range c.Blocks {
+		if n < 1 {
+			return fmt.Errorf("%w: ResNet blocks %v: every stage needs at least one block", ErrConfig, c.Blocks)
+		}
+	}
+	if c.Width < 1 || c.Classes < 1 {
+		return fmt.Errorf("%w: ResNet width %d, classes %d: both must be positive", ErrConfig, c.Width, c.Classes)
+	}
+	// The stem (/2), the max pool (/2) and three strided stages (/8) must
+	// leave at least one pixel.
+	if c.Image < 32 {
+		return fmt.Errorf("%w: ResNet image %d: want at least 32 (the net downsamples by 32)", ErrConfig, c.Image)
+	}
+	return nil
+}
+
+// NewResNet makes a ResNet model of the given configuration outside the
+// zoo (the zoo's ResNets are resnet50, resnet152 and resnet50-train).
+func NewResNet(name string, cfg ResNetConfig) (Model, error) {
+	if err := cfg.validate(); err != nil {
+		return Model{}, err
+	}
+	m := Model{name: name, base: name, phase: PhaseInference, arch: "resnet", config: cfg,
+		description: fmt.Sprintf("ResNet %v, %dx%d, width %d, %d classes", cfg.Blocks, cfg.Image, cfg.Image, cfg.Width, cfg.Classes),
+		build:       func(b *builder, n int) { resnetInference(b, n, cfg) }}
+	if cfg.Train {
+		m.phase = PhaseTraining
+		m.build = func(b *builder, n int) { resnetTraining(b, n, cfg) }
+	}
+	return m, nil
+}
+
 func init() {
-	register(Model{name: "resnet50", base: "resnet50", phase: PhaseInference,
+	r152 := resnet50
+	r152.Blocks = [4]int{3, 8, 36, 3}
+	r50train := resnet50
+	r50train.Train = true
+	register(Model{name: "resnet50", base: "resnet50", phase: PhaseInference, arch: "resnet", config: resnet50,
 		description: "ResNet-50 v1.5, 224x224, BN folded into conv",
-		build:       func(b *builder, n int) { resnetInference(b, n, [4]int{3, 4, 6, 3}) }})
-	register(Model{name: "resnet152", base: "resnet152", phase: PhaseInference,
+		build:       func(b *builder, n int) { resnetInference(b, n, resnet50) }})
+	register(Model{name: "resnet152", base: "resnet152", phase: PhaseInference, arch: "resnet", config: r152,
 		description: "ResNet-152 v1.5, 224x224, BN folded into conv",
-		build:       func(b *builder, n int) { resnetInference(b, n, [4]int{3, 8, 36, 3}) }})
-	register(Model{name: "resnet50-train", base: "resnet50", phase: PhaseTraining,
+		build:       func(b *builder, n int) { resnetInference(b, n, r152) }})
+	register(Model{name: "resnet50-train", base: "resnet50", phase: PhaseTraining, arch: "resnet", config: r50train,
 		description: "ResNet-50 v1.5 training step: forward with batch norm, softmax cross-entropy, backward (dgrad+wgrad), SGD with momentum",
-		build:       func(b *builder, n int) { resnetTraining(b, n, [4]int{3, 4, 6, 3}) }})
-	register(Model{name: "vgg19", base: "vgg19", phase: PhaseInference,
+		build:       func(b *builder, n int) { resnetTraining(b, n, resnet50) }})
+	register(Model{name: "vgg19", base: "vgg19", phase: PhaseInference, arch: "vgg19", config: vggZoo,
 		description: "VGG-19 (no BN), 224x224",
-		build:       vgg19})
-	register(Model{name: "mobilenetv2", base: "mobilenetv2", phase: PhaseInference,
+		build:       func(b *builder, n int) { vgg19(b, n, vggZoo) }})
+	register(Model{name: "mobilenetv2", base: "mobilenetv2", phase: PhaseInference, arch: "mobilenetv2",
 		description: "MobileNetV2 (width 1.0), 224x224, BN folded into conv",
 		build:       mobilenetV2})
+}
+
+// Glue names (Layer.Glue).
+const (
+	// GlueNHWCMean: global average pooling of an NHWC tensor to [N, C].
+	// The zoo describes it as the row reduction kernel over N·C rows of H·W
+	// (its cost), but that kernel reads contiguous rows (NCHW) and writes
+	// f32 while the classifier reads bf16.
+	GlueNHWCMean = "nhwc_mean"
+	// GlueAttnScores: Q·Kᵀ/√d per (sequence, head), Q and K read from the
+	// fused QKV projection [tokens, 3, heads, d]; the GEMM kernel reads
+	// contiguous [batch][M][K] and [batch][K][N] operands and has no scale.
+	GlueAttnScores = "attention_scores"
+	// GlueAttnContext: P·V per (sequence, head), V read from the fused QKV
+	// projection and the result written with the heads merged
+	// [tokens, heads·d].
+	GlueAttnContext = "attention_context"
+	// GlueCLSRows: the pooler's GEMM reads the first ([CLS]) token of each
+	// sequence, rows 0, S, 2S, ... of the hidden states.
+	GlueCLSRows = "cls_rows"
+	// GlueAttnBackward: the attention backward GEMMs read and write Q, K,
+	// V and their gradients per head inside the fused QKV tensors.
+	GlueAttnBackward = "attention_backward"
+	// GlueMultiTensor: the optimizer updates every parameter in one launch
+	// (a multi-tensor apply over a list of tensors, as apex does); the
+	// library's sgd kernel takes one contiguous weight, gradient and state.
+	GlueMultiTensor = "multi_tensor"
+)
+
+var glueNotes = map[string]string{
+	GlueNHWCMean:     "global average pool over NHWC: kernels' Reduce reads contiguous rows (NCHW) and writes f32; needs an NHWC spatial mean with a bf16 output",
+	GlueAttnScores:   "Q·Kᵀ/√d reads Q and K per head out of the fused QKV output: kernels' GEMM needs leading dimensions (or a head-split kernel), a transposed B and a scale",
+	GlueAttnContext:  "P·V reads V per head out of the fused QKV output and writes heads merged: kernels' GEMM needs leading dimensions on B and C (or split/merge kernels)",
+	GlueCLSRows:      "the pooler reads every S-th row ([CLS]): kernels' GEMM needs a leading dimension on A (or a row-gather kernel)",
+	GlueAttnBackward: "attention backward GEMMs read Q, K, V per head out of the fused QKV tensors: kernels' GEMM needs leading dimensions and transposes",
+	GlueMultiTensor:  "one optimizer launch over every parameter: needs a multi-tensor apply kernel (a list of tensors) or one flat parameter buffer",
+}
+
+func (l *Layer) glue(name string) { l.Glue, l.GlueNote = name, glueNotes[name] }
+
+// resnetStem adds conv1 and the max pool and returns the pool's output
+// name, size and channels. conv writes conv1.
+func resnetStem(b *builder, n int, cfg ResNetConfig, train bool) (x string, h, c int) {
+	img := b.input("input", bf16, n, cfg.Image, cfg.Image, 3)
+	stem := kernels.Conv2D{N: n, H: cfg.Image, W: cfg.Image, C: 3, OutC: cfg.Width, R: 7, S: 7, Stride: 2, Pad: 3, In: bf16}
+	var s string
+	if train {
+		s = b.cbnForward(cbn{name: "conv1", conv: stem, act: kernels.ActReLU, first: true}, img, "")
+	} else {
+		stem.Bias, stem.Act = true, kernels.ActReLU
+		s = b.conv("conv1", img, stem, "")
+	}
+	sh, _ := stem.Out()
+	pool := kernels.Pool{N: n, H: sh, W: sh, C: cfg.Width, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: bf16}
+	ph, _ := pool.Out()
+	out := b.act("maxpool", bf16, n, ph, ph, cfg.Width)
+	b.op("maxpool", pool, 0, []string{s}, nil, []string{out})
+	return out, ph, cfg.Width
+}
+
+// resnetHead adds the global average pool and the classifier over x
+// [n,h,h,c]; it returns the logits' name and the two ops.
+func resnetHead(b *builder, n int, cfg ResNetConfig, x string, h, c int) (string, kernels.GEMM) {
+	pooled := b.act("avgpool", bf16, n, c)
+	b.op("avgpool", kernels.Reduce{Name: "mean", Rows: n * c, Cols: h * h, In: bf16}, 0, []string{x}, nil, []string{pooled}).glue(GlueNHWCMean)
+	fc := kernels.GEMM{M: n, N: cfg.Classes, K: c, In: bf16, Out: bf16, Bias: true}
+	return b.linear("fc", pooled, fc), fc
 }
 
 // resnetInference is torchvision's ResNet v1.5 (stride on the 3x3 conv of
 // the bottleneck) with BN folded: every conv carries a bias; ReLU and the
 // residual add are fused into the conv epilogue.
-func resnetInference(b *builder, n int, blocks [4]int) {
-	b.conv("conv1", kernels.Conv2D{N: n, H: imageSize, W: imageSize, C: 3, OutC: 64, R: 7, S: 7, Stride: 2, Pad: 3,
-		In: bf16, Bias: true, Act: kernels.ActReLU})
-	b.add("maxpool", kernels.Pool{N: n, H: 112, W: 112, C: 64, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: bf16}, 0)
-	h, c := 56, 64
-	for stage, count := range blocks {
-		w := 64 << stage
+func resnetInference(b *builder, n int, cfg ResNetConfig) {
+	x, h, c := resnetStem(b, n, cfg, false)
+	for stage, count := range cfg.Blocks {
+		w := cfg.Width << stage
 		out := 4 * w
 		for i := range count {
 			s := 1
@@ -47,18 +166,20 @@ func resnetInference(b *builder, n int, blocks [4]int) {
 				s = 2
 			}
 			p := fmt.Sprintf("layer%d.%d", stage+1, i)
-			oh := h / s
-			b.conv(p+".conv1", kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: w, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU})
-			b.conv(p+".conv2", kernels.Conv2D{N: n, H: h, W: h, C: w, OutC: w, R: 3, S: 3, Stride: s, Pad: 1, In: bf16, Bias: true, Act: kernels.ActReLU})
+			c1 := kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: w, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU}
+			c2 := kernels.Conv2D{N: n, H: h, W: h, C: w, OutC: w, R: 3, S: 3, Stride: s, Pad: 1, In: bf16, Bias: true, Act: kernels.ActReLU}
+			oh, _ := c2.Out()
+			y1 := b.conv(p+".conv1", x, c1, "")
+			y2 := b.conv(p+".conv2", y1, c2, "")
+			short := x
 			if i == 0 {
-				b.conv(p+".downsample", kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: 1, S: 1, Stride: s, In: bf16, Bias: true})
+				short = b.conv(p+".downsample", x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: 1, S: 1, Stride: s, In: bf16, Bias: true}, "")
 			}
-			b.conv(p+".conv3", kernels.Conv2D{N: n, H: oh, W: oh, C: w, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU, Residual: true})
+			x = b.conv(p+".conv3", y2, kernels.Conv2D{N: n, H: oh, W: oh, C: w, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU, Residual: true}, short)
 			h, c = oh, out
 		}
 	}
-	b.add("avgpool", kernels.Reduce{Name: "mean", Rows: n * c, Cols: h * h, In: bf16}, 0)
-	b.linear("fc", kernels.GEMM{M: n, N: classes, K: c, In: bf16, Out: bf16, Bias: true})
+	b.output, _ = resnetHead(b, n, cfg, x, h, c)
 }
 
 // cbn is a convolution followed by batch norm (and optionally a residual
@@ -69,6 +190,8 @@ type cbn struct {
 	act      kernels.Act
 	residual bool // the BN apply kernel also adds the block's shortcut
 	first    bool // the input is the image: no data gradient
+	// Dataflow, set by cbnForward: the conv's input and the shortcut.
+	x, short string
 }
 
 func (u cbn) outElems() (elems, pixels int) {
@@ -76,54 +199,80 @@ func (u cbn) outElems() (elems, pixels int) {
 	return u.conv.N * oh * ow * u.conv.OutC, u.conv.N * oh * ow
 }
 
-func (b *builder) cbnForward(u cbn) {
+// cbnForward adds conv, BN statistics and BN apply; the conv writes
+// name.conv, the statistics name.bn.partials (per-channel partial sums),
+// the apply kernel name. It records x and short in u and returns name.
+func (b *builder) cbnForward(u cbn, x, short string) string {
 	elems, pixels := u.outElems()
+	oh, ow := u.conv.Out()
 	inputs := 1
 	if u.residual {
 		inputs = 2
 	}
-	b.conv(u.name, u.conv)
-	b.add(u.name+".bn.stats", columnReduce("bn_stats", u.conv.OutC, pixels), 0)
-	b.add(u.name+".bn.apply", kernels.Elementwise{Name: "bn_apply", Elems: elems, Inputs: inputs, Outputs: 1, In: bf16, Act: u.act}, 2*u.conv.OutC)
+	l := b.add(u.name, u.conv, ConvParams(u.conv))
+	conv := b.act(u.name+".conv", bf16, u.conv.N, oh, ow, u.conv.OutC)
+	l.In, l.W, l.Out = []string{x}, []string{b.weight(u.name+".weight", bf16, u.conv.R, u.conv.S, u.conv.C, u.conv.OutC)}, []string{conv}
+	stats := columnReduce("bn_stats", u.conv.OutC, pixels)
+	part := b.act(u.name+".bn.partials", kernels.F32, stats.Rows)
+	b.op(u.name+".bn.stats", stats, 0, []string{conv}, nil, []string{part})
+	in := []string{conv, part}
+	if u.residual {
+		in = append(in, short)
+	}
+	out := b.act(u.name, bf16, u.conv.N, oh, ow, u.conv.OutC)
+	b.op(u.name+".bn.apply", kernels.Elementwise{Name: "bn_apply", Elems: elems, Inputs: inputs, Outputs: 1, In: bf16, Act: u.act}, 2*u.conv.OutC,
+		in, []string{b.weight(u.name+".bn.weight", kernels.F32, u.conv.OutC), b.weight(u.name+".bn.bias", kernels.F32, u.conv.OutC)}, []string{out})
+	return out
 }
 
-func (b *builder) cbnBackward(u cbn) {
+// cbnBackward adds the backward pass of a cbn unit: dy is the gradient of
+// its output; dx the name to write the input's gradient to (ignored for
+// the first unit) and dshort the shortcut's share (residual units).
+func (b *builder) cbnBackward(u cbn, dy, dx, dshort string) {
 	elems, pixels := u.outElems()
 	outs := 1
 	if u.residual {
 		outs = 2 // also the gradient that flows to the shortcut
 	}
+	conv, part := u.name+".conv", u.name+".bn.partials"
 	// dγ, dβ (Σdy and Σdy·x̂ per channel, ReLU mask applied), then dx of BN.
-	b.add(u.name+".bn.wgrad", columnReduce("bn_bwd", u.conv.OutC, pixels), 0)
-	b.add(u.name+".bn.dgrad", kernels.Elementwise{Name: "bn_bwd", Elems: elems, Inputs: 3, Outputs: outs, In: bf16}, 0)
+	wg := columnReduce("bn_bwd", u.conv.OutC, pixels)
+	dpart := b.tensor(GradName(part), KindGradient, kernels.F32, wg.Rows)
+	b.op(u.name+".bn.wgrad", wg, 0, []string{dy, conv, u.name}, nil, []string{dpart})
+	dconv := b.grad(conv)
+	out := []string{dconv}
+	if u.residual {
+		out = append(out, dshort)
+	}
+	b.op(u.name+".bn.dgrad", kernels.Elementwise{Name: "bn_bwd", Elems: elems, Inputs: 3, Outputs: outs, In: bf16}, 0,
+		[]string{dy, conv, dpart}, []string{u.name + ".bn.weight"}, out)
 	if !u.first {
 		d := u.conv
 		d.BackwardData = true
-		b.add(u.name+".dgrad", d, 0)
+		b.op(u.name+".dgrad", d, 0, []string{dconv}, []string{u.name + ".weight"}, []string{dx})
 	}
 	w := u.conv
 	w.BackwardFilter = true
-	b.add(u.name+".wgrad", w, 0)
+	b.op(u.name+".wgrad", w, 0, []string{u.x, dconv}, nil, []string{b.grad(u.name + ".weight")})
 }
 
 // resnetTraining is one SGD-with-momentum step of ResNet v1.5 with batch
 // norm kept (training statistics), softmax cross-entropy loss.
-func resnetTraining(b *builder, n int, blocks [4]int) {
+func resnetTraining(b *builder, n int, cfg ResNetConfig) {
 	conv := func(h, c, out, r, s, pad int) kernels.Conv2D {
 		return kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: r, S: r, Stride: s, Pad: pad, In: bf16}
 	}
-	stem := cbn{name: "conv1", conv: conv(imageSize, 3, 64, 7, 2, 3), act: kernels.ActReLU, first: true}
-	b.cbnForward(stem)
-	b.add("maxpool", kernels.Pool{N: n, H: 112, W: 112, C: 64, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: bf16}, 0)
+	x, h, c := resnetStem(b, n, cfg, true)
+	stem := cbn{name: "conv1", conv: conv(cfg.Image, 3, cfg.Width, 7, 2, 3), act: kernels.ActReLU, first: true, x: "input"}
 
 	type block struct {
 		units []cbn // conv1, conv2, conv3 (+ downsample at index 3)
 		in    int   // elements of the block's input
+		x     string
 	}
 	var bl []block
-	h, c := 56, 64
-	for stage, count := range blocks {
-		w := 64 << stage
+	for stage, count := range cfg.Blocks {
+		w := cfg.Width << stage
 		out := 4 * w
 		for i := range count {
 			s := 1
@@ -131,97 +280,204 @@ func resnetTraining(b *builder, n int, blocks [4]int) {
 				s = 2
 			}
 			p := fmt.Sprintf("layer%d.%d", stage+1, i)
-			oh := h / s
-			k := block{in: n * h * h * c, units: []cbn{
+			c2 := conv(h, w, w, 3, s, 1)
+			oh, _ := c2.Out()
+			k := block{in: n * h * h * c, x: x, units: []cbn{
 				{name: p + ".conv1", conv: conv(h, c, w, 1, 1, 0), act: kernels.ActReLU},
-				{name: p + ".conv2", conv: conv(h, w, w, 3, s, 1), act: kernels.ActReLU},
+				{name: p + ".conv2", conv: c2, act: kernels.ActReLU},
 				{name: p + ".conv3", conv: conv(oh, w, out, 1, 1, 0), act: kernels.ActReLU, residual: true},
 			}}
 			if i == 0 {
 				k.units = append(k.units, cbn{name: p + ".downsample", conv: conv(h, c, out, 1, s, 0)})
 			}
-			b.cbnForward(k.units[0])
-			b.cbnForward(k.units[1])
+			u := k.units
+			u[0].x = x
+			y1 := b.cbnForward(u[0], x, "")
+			u[1].x = y1
+			y2 := b.cbnForward(u[1], y1, "")
+			short := x
 			if i == 0 {
-				b.cbnForward(k.units[3])
+				u[3].x = x
+				short = b.cbnForward(u[3], x, "")
 			}
-			b.cbnForward(k.units[2])
+			u[2].x, u[2].short = y2, short
+			x = b.cbnForward(u[2], y2, short)
 			bl = append(bl, k)
 			h, c = oh, out
 		}
 	}
-	b.add("avgpool", kernels.Reduce{Name: "mean", Rows: n * c, Cols: h * h, In: bf16}, 0)
-	fc := kernels.GEMM{M: n, N: classes, K: c, In: bf16, Out: bf16, Bias: true}
-	b.linear("fc", fc)
-	b.add("loss.softmax", kernels.Softmax{Rows: n, Cols: classes, In: bf16}, 0)
-	b.add("loss.xent", kernels.Reduce{Name: "xent", Rows: n, Cols: classes, In: bf16}, 0)
+	logits, fc := resnetHead(b, n, cfg, x, h, c)
+	loss := b.lossForward(n, cfg.Classes, logits)
+	b.output = loss
 
 	// Backward.
-	b.add("loss.xent.bwd", kernels.Elementwise{Name: "xent_bwd", Elems: n * classes, Inputs: 2, Outputs: 1, In: bf16}, 0)
-	b.linearBackward("fc", fc)
-	b.add("avgpool.bwd", kernels.Elementwise{Name: "avgpool_bwd", Elems: n * h * h * c, Inputs: 1, Outputs: 1, In: bf16}, 0)
+	b.lossBackward(n, cfg.Classes, logits)
+	b.linearBackward("fc", fc, "avgpool")
+	b.op("avgpool.bwd", kernels.Elementwise{Name: "avgpool_bwd", Elems: n * h * h * c, Inputs: 1, Outputs: 1, In: bf16}, 0,
+		[]string{GradName("avgpool")}, nil, []string{b.grad(x)})
 	for i := len(bl) - 1; i >= 0; i-- {
 		k := bl[i]
-		b.cbnBackward(k.units[2])
-		b.cbnBackward(k.units[1])
-		b.cbnBackward(k.units[0])
-		if len(k.units) > 3 {
-			b.cbnBackward(k.units[3])
+		u := k.units
+		p := u[0].name[:len(u[0].name)-len(".conv1")]
+		out := u[2].name
+		// The block output's gradient is complete: its consumers (the next
+		// block's conv1 and shortcut, or avgpool) have been summed.
+		var dshort string
+		if len(u) > 3 {
+			dshort = b.grad(u[3].name)
+		} else {
+			dshort = b.gradPart(k.x, p+".shortcut")
+		}
+		b.cbnBackward(u[2], GradName(out), b.grad(u[1].name), dshort)
+		b.cbnBackward(u[1], GradName(u[1].name), b.grad(u[0].name), "")
+		main := b.gradPart(k.x, p+".conv1")
+		b.cbnBackward(u[0], GradName(u[0].name), main, "")
+		other := dshort
+		if len(u) > 3 {
+			other = b.gradPart(k.x, p+".downsample")
+			b.cbnBackward(u[3], dshort, other, "")
 		}
 		// Main-path and shortcut gradients meet at the block's input.
-		b.add(k.units[0].name[:len(k.units[0].name)-len(".conv1")]+".grad_add",
-			kernels.Elementwise{Name: "add", Elems: k.in, Inputs: 2, Outputs: 1, In: bf16}, 0)
+		b.op(p+".grad_add", kernels.Elementwise{Name: "add", Elems: k.in, Inputs: 2, Outputs: 1, In: bf16}, 0,
+			[]string{main, other}, nil, []string{b.grad(k.x)})
 	}
-	b.add("maxpool.bwd", kernels.Elementwise{Name: "maxpool_bwd", Elems: n * 112 * 112 * 64, Inputs: 2, Outputs: 1, In: bf16}, 0)
-	b.cbnBackward(stem)
-	b.optimizer("optimizer.sgd_momentum", "sgd", 3, 2)
+	b.op("maxpool.bwd", kernels.Elementwise{Name: "maxpool_bwd", Elems: n * (cfg.Image / 2) * (cfg.Image / 2) * cfg.Width, Inputs: 2, Outputs: 1, In: bf16}, 0,
+		[]string{GradName("maxpool"), "conv1"}, nil, []string{b.grad("conv1")})
+	b.cbnBackward(stem, GradName("conv1"), "", "")
+	b.optimizer("optimizer.sgd_momentum", "sgd", 3, 2, "momentum")
+}
+
+// lossForward adds softmax and cross-entropy over logits [n, classes]
+// against the labels input; it returns the loss tensor.
+func (b *builder) lossForward(n, classes int, logits string) string {
+	labels := b.input("labels", kernels.I32, n)
+	probs := b.act("loss.softmax", bf16, n, classes)
+	b.op("loss.softmax", kernels.Softmax{Rows: n, Cols: classes, In: bf16}, 0, []string{logits}, nil, []string{probs})
+	loss := b.act("loss", kernels.F32, n)
+	b.op("loss.xent", kernels.Reduce{Name: "xent", Rows: n, Cols: classes, In: bf16}, 0, []string{probs, labels}, nil, []string{loss})
+	return loss
+}
+
+// lossBackward adds d(logits) = softmax − onehot(labels).
+func (b *builder) lossBackward(n, classes int, logits string) {
+	b.op("loss.xent.bwd", kernels.Elementwise{Name: "xent_bwd", Elems: n * classes, Inputs: 2, Outputs: 1, In: bf16}, 0,
+		[]string{"loss.softmax", "labels"}, nil, []string{b.grad(logits)})
 }
 
 // linearBackward adds the backward pass of a linear layer y = x·W + b with
 // x M x K and W K x N: the bias gradient (a column sum of dy), dx = dy·Wᵀ
-// (M x K, inner N) and dW = xᵀ·dy (K x N, inner M).
-func (b *builder) linearBackward(name string, g kernels.GEMM) {
-	if g.Bias {
-		b.add(name+".bgrad", columnReduce("sum", g.N, g.M), 0)
-	}
-	b.add(name+".dgrad", kernels.GEMM{M: g.M, N: g.K, K: g.N, In: g.In, Out: g.Out}, 0)
-	b.add(name+".wgrad", kernels.GEMM{M: g.K, N: g.N, K: g.M, In: g.In, Out: g.Out}, 0)
+// (M x K, inner N) and dW = xᵀ·dy (K x N, inner M). name is the layer (its
+// output is name, its weights name.weight and name.bias), x its input;
+// dx is written to grad:x.
+func (b *builder) linearBackward(name string, g kernels.GEMM, x string) {
+	b.linearBackwardFrom(name, g, x, GradName(name), b.grad(x))
 }
 
 // optimizer adds one multi-tensor update over every parameter counted so
-// far (fp32 master weights and state).
-func (b *builder) optimizer(name, kernel string, inputs, outputs int) {
-	b.add(name, kernels.Elementwise{Name: kernel, Elems: Params(b.layers), Inputs: inputs, Outputs: outputs, In: kernels.F32}, 0)
+// far (fp32 master weights and state). It reads every weight, its
+// gradient (bias gradients as the partial sums the backward pass left)
+// and one state tensor per weight and state name (momentum; Adam's m and
+// v), and writes the weights and the state.
+func (b *builder) optimizer(name, kernel string, inputs, outputs int, state ...string) {
+	l := Layer{Name: name, Op: kernels.Elementwise{Name: kernel, Elems: Params(b.layers), Inputs: inputs, Outputs: outputs, In: kernels.F32}}
+	l.glue(GlueMultiTensor)
+	for _, t := range b.list {
+		if t.Kind != KindWeight {
+			continue
+		}
+		l.W = append(l.W, t.Name)
+		l.Out = append(l.Out, t.Name)
+		if g := b.gradOf(t.Name); g != "" && !slices.Contains(l.In, g) {
+			l.In = append(l.In, g)
+		}
+		for _, s := range state {
+			st := b.tensor(s+":"+t.Name, KindState, kernels.F32, t.Shape...)
+			l.In = append(l.In, st)
+			l.Out = append(l.Out, st)
+		}
+	}
+	b.layers = append(b.layers, l)
+}
+
+// gradOf finds the gradient the backward pass left for weight w: grad:w,
+// grad:w.partials, or the per-channel partial sums of its layer
+// (grad:<layer>.partials for w = <layer>.weight or <layer>.bias). Empty if
+// none.
+func (b *builder) gradOf(w string) string {
+	cands := []string{GradName(w), GradName(w) + ".partials"}
+	if i := strings.LastIndexByte(w, '.'); i > 0 {
+		cands = append(cands, GradName(w[:i]+".partials"))
+	}
+	for _, c := range cands {
+		if _, ok := b.tensors[c]; ok {
+			return c
+		}
+	}
+	return ""
+}
+
+// VGGConfig is the shape of a VGG-19 (no batch norm). The zoo's is
+// {Image: 224, WidthDiv: 1, Hidden: 4096, Classes: 1000}; tests build
+// reduced ones (a 32x32 image, widths divided by 16) that run fully on the
+// kernel library.
+type VGGConfig struct {
+	Image    int `json:"image"`     // input height and width, a multiple of 32
+	WidthDiv int `json:"width_div"` // divides the conv widths 64..512
+	Hidden   int `json:"hidden"`    // classifier width (4096)
+	Classes  int `json:"classes"`
+}
+
+var vggZoo = VGGConfig{Image: imageSize, WidthDiv: 1, Hidden: 4096, Classes: classes}
+
+// NewVGG makes a VGG-19 of the given configuration outside the zoo.
+func NewVGG(name string, cfg VGGConfig) (Model, error) {
+	if cfg.Image < 32 || cfg.Image%32 != 0 || cfg.WidthDiv < 1 || 64%cfg.WidthDiv != 0 || cfg.Hidden < 1 || cfg.Classes < 1 {
+		return Model{}, fmt.Errorf("%w: VGG %+v: want an image a multiple of 32, a width divisor of 64, positive hidden and classes", ErrConfig, cfg)
+	}
+	return Model{name: name, base: name, phase: PhaseInference, arch: "vgg19", config: cfg,
+		description: fmt.Sprintf("VGG-19, %dx%d, widths /%d, hidden %d, %d classes", cfg.Image, cfg.Image, cfg.WidthDiv, cfg.Hidden, cfg.Classes),
+		build:       func(b *builder, n int) { vgg19(b, n, cfg) }}, nil
 }
 
 // vgg19 is torchvision's VGG-19 without batch norm; dropout is the identity
-// at inference and the adaptive average pool is the identity at 224x224.
-func vgg19(b *builder, n int) {
+// at inference and the adaptive average pool is the identity at 224x224
+// (the feature map is 7x7; reduced images skip it the same way).
+// The classifier reads the NHWC feature map flattened ([N, 7·7·512] in
+// h, w, c order; PyTorch flattens c, h, w: tools/torchref permutes).
+func vgg19(b *builder, n int, v VGGConfig) {
 	cfg := [][]int{{64, 64}, {128, 128}, {256, 256, 256, 256}, {512, 512, 512, 512}, {512, 512, 512, 512}}
-	h, c, idx := imageSize, 3, 0
+	h, c, idx := v.Image, 3, 0
+	x := b.input("input", bf16, n, v.Image, v.Image, 3)
 	for _, group := range cfg {
 		for _, out := range group {
-			b.conv(fmt.Sprintf("features.%d", idx), kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: 3, S: 3, Stride: 1, Pad: 1,
-				In: bf16, Bias: true, Act: kernels.ActReLU})
+			out /= v.WidthDiv
+			x = b.conv(fmt.Sprintf("features.%d", idx), x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: 3, S: 3, Stride: 1, Pad: 1,
+				In: bf16, Bias: true, Act: kernels.ActReLU}, "")
 			c = out
 			idx += 2 // conv, relu
 		}
-		b.add(fmt.Sprintf("features.%d", idx), kernels.Pool{N: n, H: h, W: h, C: c, R: 2, S: 2, Stride: 2, Max: true, In: bf16}, 0)
+		name := fmt.Sprintf("features.%d", idx)
+		y := b.act(name, bf16, n, h/2, h/2, c)
+		b.op(name, kernels.Pool{N: n, H: h, W: h, C: c, R: 2, S: 2, Stride: 2, Max: true, In: bf16}, 0, []string{x}, nil, []string{y})
+		x = y
 		idx++
 		h /= 2
 	}
-	b.linear("classifier.0", kernels.GEMM{M: n, N: 4096, K: h * h * c, In: bf16, Out: bf16, Bias: true, Act: kernels.ActReLU})
-	b.linear("classifier.3", kernels.GEMM{M: n, N: 4096, K: 4096, In: bf16, Out: bf16, Bias: true, Act: kernels.ActReLU})
-	b.linear("classifier.6", kernels.GEMM{M: n, N: classes, K: 4096, In: bf16, Out: bf16, Bias: true})
+	x = b.linear("classifier.0", x, kernels.GEMM{M: n, N: v.Hidden, K: h * h * c, In: bf16, Out: bf16, Bias: true, Act: kernels.ActReLU})
+	x = b.linear("classifier.3", x, kernels.GEMM{M: n, N: v.Hidden, K: v.Hidden, In: bf16, Out: bf16, Bias: true, Act: kernels.ActReLU})
+	b.output = b.linear("classifier.6", x, kernels.GEMM{M: n, N: v.Classes, K: v.Hidden, In: bf16, Out: bf16, Bias: true})
 }
 
 // mobilenetV2 is torchvision's MobileNetV2 (width 1.0) with BN folded: the
 // 1x1 convs and the depthwise convs carry a bias, ReLU6 is fused, and the
 // residual add of a stride-1 block with equal widths is fused into the
-// projection conv.
+// projection conv. The depthwise kernel has no bias operand: its folded
+// bias (name.bias) must be zero to run on the GPU (seeded weights make it
+// zero; see Instance).
 func mobilenetV2(b *builder, n int) {
-	b.conv("features.0", kernels.Conv2D{N: n, H: imageSize, W: imageSize, C: 3, OutC: 32, R: 3, S: 3, Stride: 2, Pad: 1,
-		In: bf16, Bias: true, Act: kernels.ActReLU6})
+	x := b.input("input", bf16, n, imageSize, imageSize, 3)
+	x = b.conv("features.0", x, kernels.Conv2D{N: n, H: imageSize, W: imageSize, C: 3, OutC: 32, R: 3, S: 3, Stride: 2, Pad: 1,
+		In: bf16, Bias: true, Act: kernels.ActReLU6}, "")
 	h, c := 112, 32
 	settings := [][4]int{ // t (expansion), c (width), n (repeats), s (stride)
 		{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2}, {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1},
@@ -236,21 +492,27 @@ func mobilenetV2(b *builder, n int) {
 			}
 			p := fmt.Sprintf("features.%d", idx)
 			hidden := c * t
+			in := x
+			y := x
 			if t != 1 {
-				b.conv(p+".expand", kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: hidden, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU6})
+				y = b.conv(p+".expand", x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: hidden, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU6}, "")
 			}
 			dw := kernels.Depthwise{N: n, H: h, W: h, C: hidden, R: 3, S: 3, Stride: s, Pad: 1, In: bf16, Act: kernels.ActReLU6}
-			b.add(p+".depthwise", dw, DepthwiseParams(dw))
 			oh, _ := dw.Out()
-			b.conv(p+".project", kernels.Conv2D{N: n, H: oh, W: oh, C: hidden, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true,
-				Residual: s == 1 && c == out})
+			dwo := b.act(p+".depthwise", bf16, n, oh, oh, hidden)
+			b.op(p+".depthwise", dw, DepthwiseParams(dw), []string{y},
+				[]string{b.weight(p+".depthwise.weight", bf16, 3, 3, hidden), b.weight(p+".depthwise.bias", kernels.F32, hidden)}, []string{dwo})
+			res := s == 1 && c == out
+			x = b.conv(p+".project", dwo, kernels.Conv2D{N: n, H: oh, W: oh, C: hidden, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true,
+				Residual: res}, in)
 			h, c = oh, out
 			idx++
 		}
 	}
-	b.conv(fmt.Sprintf("features.%d", idx), kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: 1280, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU6})
-	b.add("avgpool", kernels.Reduce{Name: "mean", Rows: n * 1280, Cols: h * h, In: bf16}, 0)
-	b.linear("classifier.1", kernels.GEMM{M: n, N: classes, K: 1280, In: bf16, Out: bf16, Bias: true})
+	x = b.conv(fmt.Sprintf("features.%d", idx), x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: 1280, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU6}, "")
+	pooled := b.act("avgpool", bf16, n, 1280)
+	b.op("avgpool", kernels.Reduce{Name: "mean", Rows: n * 1280, Cols: h * h, In: bf16}, 0, []string{x}, nil, []string{pooled}).glue(GlueNHWCMean)
+	b.output = b.linear("classifier.1", pooled, kernels.GEMM{M: n, N: classes, K: 1280, In: bf16, Out: bf16, Bias: true})
 }
 
 // reduceSplit is the longest run of elements one reduction row covers.

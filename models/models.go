@@ -1,6 +1,7 @@
 package models
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -24,6 +25,9 @@ const MaxBatch = 4096
 var (
 	ErrUnknownModel = errors.New("models: unknown model")
 	ErrBatch        = errors.New("models: invalid batch size")
+	// ErrConfig: a model configuration that cannot be built (NewResNet,
+	// NewBERT).
+	ErrConfig = errors.New("models: invalid configuration")
 )
 
 // CUDA grid limits (compute capability 3.0 and later).
@@ -44,6 +48,23 @@ type Layer struct {
 	// as weights in the forward pass). Zero for ops on activations only and
 	// for all backward and optimizer ops.
 	Params int
+
+	// Dataflow: the names of the tensors (Graph.Tensors) the launch reads
+	// and writes. In lists the activations (inputs, gradients, optimizer
+	// state) read, W the parameters read, Out the tensors written, each in
+	// the order the op's kernel takes operands of that kind (see
+	// kernels.Tensors: a kernel's Input operands take In in order, its
+	// Weight operands W in order and then, when W is used up, the rest of In
+	// — the batched attention GEMMs have no weights — and its Output
+	// operands Out in order).
+	In, W, Out []string
+	// Glue, when set, names a layout change the layer's kernel would need
+	// but no kernel of the sequence performs (e.g. "nhwc_mean": global
+	// average pooling over an NHWC tensor, which the row reduction kernel
+	// cannot read). The CPU reference executes it (see Reference); a GPU
+	// Instance refuses to bind the layer. GlueNote says why in words.
+	Glue     string
+	GlueNote string
 }
 
 // Model is one entry of the zoo.
@@ -53,6 +74,26 @@ type Model struct {
 	phase       string
 	description string
 	build       func(b *builder, batch int)
+	// arch and config describe the architecture for other tools
+	// (tools/torchref builds the same network from them).
+	arch   string
+	config any
+}
+
+// Arch names the architecture family ("resnet", "bert", "vgg19",
+// "mobilenetv2") and returns its configuration as JSON (a ResNetConfig or
+// BERTConfig with lower-case keys; "{}" for the fixed architectures).
+// Weights files record both in their metadata so that tools/torchref can
+// build the same network in PyTorch.
+func (m Model) Arch() (family, config string) {
+	if m.config == nil {
+		return m.arch, "{}"
+	}
+	js, err := json.Marshal(m.config)
+	if err != nil {
+		panic("models: config does not marshal: " + err.Error()) // a build defect
+	}
+	return m.arch, string(js)
 }
 
 // Name is the zoo name, e.g. "bert-base-384" or "resnet50-train".
@@ -72,22 +113,27 @@ func (m Model) Description() string { return m.description }
 // request (inference) or one training step. batch must be in
 // [1, MaxBatch] and small enough that every launch fits CUDA's grid limits.
 func (m Model) Ops(batch int) ([]Layer, error) {
+	layers, _, err := m.build1(batch)
+	return layers, err
+}
+
+func (m Model) build1(batch int) ([]Layer, *builder, error) {
 	if m.build == nil {
-		return nil, fmt.Errorf("%w: zero Model; get one with models.Get", ErrUnknownModel)
+		return nil, nil, fmt.Errorf("%w: zero Model; get one with models.Get", ErrUnknownModel)
 	}
 	if batch < 1 || batch > MaxBatch {
-		return nil, fmt.Errorf("%w: %s: batch %d, want 1..%d", ErrBatch, m.name, batch, MaxBatch)
+		return nil, nil, fmt.Errorf("%w: %s: batch %d, want 1..%d", ErrBatch, m.name, batch, MaxBatch)
 	}
-	b := &builder{}
+	b := &builder{tensors: map[string]int{}}
 	m.build(b, batch)
 	for i, l := range b.layers {
 		g := l.Op.Geometry()
 		if g.Grid.X > maxGridX || g.Grid.Y > maxGridYZ || g.Grid.Z > maxGridYZ {
-			return nil, fmt.Errorf("%w: %s at batch %d: layer %d (%s) needs grid %s, beyond CUDA's limits (x ≤ %d, y,z ≤ %d); use a smaller batch",
+			return nil, nil, fmt.Errorf("%w: %s at batch %d: layer %d (%s) needs grid %s, beyond CUDA's limits (x ≤ %d, y,z ≤ %d); use a smaller batch",
 				ErrBatch, m.name, batch, i, l.Name, g.Grid, maxGridX, maxGridYZ)
 		}
 	}
-	return b.layers, nil
+	return b.layers, b, nil
 }
 
 var zoo = map[string]Model{}
@@ -145,21 +191,20 @@ func Ops(layers []Layer) []kernels.Op {
 	return ops
 }
 
-// builder accumulates layers.
-type builder struct{ layers []Layer }
+// builder accumulates layers and the tensors they name.
+type builder struct {
+	layers  []Layer
+	tensors map[string]int // name -> index in list
+	list    []Tensor
+	inputs  []string
+	output  string
+}
 
-func (b *builder) add(name string, op kernels.Op, params int) {
+// add appends a layer and returns it so that the caller can wire its
+// dataflow.
+func (b *builder) add(name string, op kernels.Op, params int) *Layer {
 	b.layers = append(b.layers, Layer{Name: name, Op: op, Params: params})
-}
-
-// conv adds a forward convolution that owns its weights (and bias).
-func (b *builder) conv(name string, c kernels.Conv2D) {
-	b.add(name, c, ConvParams(c))
-}
-
-// linear adds a GEMM whose B operand is a weight matrix K x N.
-func (b *builder) linear(name string, g kernels.GEMM) {
-	b.add(name, g, LinearParams(g))
+	return &b.layers[len(b.layers)-1]
 }
 
 // ConvParams is the parameter count of a forward convolution's weights:

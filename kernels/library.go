@@ -1,0 +1,347 @@
+package kernels
+
+import (
+	"fmt"
+
+	"atoll/gpu"
+)
+
+// Library compiles and launches the kernels of ops on one device. Modules
+// are compiled on first use (NVRTC, through Device.LoadModule) — one module
+// per kernel instance, one per padded pair — and cached with their
+// functions for the Library's life.
+//
+// A Library belongs to the goroutine that owns its Device (gpu.Device is not
+// safe for concurrent use, and neither is this).
+type Library struct {
+	dev   gpu.Device
+	info  gpu.Info
+	mods  map[string]gpu.Module
+	funcs map[string]gpu.Func
+	regs  map[string]int // registers per thread the driver reports, by kernel instance
+	epoch int32          // launch serial number, stamped into each Ctl
+	// Compiles counts modules loaded so far.
+	Compiles int
+}
+
+// New returns a Library for dev. Nothing is compiled until needed.
+func New(dev gpu.Device) *Library {
+	return &Library{dev: dev, info: dev.Info(), mods: map[string]gpu.Module{}, funcs: map[string]gpu.Func{}, regs: map[string]int{}}
+}
+
+// Device is the library's device.
+func (l *Library) Device() gpu.Device { return l.dev }
+
+func (l *Library) module(key, src string) (gpu.Module, error) {
+	if m, ok := l.mods[key]; ok {
+		return m, nil
+	}
+	m, err := l.dev.LoadModule(gpu.ModuleSource{Name: key, CUDA: src})
+	if err != nil {
+		return nil, fmt.Errorf("kernels: compiling module %s: %w", key, err)
+	}
+	l.mods[key] = m
+	l.Compiles++
+	return m, nil
+}
+
+func (l *Library) function(key, src, name string) (gpu.Func, error) {
+	if f, ok := l.funcs[name]; ok {
+		return f, nil
+	}
+	m, err := l.module(key, src)
+	if err != nil {
+		return 0, err
+	}
+	f, err := m.Function(name)
+	if err != nil {
+		return 0, fmt.Errorf("kernels: module %s has no function %s: %w", key, name, err)
+	}
+	l.funcs[name] = f
+	return f, nil
+}
+
+func formSuffix(form gpu.Form) (string, error) {
+	switch form {
+	case gpu.Plain:
+		return "plain", nil
+	case gpu.Reset:
+		return "reset", nil
+	case gpu.Resumable:
+		return "resumable", nil
+	}
+	return "", fmt.Errorf("%w: form %s here (padded launches are made with LaunchPadded)", ErrUnsupported, form)
+}
+
+// Func returns the compiled function of op in a Plain, Reset or Resumable
+// form, compiling its module on first use.
+func (l *Library) Func(op Op, form gpu.Form) (gpu.Func, error) {
+	k, err := spec(op)
+	if err != nil {
+		return 0, err
+	}
+	return l.kfunc(k, form)
+}
+
+// funcAttributer is implemented by devices that report a function's
+// resources (gpu/cuda does).
+type funcAttributer interface {
+	FuncAttributes(gpu.Func) (registers, staticSharedMem, maxThreadsPerBlock int, err error)
+}
+
+func (l *Library) kfunc(k *kspec, form gpu.Form) (gpu.Func, error) {
+	suf, err := formSuffix(form)
+	if err != nil {
+		return 0, err
+	}
+	f, err := l.function(k.name, moduleSource(k), formFunc(k.name, suf))
+	if err != nil {
+		return 0, err
+	}
+	if fa, ok := l.dev.(funcAttributer); ok && form == gpu.Resumable {
+		if regs, _, _, err := fa.FuncAttributes(f); err == nil && regs > 0 {
+			l.regs[k.name] = regs
+		}
+	}
+	return f, nil
+}
+
+// occupancyRegs is the registers per thread used for occupancy: the
+// driver's figure for the resumable function once compiled, else the
+// Geometry estimate.
+func (l *Library) occupancyRegs(k *kspec) {
+	if r, ok := l.regs[k.name]; ok {
+		k.regs = r
+	}
+}
+
+// Workers is the default Resumable worker count of op on this device:
+// min(logical blocks, SMs x blocks resident per SM).
+func (l *Library) Workers(op Op) (int, error) {
+	k, err := spec(op)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := l.kfunc(k, gpu.Resumable); err != nil {
+		return 0, err
+	}
+	l.occupancyRegs(k)
+	return workers(l.info.Spec, k)
+}
+
+func capacity(s gpu.Spec, k *kspec) (int, error) {
+	per, _, err := s.Occupancy(k.threads, k.regs, k.smem)
+	if err != nil {
+		return 0, fmt.Errorf("kernels: %s: %w", k.name, err)
+	}
+	return per * max(s.SMs, 1), nil
+}
+
+func workers(s gpu.Spec, k *kspec) (int, error) {
+	c, err := capacity(s, k)
+	if err != nil {
+		return 0, err
+	}
+	return min(k.logical(), c), nil
+}
+
+func cost(op Op) gpu.Cost { return gpu.Cost{FLOPs: op.FLOPs(), Bytes: op.Bytes()} }
+
+// Launch returns a fully populated launch of op in form (Plain, Reset or
+// Resumable) over bufs, with ctl's preemption state. It compiles the
+// kernel's module on first use. Args are Ctl then the body's parameter
+// struct (see CtlBytes and docs/kernels.md).
+//
+// Plain and Reset launch the op's logical grid (Grid = Geometry().Grid,
+// shifted by ctl.Offset); Reset needs ctl.Flag. Resumable launches
+// ctl.Workers (default Workers(op)) persistent blocks over Logical logical
+// blocks and needs Flag, Counter (zeroed before the first launch) and Done.
+func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.Launch, error) {
+	k, err := spec(op)
+	if err != nil {
+		return nil, err
+	}
+	if err := bufs.check(k); err != nil {
+		return nil, err
+	}
+	switch form {
+	case gpu.Plain:
+		if ctl.Offset < 0 || ctl.Offset >= k.logical() {
+			return nil, fmt.Errorf("%w: offset %d outside [0, %d)", ErrShape, ctl.Offset, k.logical())
+		}
+	case gpu.Reset:
+		if !ctl.Flag.Valid() {
+			return nil, fmt.Errorf("%w: a reset launch of %s needs a flag (Control.Flag)", ErrUnsupported, k.name)
+		}
+		if ctl.Offset < 0 || ctl.Offset >= k.logical() {
+			return nil, fmt.Errorf("%w: offset %d outside [0, %d)", ErrShape, ctl.Offset, k.logical())
+		}
+	case gpu.Resumable:
+		if !ctl.Flag.Valid() || ctl.Counter == 0 || !ctl.Done.Valid() {
+			return nil, fmt.Errorf("%w: a resumable launch of %s needs Control.Flag, Counter and Done", ErrUnsupported, k.name)
+		}
+	}
+	f, err := l.kfunc(k, form)
+	if err != nil {
+		return nil, err
+	}
+	ln := &gpu.Launch{
+		Name:      k.name + "/" + form.String(),
+		Func:      f,
+		Grid:      k.grid,
+		Block:     gpu.D1(k.threads),
+		SharedMem: k.smem,
+		Registers: k.regs,
+		Cost:      cost(op),
+		Form:      form,
+		Flag:      ctl.Flag,
+	}
+	if form == gpu.Plain || form == gpu.Reset {
+		// A slice [Offset, Offset+Blocks) runs as a 1-D grid.
+		n := k.logical() - ctl.Offset
+		if ctl.Blocks > 0 {
+			n = min(n, ctl.Blocks)
+		}
+		if n != k.logical() {
+			ln.Grid = gpu.D1(n)
+		}
+	}
+	switch form {
+	case gpu.Reset:
+		ln.Counter = ctl.Counter
+	case gpu.Resumable:
+		w := ctl.Workers
+		if w <= 0 {
+			l.occupancyRegs(k)
+			if w, err = workers(l.info.Spec, k); err != nil {
+				return nil, err
+			}
+			ln.Registers = k.regs
+		}
+		if ctl.Chunk <= 0 {
+			ctl.Chunk = k.chunk
+		}
+		ln.Grid = gpu.D1(min(w, ceilDiv(k.logical(), ctl.Chunk)))
+		ln.Counter, ln.Done, ln.Logical = ctl.Counter, ctl.Done, k.logical()
+		ctl.Offset = 0
+	}
+	l.epoch++
+	packCtl(&ln.Args, ctl, k.logical(), l.epoch)
+	k.pack(&ln.Args, bufs.Ptrs())
+	return ln, nil
+}
+
+// LaunchPadded returns one padded launch (REEF's dynamic kernel padding):
+// the HP op's logical blocks [hpCtl.Offset, hpCtl.Offset+hpBlocks) run with
+// plain indexing in the launch's first hpBlocks blocks (hpBlocks <= 0: all
+// of the HP grid from the offset on), and beCtl.Workers further blocks run
+// the BE op as resumable workers (Flag, Counter, Done as for Resumable;
+// Workers 0: the BE capacity of the device less the share the HP blocks
+// take, at least 1). The pair kernel is compiled on first use and cached.
+//
+// The returned launch has Form Padded, Func the pair kernel, Grid the HP
+// blocks, Block the wider of the two bodies, SharedMem the larger, and Args
+// (hpCtl, hp params, beCtl, be params). Pad describes the BE part as a
+// Resumable launch of the BE op's own kernel (Grid = the workers), with the
+// same Flag, Counter, Done and Logical: a device runs the padded launch as
+// Func over Grid.Count() + Pad.Grid.Count() one-dimensional blocks.
+func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks int, be Op, beBufs Buffers, beCtl Control) (*gpu.Launch, error) {
+	hk, err := spec(hp)
+	if err != nil {
+		return nil, err
+	}
+	bk, err := spec(be)
+	if err != nil {
+		return nil, err
+	}
+	if err := hpBufs.check(hk); err != nil {
+		return nil, err
+	}
+	if err := beBufs.check(bk); err != nil {
+		return nil, err
+	}
+	if hpCtl.Offset < 0 || hpCtl.Offset >= hk.logical() {
+		return nil, fmt.Errorf("%w: HP offset %d outside [0, %d)", ErrShape, hpCtl.Offset, hk.logical())
+	}
+	if hpBlocks <= 0 || hpCtl.Offset+hpBlocks > hk.logical() {
+		hpBlocks = hk.logical() - hpCtl.Offset
+	}
+	if !beCtl.Flag.Valid() || beCtl.Counter == 0 || !beCtl.Done.Valid() {
+		return nil, fmt.Errorf("%w: the BE side of a padded launch needs Control.Flag, Counter and Done", ErrUnsupported)
+	}
+	w := beCtl.Workers
+	if w <= 0 {
+		if _, err := l.kfunc(bk, gpu.Resumable); err != nil {
+			return nil, err
+		}
+		l.occupancyRegs(bk)
+		capB, err := capacity(l.info.Spec, bk)
+		if err != nil {
+			return nil, err
+		}
+		capH, err := capacity(l.info.Spec, hk)
+		if err != nil {
+			return nil, err
+		}
+		w = max(1, capB-ceilDiv(hpBlocks*capB, capH))
+	}
+	if beCtl.Chunk <= 0 {
+		beCtl.Chunk = bk.chunk
+	}
+	w = min(w, ceilDiv(bk.logical(), beCtl.Chunk))
+	pairName := PaddedFunc(hk.name, bk.name)
+	f, err := l.function(pairName, pairSource(hk, bk), pairName)
+	if err != nil {
+		return nil, err
+	}
+	beFunc, err := l.kfunc(bk, gpu.Resumable)
+	if err != nil {
+		return nil, err
+	}
+	pad := &gpu.Launch{
+		Name: bk.name + "/resumable", Func: beFunc, Grid: gpu.D1(w), Block: gpu.D1(bk.threads),
+		SharedMem: bk.smem, Registers: bk.regs, Cost: cost(be), Form: gpu.Resumable,
+		Flag: beCtl.Flag, Counter: beCtl.Counter, Done: beCtl.Done, Logical: bk.logical(),
+	}
+	beCtl.Offset = 0
+	l.epoch++
+	packCtl(&pad.Args, beCtl, bk.logical(), l.epoch)
+	bk.pack(&pad.Args, beBufs.Ptrs())
+
+	hpCost := cost(hp)
+	frac := float64(hpBlocks) / float64(hk.logical())
+	hpCost.FLOPs *= frac
+	hpCost.Bytes *= frac
+	ln := &gpu.Launch{
+		Name: pairName, Func: f, Grid: gpu.D1(hpBlocks), Block: gpu.D1(max(hk.threads, bk.threads)),
+		SharedMem: max(hk.smem, bk.smem), Registers: max(hk.regs, bk.regs), Cost: hpCost,
+		Form: gpu.Padded, Pad: pad,
+	}
+	packCtl(&ln.Args, Control{Trace: hpCtl.Trace, Offset: hpCtl.Offset}, hpBlocks, l.epoch)
+	hk.pack(&ln.Args, hpBufs.Ptrs())
+	packCtl(&ln.Args, beCtl, bk.logical(), l.epoch)
+	bk.pack(&ln.Args, beBufs.Ptrs())
+	return ln, nil
+}
+
+// Watch returns a one-block launch of the flag watcher: it stores
+// %globaltimer to *start as it begins (if start != 0), spins until flag is
+// nonzero, then stores %globaltimer to *seen. Launch it before raising the
+// flag, on a stream of its own, and always raise the flag afterwards (it
+// spins until then). Any compiled module holds it; op chooses which.
+func (l *Library) Watch(op Op, flag gpu.HostWord, seen, start gpu.Ptr) (*gpu.Launch, error) {
+	k, err := spec(op)
+	if err != nil {
+		return nil, err
+	}
+	if !flag.Valid() || seen == 0 {
+		return nil, fmt.Errorf("%w: the watcher needs a flag and a result pointer", ErrUnsupported)
+	}
+	f, err := l.function(k.name, moduleSource(k), WatchFunc)
+	if err != nil {
+		return nil, err
+	}
+	ln := &gpu.Launch{Name: WatchFunc, Func: f, Grid: gpu.D1(1), Block: gpu.D1(32), Registers: 16}
+	ln.Args.Ptr(flag.Dev).Ptr(seen).Ptr(start)
+	return ln, nil
+}

@@ -1,0 +1,886 @@
+package kernels
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+
+	"atoll/gpu"
+)
+
+// Options configures SelfTest.
+type Options struct {
+	// Seed for the random inputs (each check draws fresh values from it).
+	Seed uint64
+	// Out receives the report tables as they complete; nil: none.
+	Out io.Writer
+	// Quick runs the correctness checks only (no preemption, latency or
+	// performance measurements).
+	Quick bool
+	// LatencyTrials per (form, block length); 0 means 100.
+	LatencyTrials int
+	// BlockTargets are the logical-block lengths of the latency runs;
+	// nil means 5, 20 and 100 µs.
+	BlockTargets []time.Duration
+	// Preemptions is the least number of preemptions each bit-identity
+	// check must survive; 0 means 50.
+	Preemptions int
+	// GEMMSize is the side of the square bf16 GEMM whose TFLOP/s is
+	// measured; 0 means 4096.
+	GEMMSize int
+}
+
+// Check is one correctness check: a kernel in a form against the CPU.
+type Check struct {
+	Kernel, Shape, Form, Output string
+	RelErr, Bound               float64
+	OK                          bool
+	Note                        string
+}
+
+// Identity is one preempt-and-resume run compared with an uninterrupted run.
+type Identity struct {
+	Kernel      string
+	Launches    int  // launches until done (each but the last was preempted)
+	Preemptions int  // launches that ended with the flag raised before done
+	Padded      int  // of the launches, those made as the BE part of a padded launch
+	Identical   bool // output bytes equal to the uninterrupted run's
+	Completed   int  // counter[1] at the end (must equal Logical)
+	Logical     int
+}
+
+// Latency is the preemption-latency distribution of one form and block length.
+type Latency struct {
+	Form         string
+	Kernel       string
+	BlockUS      float64 // measured mean logical-block duration, µs
+	Trials       int     // trials where the flag was raised before the kernel ended
+	Late         int     // trials discarded: the kernel had ended before the raise
+	P50, P90     float64 // µs
+	P99, Max     float64 // µs
+	WatchDelayUS float64 // median watcher start → BE kernel begin, µs (sanity)
+}
+
+// FlagCost is the runtime of one BE kernel in each form, flag never raised.
+type FlagCost struct {
+	Kernel              string
+	PlainUS, ResetUS    float64 // median µs
+	ResumableUS         float64
+	ResetPct, ResumePct float64 // overhead vs plain, %
+	Runs                int
+}
+
+// Perf is a GEMM throughput measurement.
+type Perf struct {
+	Kernel string
+	Shape  string
+	MedUS  float64
+	TFLOPS float64
+	Runs   int
+	// Registers per thread and blocks per SM the driver gives the kernel
+	// (0 when the device does not report them).
+	Registers, BlocksPerSM int
+}
+
+// Report is what SelfTest found.
+type Report struct {
+	Device, Driver string
+	Checks         []Check
+	Identity       []Identity
+	Latency        []Latency
+	FlagCost       []FlagCost
+	Perf           []Perf
+	Failures       int
+	Elapsed        time.Duration
+}
+
+// ErrSelfTest is returned (wrapped) when a check fails; the Report says which.
+var ErrSelfTest = errors.New("kernels: self-test failed")
+
+// checkOps are the correctness cases: every kernel family, both GEMM tiles,
+// vector and scalar load paths, all dtypes the kernels take.
+func checkOps() []Op {
+	return []Op{
+		GEMM{M: 200, N: 136, K: 72, Batch: 2, In: BF16, Out: BF16, Bias: true, Act: ActGELU},
+		GEMM{M: 1536, N: 1536, K: 96, In: F16, Out: F32, Act: ActReLU},
+		GEMM{M: 1664, N: 1408, K: 136, In: BF16, Out: BF16, Bias: true},
+		GEMM{M: 100, N: 70, K: 45, In: BF16, Out: F32},
+		Conv2D{N: 2, H: 14, W: 14, C: 16, OutC: 32, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, Bias: true, Act: ActReLU, Residual: true},
+		Conv2D{N: 2, H: 15, W: 15, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: F16},
+		Conv2D{N: 2, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, BackwardData: true},
+		Conv2D{N: 2, H: 8, W: 8, C: 16, OutC: 24, R: 3, S: 3, Stride: 1, Pad: 1, In: F16, BackwardFilter: true},
+		Depthwise{N: 2, H: 13, W: 13, C: 24, R: 3, S: 3, Stride: 2, Pad: 1, In: F16, Act: ActReLU6},
+		Elementwise{Name: "bias_act", Elems: 5000, Inputs: 1, In: BF16, Act: ActGELU, Cols: 40},
+		Elementwise{Name: "add", Elems: 4099, Inputs: 2, In: F32, Act: ActReLU},
+		Elementwise{Name: "sgd", Elems: 3000, Inputs: 3, Outputs: 2, In: F16},
+		LayerNorm{Rows: 37, Cols: 768, In: BF16},
+		LayerNorm{Rows: 5, Cols: 300, In: F32},
+		Softmax{Rows: 33, Cols: 1000, In: F16},
+		Pool{N: 2, H: 15, W: 15, C: 16, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: BF16},
+		Pool{N: 1, H: 8, W: 8, C: 8, R: 2, S: 2, Stride: 2, In: F32},
+		Reduce{Name: "mean", Rows: 70, Cols: 490, In: BF16},
+		Reduce{Name: "sum", Rows: 33, Cols: 100, In: F32},
+		Gather{Rows: 50, Cols: 72, In: BF16, Vocab: 500},
+	}
+}
+
+// SelfTest checks every kernel and form on dev against the CPU references,
+// checks that preempted-and-resumed BE kernels give bit-identical output,
+// and (unless opts.Quick) measures preemption latency per form, the cost of
+// the flag checks and GEMM throughput. dev must be a real GPU: with any
+// other backend it returns an error wrapping gpu.ErrNoDevice. A failed check
+// returns the full report and an error wrapping ErrSelfTest.
+func SelfTest(ctx context.Context, dev gpu.Device, opts Options) (Report, error) {
+	if dev == nil || dev.Info().Backend != "cuda" {
+		return Report{}, fmt.Errorf("%w: kernels: SelfTest runs kernels on a real GPU (backend %q): open one with gpu/cuda", gpu.ErrNoDevice, backendOf(dev))
+	}
+	start := time.Now()
+	info := dev.Info()
+	rep := Report{Device: info.Name, Driver: info.Driver}
+	lib := New(dev)
+	r, err := newRunner(ctx, dev, lib)
+	if err != nil {
+		return rep, fmt.Errorf("kernels: selftest setup: %w", err)
+	}
+	defer r.close()
+	seed := opts.Seed
+	next := func() uint64 { seed = seed*6364136223846793005 + 1442695040888963407; return seed }
+
+	if err := r.correctness(&rep, next); err != nil {
+		return rep, err
+	}
+	printChecks(opts.Out, rep.Checks)
+	if !opts.Quick {
+		pre := opts.Preemptions
+		if pre <= 0 {
+			pre = 50
+		}
+		if err := r.identity(&rep, pre, next); err != nil {
+			return rep, err
+		}
+		printIdentity(opts.Out, rep.Identity)
+		if err := r.measure(&rep, opts, next); err != nil {
+			return rep, err
+		}
+		printPerf(opts.Out, rep)
+	}
+	for _, c := range rep.Checks {
+		if !c.OK {
+			rep.Failures++
+		}
+	}
+	for _, id := range rep.Identity {
+		if !id.Identical || id.Completed != id.Logical || id.Preemptions < 1 {
+			rep.Failures++
+		}
+	}
+	rep.Elapsed = time.Since(start)
+	if rep.Failures > 0 {
+		return rep, fmt.Errorf("%w: %d failure(s); see the report", ErrSelfTest, rep.Failures)
+	}
+	return rep, nil
+}
+
+func backendOf(dev gpu.Device) string {
+	if dev == nil {
+		return "none"
+	}
+	return dev.Info().Backend
+}
+
+// ---- correctness ----------------------------------------------------------
+
+func (r *runner) compare(rep *Report, op Op, form, note string, b Buffers) error {
+	ref, err := Reference(op, b)
+	if err != nil {
+		return err
+	}
+	for i, t := range b.Outputs() {
+		got, _, err := Read(r.dev, t)
+		if err != nil {
+			return err
+		}
+		e := RelErr(got, ref[i])
+		bound := Tolerance(t.DType)
+		if op, ok := op.(Reduce); ok && op.In != F32 {
+			bound = 1e-5 // fp32 sums of exact 16-bit inputs
+		}
+		rep.Checks = append(rep.Checks, Check{Kernel: op.Kernel(), Shape: op.Shape(), Form: form, Output: t.Name,
+			RelErr: e, Bound: bound, OK: e <= bound, Note: note})
+	}
+	return nil
+}
+
+func (r *runner) correctness(rep *Report, next func() uint64) error {
+	hp := GEMM{M: 96, N: 80, K: 64, In: BF16, Out: BF16, Bias: true, Act: ActReLU}
+	hpBufs, err := Alloc(r.dev, hp, next())
+	if err != nil {
+		return err
+	}
+	defer hpBufs.Free(r.dev)
+	beEW := Elementwise{Name: "add", Elems: 70000, Inputs: 2, In: BF16}
+	ewBufs, err := Alloc(r.dev, beEW, next())
+	if err != nil {
+		return err
+	}
+	defer ewBufs.Free(r.dev)
+
+	for _, op := range checkOps() {
+		b, err := Alloc(r.dev, op, next())
+		if err != nil {
+			return err
+		}
+		for _, form := range []gpu.Form{gpu.Plain, gpu.Reset, gpu.Resumable, gpu.Padded} {
+			if err := b.Refill(r.dev, next()); err != nil {
+				return err
+			}
+			r.dev.Store(r.flag, 0)
+			r.dev.Store(r.done, 0)
+			if err := r.zero(r.counter, CounterBytes); err != nil {
+				return err
+			}
+			ctl := Control{Flag: r.flag, Counter: r.counter, Done: r.done}
+			note := ""
+			var l *gpu.Launch
+			switch form {
+			case gpu.Padded:
+				// op as the BE part beside an HP GEMM; few workers so that
+				// each takes many logical blocks.
+				if err := hpBufs.Refill(r.dev, next()); err != nil {
+					return err
+				}
+				ctl.Workers = 3
+				l, err = r.lib.LaunchPadded(hp, hpBufs, Control{}, 0, op, b, ctl)
+				note = "BE beside HP " + hp.Kernel()
+			default:
+				l, err = r.lib.Launch(op, form, b, ctl)
+			}
+			if err != nil {
+				return err
+			}
+			if err := r.launch(r.lo, l); err != nil {
+				return fmt.Errorf("kernels: launching %s: %w", l.Name, err)
+			}
+			if err := r.sync(r.lo); err != nil {
+				return fmt.Errorf("kernels: running %s: %w", l.Name, err)
+			}
+			if form == gpu.Resumable || form == gpu.Padded {
+				cnt, err := r.readI32(r.counter, 2)
+				if err != nil {
+					return err
+				}
+				logical := l.Logical
+				if form == gpu.Padded {
+					logical = l.Pad.Logical
+				}
+				if d := r.dev.Load(r.done); d != 1 || int(cnt[1]) != logical {
+					note += fmt.Sprintf(" done=%d completed=%d/%d", d, cnt[1], logical)
+					rep.Checks = append(rep.Checks, Check{Kernel: op.Kernel(), Shape: op.Shape(), Form: form.String(), Output: "done", RelErr: math.Inf(1), Note: note})
+				}
+			}
+			if err := r.compare(rep, op, form.String(), note, b); err != nil {
+				return err
+			}
+			if form == gpu.Padded {
+				if err := r.compare(rep, hp, "padded/HP", "HP beside BE "+op.Kernel(), hpBufs); err != nil {
+					return err
+				}
+			}
+		}
+		// Plain in two slices [0, n/2) and [n/2, n) (sliced launches).
+		if err := b.Refill(r.dev, next()); err != nil {
+			return err
+		}
+		k, _ := spec(op)
+		if half := k.logical() / 2; half > 0 {
+			for _, sl := range []Control{{Offset: 0, Blocks: half}, {Offset: half}} {
+				l, err := r.lib.Launch(op, gpu.Plain, b, sl)
+				if err != nil {
+					return err
+				}
+				if err := r.launch(r.lo, l); err != nil {
+					return err
+				}
+			}
+			if err := r.sync(r.lo); err != nil {
+				return err
+			}
+			if err := r.compare(rep, op, "plain/sliced", "two slices", b); err != nil {
+				return err
+			}
+		}
+		// Reset with the flag raised: no block may write anything.
+		if err := b.Poison(r.dev); err != nil {
+			return err
+		}
+		r.dev.Store(r.flag, 1)
+		l, err := r.lib.Launch(op, gpu.Reset, b, Control{Flag: r.flag})
+		if err != nil {
+			return err
+		}
+		if err := r.launch(r.lo, l); err != nil {
+			return err
+		}
+		if err := r.sync(r.lo); err != nil {
+			return err
+		}
+		r.dev.Store(r.flag, 0)
+		written := 0
+		for _, t := range b.Outputs() {
+			got, _, err := Read(r.dev, t)
+			if err != nil {
+				return err
+			}
+			for _, v := range got {
+				if !math.IsNaN(v) {
+					written++
+				}
+			}
+		}
+		rep.Checks = append(rep.Checks, Check{Kernel: op.Kernel(), Shape: op.Shape(), Form: "reset/raised", Output: "untouched",
+			RelErr: float64(written), Bound: 0, OK: written == 0, Note: "elements written with the flag raised"})
+		if err := b.Free(r.dev); err != nil {
+			return err
+		}
+	}
+	// An HP layernorm padded with a BE GEMM (wider BE blocks than HP blocks).
+	ln := LayerNorm{Rows: 64, Cols: 512, In: BF16}
+	lb, err := Alloc(r.dev, ln, next())
+	if err != nil {
+		return err
+	}
+	defer lb.Free(r.dev)
+	r.dev.Store(r.done, 0)
+	if err := r.zero(r.counter, CounterBytes); err != nil {
+		return err
+	}
+	if err := hpBufs.Refill(r.dev, next()); err != nil {
+		return err
+	}
+	l, err := r.lib.LaunchPadded(ln, lb, Control{}, 0, hp, hpBufs, Control{Flag: r.flag, Counter: r.counter, Done: r.done, Workers: 2})
+	if err != nil {
+		return err
+	}
+	if err := r.launch(r.lo, l); err != nil {
+		return err
+	}
+	if err := r.sync(r.lo); err != nil {
+		return err
+	}
+	if err := r.compare(rep, ln, "padded/HP", "HP beside BE "+hp.Kernel(), lb); err != nil {
+		return err
+	}
+	return r.compare(rep, hp, "padded", "BE beside HP "+ln.Kernel(), hpBufs)
+}
+
+// ---- preempt and resume: bit identity ----------------------------------------
+
+func (r *runner) identity(rep *Report, minPreempt int, next func() uint64) error {
+	gemm := GEMM{M: 4096, N: 4096, K: 1024, In: BF16, Out: BF16, Bias: true, Act: ActGELU}
+	if err := r.identityOne(rep, gemm, nil, 8, minPreempt, next); err != nil {
+		return err
+	}
+	// In-place SGD: a logical block run twice would apply its update twice.
+	sgd := Elementwise{Name: "sgd", Elems: 1 << 24, Inputs: 3, Outputs: 2, In: BF16}
+	inplace := func(b Buffers) Buffers {
+		c := Buffers{T: slices.Clone(b.T)}
+		w, m := c.T[0], c.T[2]
+		w.Name, w.Role, w.Host = "w_out", Output, nil
+		m.Name, m.Role, m.Host = "m_out", Output, nil
+		c.T[3], c.T[4] = w, m
+		return c
+	}
+	return r.identityOne(rep, sgd, inplace, 8, minPreempt, next)
+}
+
+// identityOne runs op resumably with few workers (so that each launch has
+// many rounds to be preempted in), preempting it at random points, and
+// compares the result with an uninterrupted run.
+func (r *runner) identityOne(rep *Report, op Op, alias func(Buffers) Buffers, workers, minPreempt int, next func() uint64) error {
+	s := next()
+	b, err := Alloc(r.dev, op, s)
+	if err != nil {
+		return err
+	}
+	defer b.Free(r.dev)
+	lb := b
+	if alias != nil {
+		lb = alias(b)
+	}
+	hp := GEMM{M: 256, N: 256, K: 256, In: BF16, Out: BF16}
+	hb, err := Alloc(r.dev, hp, next())
+	if err != nil {
+		return err
+	}
+	defer hb.Free(r.dev)
+	outputs := func() ([][]byte, error) {
+		var out [][]byte
+		for _, t := range lb.Outputs() {
+			_, raw, err := Read(r.dev, t)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, raw)
+		}
+		return out, nil
+	}
+	// Uninterrupted run.
+	r.dev.Store(r.flag, 0)
+	r.dev.Store(r.done, 0)
+	if err := r.zero(r.counter, CounterBytes); err != nil {
+		return err
+	}
+	ctl := Control{Flag: r.flag, Counter: r.counter, Done: r.done, Workers: workers}
+	l, err := r.lib.Launch(op, gpu.Resumable, lb, ctl)
+	if err != nil {
+		return err
+	}
+	full, err := r.timed(l, nil)
+	if err != nil {
+		return err
+	}
+	want, err := outputs()
+	if err != nil {
+		return err
+	}
+	// Same inputs again, then preempt at random points until done.
+	if err := b.Refill(r.dev, s); err != nil {
+		return err
+	}
+	r.dev.Store(r.done, 0)
+	if err := r.zero(r.counter, CounterBytes); err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(next(), 1))
+	id := Identity{Kernel: op.Kernel(), Logical: l.Logical}
+	for r.dev.Load(r.done) == 0 {
+		if id.Launches > 20000 {
+			return fmt.Errorf("kernels: %s made no progress in 20000 resumable launches", op.Kernel())
+		}
+		r.dev.Store(r.flag, 0)
+		// Every third launch continues the BE kernel inside a padded launch.
+		ln := l
+		if id.Launches%3 == 2 {
+			if ln, err = r.lib.LaunchPadded(hp, hb, Control{}, 0, op, lb, ctl); err != nil {
+				return err
+			}
+			id.Padded++
+		}
+		if err := r.launch(r.lo, ln); err != nil {
+			return err
+		}
+		id.Launches++
+		stop := id.Preemptions < minPreempt || rng.IntN(4) != 0
+		if stop {
+			// Raise the flag somewhere in the first 1/30 of a full run.
+			spin(time.Duration(rng.Int64N(int64(full/30) + 1)))
+			r.dev.Store(r.flag, 1)
+		}
+		if err := r.sync(r.lo); err != nil {
+			return err
+		}
+		if r.dev.Load(r.done) == 0 {
+			id.Preemptions++
+		}
+	}
+	r.dev.Store(r.flag, 0)
+	cnt, err := r.readI32(r.counter, 2)
+	if err != nil {
+		return err
+	}
+	id.Completed = int(cnt[1])
+	got, err := outputs()
+	if err != nil {
+		return err
+	}
+	id.Identical = len(got) == len(want)
+	for i := range got {
+		id.Identical = id.Identical && bytes.Equal(got[i], want[i])
+	}
+	rep.Identity = append(rep.Identity, id)
+	return nil
+}
+
+// ---- measurements -----------------------------------------------------------
+
+func median(v []float64) float64 { return percentile(v, 50) }
+
+// spin busy-waits for d (time.Sleep overshoots short waits by tens of µs).
+func spin(d time.Duration) {
+	for t0 := time.Now(); time.Since(t0) < d; {
+	}
+}
+
+// percentile interpolates linearly between closest ranks.
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	x := p / 100 * float64(len(s)-1)
+	i := int(x)
+	if i >= len(s)-1 {
+		return s[len(s)-1]
+	}
+	return s[i] + (x-float64(i))*(s[i+1]-s[i])
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func (r *runner) measure(rep *Report, opts Options, next func() uint64) error {
+	n := opts.GEMMSize
+	if n <= 0 {
+		n = 4096
+	}
+	// GEMM throughput (plain form).
+	for _, in := range []DType{BF16, F16} {
+		g := GEMM{M: n, N: n, K: n, In: in, Out: in}
+		b, err := Alloc(r.dev, g, next())
+		if err != nil {
+			return err
+		}
+		l, err := r.lib.Launch(g, gpu.Plain, b, Control{})
+		if err != nil {
+			return err
+		}
+		var ts []float64
+		for i := 0; i < 23; i++ {
+			t, err := r.timed(l, nil)
+			if err != nil {
+				return err
+			}
+			if i >= 3 {
+				ts = append(ts, us(t))
+			}
+		}
+		m := median(ts)
+		p := Perf{Kernel: g.Kernel(), Shape: g.Shape(), MedUS: m, TFLOPS: g.FLOPs() / (m * 1e-6) / 1e12, Runs: len(ts)}
+		if fa, ok := r.dev.(funcAttributer); ok {
+			if regs, _, _, err := fa.FuncAttributes(l.Func); err == nil {
+				p.Registers = regs
+				p.BlocksPerSM, _, _ = r.dev.Info().Spec.Occupancy(l.Block.Count(), regs, l.SharedMem)
+			}
+		}
+		rep.Perf = append(rep.Perf, p)
+		if err := b.Free(r.dev); err != nil {
+			return err
+		}
+	}
+
+	targets := opts.BlockTargets
+	if targets == nil {
+		targets = []time.Duration{5 * time.Microsecond, 20 * time.Microsecond, 100 * time.Microsecond}
+	}
+	trials := opts.LatencyTrials
+	if trials <= 0 {
+		trials = 100
+	}
+	variants := []variant{{"plain", r.lib, gpu.Plain}, {"reset", r.lib, gpu.Reset}, {"resumable", r.lib, gpu.Resumable}, {"padded (BE)", r.lib, gpu.Padded}}
+	// Calibrate the BE GEMM: block time is about a + b·K (fixed prologue
+	// and epilogue, then the K loop); fit it from two runs. Batches (grid.z)
+	// make each kernel last about 2 ms whatever the block length, so that
+	// the host's raise lands inside it.
+	base := GEMM{M: 4096, N: 4096, K: 256, In: BF16, Out: BF16}
+	t1, err := r.blockTime(base, next)
+	if err != nil {
+		return err
+	}
+	long := base
+	long.K = 4096
+	t2, err := r.blockTime(long, next)
+	if err != nil {
+		return err
+	}
+	slope := float64(t2-t1) / float64(long.K-base.K)
+	kFor := func(tgt time.Duration) int {
+		k := (float64(tgt) - float64(t1)) / slope
+		return max(32, int(math.Round((k+float64(base.K))/32))*32)
+	}
+	wk, err := r.lib.Workers(base)
+	if err != nil {
+		return err
+	}
+	for _, tgt := range targets {
+		g := base
+		g.K = kFor(tgt)
+		g.Batch = max(1, int(math.Ceil(2e-3*float64(wk)/tgt.Seconds()/1024)))
+		if err := r.latency(rep, g, variants, trials, next); err != nil {
+			return err
+		}
+	}
+	// Short blocks: an elementwise BE kernel (~1 µs logical blocks, tickets of 8).
+	if err := r.latency(rep, Elementwise{Name: "add", Elems: 1 << 27, Inputs: 2, In: BF16}, variants, trials, next); err != nil {
+		return err
+	}
+	// Flag-check cost: same BE kernels, flag never raised.
+	var costOps []Op
+	for _, tgt := range targets {
+		g := base
+		g.K = kFor(tgt)
+		costOps = append(costOps, g)
+	}
+	costOps = append(costOps, Elementwise{Name: "add", Elems: 1 << 26, Inputs: 2, In: BF16})
+	for _, op := range costOps {
+		if err := r.flagCost(rep, op, next); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// blockTime measures the mean logical-block duration of op (plain form):
+// kernel time x blocks resident at once / logical blocks.
+func (r *runner) blockTime(op Op, next func() uint64) (time.Duration, error) {
+	b, err := Alloc(r.dev, op, next())
+	if err != nil {
+		return 0, err
+	}
+	defer b.Free(r.dev)
+	l, err := r.lib.Launch(op, gpu.Plain, b, Control{})
+	if err != nil {
+		return 0, err
+	}
+	var ts []float64
+	for i := 0; i < 6; i++ {
+		t, err := r.timed(l, nil)
+		if err != nil {
+			return 0, err
+		}
+		ts = append(ts, float64(t))
+	}
+	w, err := r.lib.Workers(op)
+	if err != nil {
+		return 0, err
+	}
+	logical := l.LogicalBlocks()
+	return time.Duration(median(ts[1:]) * float64(min(w, logical)) / float64(logical)), nil
+}
+
+// latency measures flag raise → last BE block retired for the plain, reset
+// and resumable forms of op. Per trial: a one-block watcher on the HP
+// stream records %globaltimer when it sees the flag; the BE kernel on the
+// BE stream records each block's exit time; the host raises the flag at a
+// random point of the kernel's run. Latency = max exit − watcher's time.
+type variant struct {
+	label string
+	lib   *Library
+	form  gpu.Form
+}
+
+func (r *runner) latency(rep *Report, op Op, variants []variant, trials int, next func() uint64) error {
+	b, err := Alloc(r.dev, op, next())
+	if err != nil {
+		return err
+	}
+	defer b.Free(r.dev)
+	perBlock, err := r.blockTime(op, next)
+	if err != nil {
+		return err
+	}
+	geo := op.Geometry()
+	trace, err := r.dev.Alloc(int64(8 * geo.Grid.Count()))
+	if err != nil {
+		return err
+	}
+	defer r.dev.Free(trace)
+	rng := rand.New(rand.NewPCG(next(), 2))
+	// The HP side of padded launches: a small GEMM (16 blocks of 64x64).
+	hp := GEMM{M: 256, N: 256, K: 256, In: BF16, Out: BF16}
+	hb, err := Alloc(r.dev, hp, next())
+	if err != nil {
+		return err
+	}
+	defer hb.Free(r.dev)
+	for _, v := range variants {
+		ctl := Control{Flag: r.flag, Counter: r.counter, Done: r.done, Trace: trace}
+		var l *gpu.Launch
+		if v.form == gpu.Padded {
+			l, err = v.lib.LaunchPadded(hp, hb, Control{}, 0, op, b, ctl)
+		} else {
+			l, err = v.lib.Launch(op, v.form, b, ctl)
+		}
+		if err != nil {
+			return err
+		}
+		blocks := l.Grid.Count()
+		if l.Pad != nil {
+			blocks = l.Pad.Grid.Count() // BE workers trace into slots [0, workers)
+		}
+		full, err := r.timed(l, func() error { r.dev.Store(r.flag, 0); return r.zero(r.counter, CounterBytes) })
+		if err != nil {
+			return err
+		}
+		lat := Latency{Form: v.label, Kernel: op.Kernel() + " " + op.Shape(), BlockUS: us(perBlock)}
+		var vals, delays []float64
+		for t := 0; t < trials+trials/2 && len(vals) < trials; t++ {
+			r.dev.Store(r.flag, 0)
+			r.dev.Store(r.done, 0)
+			if err := r.zero(r.counter, CounterBytes); err != nil {
+				return err
+			}
+			if err := r.zero(r.watch, 16); err != nil {
+				return err
+			}
+			w, err := r.lib.Watch(op, r.flag, r.watch, r.watch+8)
+			if err != nil {
+				return err
+			}
+			if err := r.launch(r.hi, w); err != nil {
+				return err
+			}
+			if err := r.launch(r.lo, l); err != nil {
+				r.dev.Store(r.flag, 1)
+				return err
+			}
+			spin(time.Duration(float64(full) * (0.2 + 0.6*rng.Float64())))
+			r.dev.Store(r.flag, 1)
+			if err := r.sync(r.lo); err != nil {
+				return err
+			}
+			if err := r.sync(r.hi); err != nil {
+				return err
+			}
+			ex, err := r.readU64(trace, blocks)
+			if err != nil {
+				return err
+			}
+			wv, err := r.readU64(r.watch, 2)
+			if err != nil {
+				return err
+			}
+			last, first := uint64(0), uint64(math.MaxUint64)
+			for _, e := range ex {
+				last = max(last, e)
+				first = min(first, e)
+			}
+			seen := wv[0]
+			if seen == 0 || last < seen {
+				lat.Late++
+				continue
+			}
+			vals = append(vals, float64(last-seen)/1e3)
+			delays = append(delays, float64(int64(first)-int64(wv[1]))/1e3)
+		}
+		lat.Trials = len(vals)
+		lat.P50, lat.P90, lat.P99 = percentile(vals, 50), percentile(vals, 90), percentile(vals, 99)
+		lat.Max = percentile(vals, 100)
+		lat.WatchDelayUS = median(delays)
+		rep.Latency = append(rep.Latency, lat)
+	}
+	return nil
+}
+
+func (r *runner) flagCost(rep *Report, op Op, next func() uint64) error {
+	b, err := Alloc(r.dev, op, next())
+	if err != nil {
+		return err
+	}
+	defer b.Free(r.dev)
+	r.dev.Store(r.flag, 0)
+	ctl := Control{Flag: r.flag, Counter: r.counter, Done: r.done}
+	var ls []*gpu.Launch
+	for _, f := range []gpu.Form{gpu.Plain, gpu.Reset, gpu.Resumable} {
+		l, err := r.lib.Launch(op, f, b, ctl)
+		if err != nil {
+			return err
+		}
+		ls = append(ls, l)
+	}
+	times := make([][]float64, len(ls))
+	const runs = 21
+	for i := 0; i < runs+2; i++ {
+		for j, l := range ls { // interleaved, so clock drift hits all forms alike
+			t, err := r.timed(l, func() error { r.dev.Store(r.done, 0); return r.zero(r.counter, CounterBytes) })
+			if err != nil {
+				return err
+			}
+			if i >= 2 {
+				times[j] = append(times[j], us(t))
+			}
+		}
+	}
+	fc := FlagCost{Kernel: op.Kernel() + " " + op.Shape(), Runs: runs,
+		PlainUS: median(times[0]), ResetUS: median(times[1]), ResumableUS: median(times[2])}
+	fc.ResetPct = (fc.ResetUS/fc.PlainUS - 1) * 100
+	fc.ResumePct = (fc.ResumableUS/fc.PlainUS - 1) * 100
+	rep.FlagCost = append(rep.FlagCost, fc)
+	return nil
+}
+
+// ---- tables -------------------------------------------------------------------
+
+func table(w io.Writer, title string, header []any, rows [][]any) {
+	if w == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n%s\n", title)
+	t := tablewriter.NewWriter(w)
+	t.Header(header...)
+	for _, r := range rows {
+		_ = t.Append(r...)
+	}
+	_ = t.Render()
+}
+
+func printChecks(w io.Writer, cs []Check) {
+	var rows [][]any
+	fails := 0
+	for _, c := range cs {
+		ok := "ok"
+		if !c.OK {
+			ok = "FAIL"
+			fails++
+		}
+		rows = append(rows, []any{c.Kernel, shortShape(c.Shape), c.Form, c.Output, fmt.Sprintf("%.2e", c.RelErr), fmt.Sprintf("%.0e", c.Bound), ok, c.Note})
+	}
+	table(w, fmt.Sprintf("correctness: %d checks, %d failed", len(cs), fails),
+		[]any{"kernel", "shape", "form", "output", "rel err", "bound", "", "note"}, rows)
+}
+
+func printIdentity(w io.Writer, ids []Identity) {
+	var rows [][]any
+	for _, id := range ids {
+		rows = append(rows, []any{id.Kernel, id.Launches, id.Preemptions, id.Padded, fmt.Sprintf("%d/%d", id.Completed, id.Logical), id.Identical})
+	}
+	table(w, "preempt + resume vs uninterrupted (bit identity)",
+		[]any{"kernel", "launches", "preempted", "as padded BE", "completed", "identical"}, rows)
+}
+
+func printPerf(w io.Writer, rep Report) {
+	var rows [][]any
+	for _, l := range rep.Latency {
+		rows = append(rows, []any{l.Form, fmt.Sprintf("%.1f", l.BlockUS), l.Trials, l.Late,
+			fmt.Sprintf("%.1f", l.P50), fmt.Sprintf("%.1f", l.P90), fmt.Sprintf("%.1f", l.P99), fmt.Sprintf("%.1f", l.Max), shortShape(l.Kernel)})
+	}
+	table(w, "preemption latency, µs (flag seen by watcher on GPU clock → last BE block exit)",
+		[]any{"form", "block µs", "trials", "late", "p50", "p90", "p99", "max", "BE kernel"}, rows)
+	rows = nil
+	for _, f := range rep.FlagCost {
+		rows = append(rows, []any{shortShape(f.Kernel), fmt.Sprintf("%.1f", f.PlainUS), fmt.Sprintf("%.1f", f.ResetUS), fmt.Sprintf("%+.2f%%", f.ResetPct),
+			fmt.Sprintf("%.1f", f.ResumableUS), fmt.Sprintf("%+.2f%%", f.ResumePct)})
+	}
+	table(w, "flag-check cost (median of 21 interleaved runs, flag down)",
+		[]any{"kernel", "plain µs", "reset µs", "reset", "resumable µs", "resumable"}, rows)
+	rows = nil
+	for _, p := range rep.Perf {
+		rows = append(rows, []any{p.Kernel, p.Shape, fmt.Sprintf("%.1f", p.MedUS), fmt.Sprintf("%.1f", p.TFLOPS), p.Registers, p.BlocksPerSM})
+	}
+	table(w, "GEMM throughput (plain form, median of 20)", []any{"kernel", "shape", "µs", "TFLOP/s", "regs", "blocks/SM"}, rows)
+}
+
+func shortShape(s string) string {
+	if i := strings.Index(s, " batch="); i > 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,453 @@
+package kernels
+
+import (
+	"errors"
+	"fmt"
+
+	"atoll/gpu"
+)
+
+// Sentinel errors.
+var (
+	// ErrShape: an op whose sizes or types the kernel cannot run (zero or
+	// negative sizes, an empty output, an input type the kernel lacks).
+	ErrShape = errors.New("kernels: bad shape")
+	// ErrUnsupported: an op the library describes for costing but has no
+	// kernel for (e.g. Elementwise "adam"), or a form it cannot take.
+	ErrUnsupported = errors.New("kernels: unsupported")
+	// ErrBuffers: buffers that do not belong to the op (missing or
+	// mis-sized tensors).
+	ErrBuffers = errors.New("kernels: bad buffers")
+)
+
+// Role says what a kernel does with a tensor.
+type Role uint8
+
+const (
+	Input  Role = iota // read; filled with seeded random data
+	Weight             // read; filled with seeded random data
+	Output             // written; poisoned with NaN before checked runs
+)
+
+func (r Role) String() string {
+	switch r {
+	case Input:
+		return "input"
+	case Weight:
+		return "weight"
+	case Output:
+		return "output"
+	}
+	return fmt.Sprintf("role(%d)", r)
+}
+
+// TensorSpec is one buffer of an op.
+type TensorSpec struct {
+	Name  string
+	DType DType
+	Elems int
+	Role  Role
+	// IntRange, for I32 tensors, is the exclusive upper bound of the random
+	// indices (the gather vocabulary).
+	IntRange int
+}
+
+// Bytes is the tensor's size.
+func (t TensorSpec) Bytes() int64 { return int64(t.Elems) * int64(t.DType.Size()) }
+
+// kspec is everything the library needs to compile and launch an op.
+type kspec struct {
+	name    string // C identifier of the kernel instance (op.Kernel())
+	family  string // source file: "gemm" or "misc"
+	param   string // C parameter struct
+	body    string // C++ callable taking (int lb, const P&)
+	threads int
+	smem    int
+	grid    gpu.Dim3 // logical grid (Plain/Reset launch grid)
+	regs    int
+	chunk   int  // default logical blocks per resumable ticket
+	noSync  bool // the body uses no shared memory (no barrier between a ticket's blocks)
+	tensors []TensorSpec
+	// pack appends the parameter struct, given the tensors' device pointers
+	// in the order of tensors.
+	pack func(a *gpu.Args, ptr []gpu.Ptr)
+}
+
+func (k *kspec) logical() int { return k.grid.Count() }
+
+func dtC(d DType) string {
+	switch d {
+	case F16:
+		return "DT_F16"
+	case BF16:
+		return "DT_BF16"
+	}
+	return "DT_F32"
+}
+
+func shapeErr(op Op, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %s: %s", ErrShape, op.Kernel(), op.Shape(), fmt.Sprintf(format, args...))
+}
+
+func positive(vals ...int) bool {
+	for _, v := range vals {
+		if v <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func validFloat(d DType) bool { return d == F32 || d == F16 || d == BF16 }
+func valid16(d DType) bool    { return d == F16 || d == BF16 }
+func validAct(a Act) bool     { return a <= ActReLU6 }
+
+// Elementwise op codes (cuda/misc.cu EW_*).
+const (
+	ewBiasAct = 0
+	ewAdd     = 1
+	ewAct     = 2
+	ewSGD     = 3
+)
+
+func ewCode(e Elementwise) (code int, act Act, err error) {
+	switch e.Name {
+	case "bias_act":
+		return ewBiasAct, e.Act, nil
+	case "add":
+		return ewAdd, e.Act, nil
+	case "act":
+		return ewAct, e.Act, nil
+	case "relu":
+		return ewAct, ActReLU, nil
+	case "gelu":
+		return ewAct, ActGELU, nil
+	case "relu6":
+		return ewAct, ActReLU6, nil
+	case "sgd":
+		return ewSGD, ActNone, nil
+	}
+	return 0, 0, fmt.Errorf("%w: elementwise %q has no kernel (have bias_act, add, act, relu, gelu, relu6, sgd)", ErrUnsupported, e.Name)
+}
+
+func (e Elementwise) lrMomentum() (float32, float32) {
+	lr, mu := e.LR, e.Momentum
+	if lr == 0 {
+		lr = 0.01
+	}
+	if mu == 0 {
+		mu = 0.9
+	}
+	return lr, mu
+}
+
+func (e Elementwise) cols() int {
+	if e.Cols > 0 {
+		return e.Cols
+	}
+	return e.Elems
+}
+
+func (g Gather) vocab() int {
+	if g.Vocab > 0 {
+		return g.Vocab
+	}
+	return g.Rows
+}
+
+// gemmParams is the C struct GemmP (cuda/gemm.cu) in Go.
+type gemmParams struct {
+	a, b, c, bias, resid            gpu.Ptr
+	sA, sB, sC                      int64
+	m, n, k, batch, act, outDT      int
+	vecA, vecB                      bool
+	img, h, w, ch, oh, ow, oc, r, s int
+	stride, pad                     int
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func dtCode(d DType) int32 {
+	switch d {
+	case F16:
+		return 1
+	case BF16:
+		return 2
+	}
+	return 0
+}
+
+func (g gemmParams) pack(a *gpu.Args, outDT DType) {
+	a.Ptr(g.a).Ptr(g.b).Ptr(g.c).Ptr(g.bias).Ptr(g.resid)
+	a.U64(uint64(g.sA)).U64(uint64(g.sB)).U64(uint64(g.sC))
+	for _, v := range []int32{int32(g.m), int32(g.n), int32(g.k), int32(g.batch), int32(g.act), dtCode(outDT), b2i(g.vecA), b2i(g.vecB),
+		int32(g.img), int32(g.h), int32(g.w), int32(g.ch), int32(g.oh), int32(g.ow), int32(g.oc), int32(g.r), int32(g.s), int32(g.stride), int32(g.pad)} {
+		a.I32(v)
+	}
+}
+
+func gemmBody(prob string, in DType, bm, bn, th int) string {
+	return fmt.Sprintf("body_gemm<%s, %s, %d, %d, %d>", prob, dtC(in), bm, bn, th)
+}
+
+// spec returns the kernel description of op, or an error wrapping ErrShape
+// or ErrUnsupported.
+func spec(op Op) (*kspec, error) {
+	if op == nil {
+		return nil, fmt.Errorf("%w: nil op", ErrShape)
+	}
+	geo := op.Geometry()
+	k := &kspec{name: op.Kernel(), threads: geo.Block.Count(), smem: geo.SharedMem, grid: geo.Grid, regs: geo.Registers, chunk: 1}
+	switch op.(type) {
+	case Elementwise, Gather, Pool, Depthwise, Reduce:
+		k.chunk = 8 // ~1 µs logical blocks: amortise the ticket and the flag check
+		k.noSync = true
+	}
+	switch o := op.(type) {
+	case GEMM:
+		if !positive(o.M, o.N, o.K) || o.Batch < 0 {
+			return nil, shapeErr(op, "M, N, K must be positive and Batch non-negative")
+		}
+		if !valid16(o.In) || !validFloat(o.Out) || !validAct(o.Act) {
+			return nil, shapeErr(op, "inputs must be bf16 or f16, output f32/f16/bf16, act known")
+		}
+		bm, bn, th := gemmTile(o.M, o.N)
+		k.family, k.param, k.body = "gemm", "GemmP", gemmBody("ProbGemm", o.In, bm, bn, th)
+		b := o.batch()
+		k.tensors = []TensorSpec{
+			{Name: "A", DType: o.In, Elems: b * o.M * o.K, Role: Input},
+			{Name: "B", DType: o.In, Elems: b * o.K * o.N, Role: Weight},
+			{Name: "C", DType: o.Out, Elems: b * o.M * o.N, Role: Output},
+		}
+		if o.Bias {
+			k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: F32, Elems: o.N, Role: Weight})
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			g := gemmParams{a: p[0], b: p[1], c: p[2], sA: int64(o.M * o.K), sB: int64(o.K * o.N), sC: int64(o.M * o.N),
+				m: o.M, n: o.N, k: o.K, batch: b, act: int(o.Act), vecA: o.K%8 == 0, vecB: o.N%8 == 0}
+			if o.Bias {
+				g.bias = p[3]
+			}
+			g.pack(a, o.Out)
+		}
+	case Conv2D:
+		oh, ow := o.Out()
+		if !positive(o.N, o.H, o.W, o.C, o.OutC, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
+			return nil, shapeErr(op, "sizes must be positive and the output non-empty")
+		}
+		if !valid16(o.In) || !validAct(o.Act) {
+			return nil, shapeErr(op, "input must be bf16 or f16")
+		}
+		if o.BackwardData && o.BackwardFilter {
+			return nil, shapeErr(op, "BackwardData and BackwardFilter are exclusive")
+		}
+		g := o.gemm()
+		bm, bn, th := gemmTile(g.M, g.N)
+		st := max(o.Stride, 1)
+		base := gemmParams{m: g.M, n: g.N, k: g.K, batch: 1, img: o.N, h: o.H, w: o.W, ch: o.C, oh: oh, ow: ow, oc: o.OutC, r: o.R, s: o.S, stride: st, pad: o.Pad}
+		x := TensorSpec{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C}
+		w := TensorSpec{Name: "W", DType: o.In, Elems: o.R * o.S * o.C * o.OutC}
+		y := TensorSpec{Name: "Y", DType: o.In, Elems: o.N * oh * ow * o.OutC}
+		k.family, k.param = "gemm", "GemmP"
+		switch {
+		case o.BackwardData:
+			k.body = gemmBody("ProbConvDgrad", o.In, bm, bn, th)
+			y.Name, y.Role, w.Role, x.Name, x.Role = "dY", Input, Weight, "dX", Output
+			k.tensors = []TensorSpec{y, w, x}
+			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+				q := base
+				q.a, q.b, q.c, q.vecA = p[0], p[1], p[2], o.OutC%8 == 0
+				q.pack(a, o.In)
+			}
+		case o.BackwardFilter:
+			k.body = gemmBody("ProbConvWgrad", o.In, bm, bn, th)
+			x.Role, y.Name, y.Role, w.Name, w.Role = Input, "dY", Input, "dW", Output
+			k.tensors = []TensorSpec{x, y, w}
+			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+				q := base
+				q.a, q.b, q.c, q.vecB = p[0], p[1], p[2], o.OutC%8 == 0
+				q.pack(a, o.In)
+			}
+		default:
+			k.body = gemmBody("ProbConvFwd", o.In, bm, bn, th)
+			x.Role, w.Role, y.Role = Input, Weight, Output
+			k.tensors = []TensorSpec{x, w, y}
+			if o.Bias {
+				k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: F32, Elems: o.OutC, Role: Weight})
+			}
+			if o.Residual {
+				k.tensors = append(k.tensors, TensorSpec{Name: "resid", DType: o.In, Elems: y.Elems, Role: Input})
+			}
+			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+				q := base
+				q.a, q.b, q.c, q.act = p[0], p[1], p[2], int(o.Act)
+				q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0
+				i := 3
+				if o.Bias {
+					q.bias = p[i]
+					i++
+				}
+				if o.Residual {
+					q.resid = p[i]
+				}
+				q.pack(a, o.In)
+			}
+		}
+	case Depthwise:
+		oh, ow := o.Out()
+		if !positive(o.N, o.H, o.W, o.C, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
+			return nil, shapeErr(op, "sizes must be positive and the output non-empty")
+		}
+		if !validFloat(o.In) || !validAct(o.Act) {
+			return nil, shapeErr(op, "input must be f32, f16 or bf16")
+		}
+		k.family, k.param, k.body = "misc", "DwP", fmt.Sprintf("body_depthwise<%s>", dtC(o.In))
+		k.tensors = []TensorSpec{
+			{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C, Role: Input},
+			{Name: "W", DType: o.In, Elems: o.R * o.S * o.C, Role: Weight},
+			{Name: "Y", DType: o.In, Elems: o.outputs(), Role: Output},
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2])
+			for _, v := range []int{o.N, o.H, o.W, o.C, oh, ow, o.R, o.S, max(o.Stride, 1), o.Pad, int(o.Act)} {
+				a.I32(int32(v))
+			}
+		}
+	case Elementwise:
+		code, act, err := ewCode(o)
+		if err != nil {
+			return nil, err
+		}
+		if !positive(o.Elems) || !validFloat(o.In) || !validAct(o.Act) || o.Cols < 0 {
+			return nil, shapeErr(op, "Elems must be positive, the type f32/f16/bf16")
+		}
+		k.family, k.param, k.body = "misc", "EwP", fmt.Sprintf("body_ew<%s>", dtC(o.In))
+		n := o.Elems
+		t := func(name string, r Role) TensorSpec { return TensorSpec{Name: name, DType: o.In, Elems: n, Role: r} }
+		switch code {
+		case ewBiasAct:
+			k.tensors = []TensorSpec{t("a", Input), {Name: "bias", DType: F32, Elems: o.cols(), Role: Weight}, t("out", Output)}
+		case ewAdd:
+			k.tensors = []TensorSpec{t("a", Input), t("b", Input), t("out", Output)}
+		case ewAct:
+			k.tensors = []TensorSpec{t("a", Input), t("out", Output)}
+		case ewSGD:
+			k.tensors = []TensorSpec{t("w", Weight), t("g", Input), t("m", Input), t("w_out", Output), t("m_out", Output)}
+		}
+		lr, mu := o.lrMomentum()
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			var pa, pb, pc, bias, out, out2 gpu.Ptr
+			switch code {
+			case ewBiasAct:
+				pa, bias, out = p[0], p[1], p[2]
+			case ewAdd:
+				pa, pb, out = p[0], p[1], p[2]
+			case ewAct:
+				pa, out = p[0], p[1]
+			case ewSGD:
+				pa, pb, pc, out, out2 = p[0], p[1], p[2], p[3], p[4]
+			}
+			a.Ptr(pa).Ptr(pb).Ptr(pc).Ptr(bias).Ptr(out).Ptr(out2).U64(uint64(n))
+			a.I32(int32(o.cols())).I32(int32(code)).I32(int32(act)).F32(lr).F32(mu)
+		}
+	case LayerNorm:
+		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
+		}
+		k.family, k.param, k.body = "misc", "LnP", fmt.Sprintf("body_layernorm<%s>", dtC(o.In))
+		k.tensors = []TensorSpec{
+			{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
+			{Name: "gamma", DType: F32, Elems: o.Cols, Role: Weight},
+			{Name: "beta", DType: F32, Elems: o.Cols, Role: Weight},
+			{Name: "Y", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(layerNormEps)
+		}
+	case Softmax:
+		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
+		}
+		k.family, k.param, k.body = "misc", "SmP", fmt.Sprintf("body_softmax<%s>", dtC(o.In))
+		k.tensors = []TensorSpec{
+			{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
+			{Name: "Y", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols))
+		}
+	case Pool:
+		oh, ow := o.Out()
+		if !positive(o.N, o.H, o.W, o.C, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
+			return nil, shapeErr(op, "sizes must be positive and the output non-empty")
+		}
+		if !validFloat(o.In) {
+			return nil, shapeErr(op, "input must be f32, f16 or bf16")
+		}
+		k.family, k.param, k.body = "misc", "PoolP", fmt.Sprintf("body_pool<%s>", dtC(o.In))
+		k.tensors = []TensorSpec{
+			{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C, Role: Input},
+			{Name: "Y", DType: o.In, Elems: o.outputs(), Role: Output},
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			a.Ptr(p[0]).Ptr(p[1])
+			for _, v := range []int{o.N, o.H, o.W, o.C, oh, ow, o.R, o.S, max(o.Stride, 1), o.Pad} {
+				a.I32(int32(v))
+			}
+			a.I32(b2i(o.Max))
+		}
+	case Reduce:
+		if o.Name != "mean" && o.Name != "sum" {
+			return nil, fmt.Errorf("%w: reduce %q has no kernel (have mean, sum)", ErrUnsupported, o.Name)
+		}
+		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
+		}
+		k.family, k.param, k.body = "misc", "RedP", fmt.Sprintf("body_reduce<%s>", dtC(o.In))
+		k.tensors = []TensorSpec{
+			{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
+			{Name: "out", DType: F32, Elems: o.Rows, Role: Output},
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(b2i(o.Name == "mean"))
+		}
+	case Gather:
+		if !positive(o.Rows, o.Cols) || o.Vocab < 0 || !validFloat(o.In) {
+			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
+		}
+		k.family, k.param, k.body = "misc", "GatherP", fmt.Sprintf("body_gather<%s>", dtC(o.In))
+		v := o.vocab()
+		k.tensors = []TensorSpec{
+			{Name: "table", DType: o.In, Elems: v * o.Cols, Role: Weight},
+			{Name: "idx", DType: I32, Elems: o.Rows, Role: Input, IntRange: v},
+			{Name: "out", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(v))
+		}
+	default:
+		return nil, fmt.Errorf("%w: op type %T", ErrUnsupported, op)
+	}
+	if k.grid.Count() <= 0 || k.threads <= 0 {
+		return nil, shapeErr(op, "empty launch grid")
+	}
+	return k, nil
+}
+
+// layerNormEps is the epsilon of LayerNorm (PyTorch's default).
+const layerNormEps = 1e-5
+
+// Tensors lists the buffers op's kernel reads and writes, in the order
+// Buffers holds them.
+func Tensors(op Op) ([]TensorSpec, error) {
+	k, err := spec(op)
+	if err != nil {
+		return nil, err
+	}
+	return k.tensors, nil
+}

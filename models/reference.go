@@ -1,0 +1,308 @@
+package models
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"atoll/kernels"
+)
+
+// ErrNoReference: a layer the CPU reference cannot execute (training ops:
+// the reference covers inference graphs).
+var ErrNoReference = errors.New("models: no CPU reference")
+
+// Activations maps tensor names to their values (float64, each exactly
+// representable in the tensor's type).
+type Activations map[string][]float64
+
+// Reference runs g's forward pass on the CPU from weights and inputs (both
+// checked with CheckBundle first) and returns every tensor it computed,
+// the inputs and weights included. Arithmetic is float64 (the kernels'
+// CPU references where a layer's kernel has one: kernels.Reference), and
+// every layer's output is rounded to its tensor's type (bf16 activations)
+// before the next layer reads it, as on the GPU, so the GPU's result
+// differs from it only by the kernels' own rounding (fp32 accumulation
+// order, bf16 epilogues). Glue layers (Layer.Glue) and cost-only ops that
+// inference needs (the embedding add, tanh) are computed here directly.
+//
+// It is a naive loop nest: meant for reduced configurations in tests and
+// for single images of the full models (ResNet-50 at batch 1 takes seconds).
+func Reference(g *Graph, weights, inputs *Bundle) (Activations, error) {
+	if err := CheckBundle(g, weights, KindWeight); err != nil {
+		return nil, err
+	}
+	if err := CheckBundle(g, inputs, KindInput); err != nil {
+		return nil, err
+	}
+	vals := Activations{}
+	for _, d := range weights.Tensors() {
+		vals[d.Name] = d.Values()
+	}
+	for _, d := range inputs.Tensors() {
+		vals[d.Name] = d.Values()
+	}
+	for i, l := range g.Layers {
+		outs, err := ReferenceLayer(g, l, vals)
+		if err != nil {
+			return nil, fmt.Errorf("models: %s reference, layer %d (%s): %w", g.Model, i, l.Name, err)
+		}
+		for j, name := range l.Out {
+			vals[name] = outs[j]
+		}
+	}
+	return vals, nil
+}
+
+// ReferenceLayer computes one layer of g on the CPU from vals (which must
+// hold every tensor the layer reads) and returns its outputs in the order
+// of l.Out, rounded to their types. Reference runs it layer by layer; a
+// device runner uses it for layers the device cannot run (run.Instance's
+// host glue).
+func ReferenceLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+	for _, n := range l.In {
+		if _, ok := vals[n]; !ok {
+			return nil, fmt.Errorf("%w: layer %s: no value for input %q", ErrNoReference, l.Name, n)
+		}
+	}
+	for _, n := range l.W {
+		if _, ok := vals[n]; !ok {
+			return nil, fmt.Errorf("%w: layer %s: no value for weight %q", ErrNoReference, l.Name, n)
+		}
+	}
+	outs, err := refLayer(g, l, vals)
+	if err != nil {
+		return nil, err
+	}
+	if len(outs) != len(l.Out) {
+		return nil, fmt.Errorf("%w: layer %s: %d results for %d outputs", ErrNoReference, l.Name, len(outs), len(l.Out))
+	}
+	for j, name := range l.Out {
+		t, _ := g.Tensor(name)
+		if len(outs[j]) != t.Elems() {
+			return nil, fmt.Errorf("%w: layer %s: output %s has %d values, want %d", ErrNoReference, l.Name, name, len(outs[j]), t.Elems())
+		}
+		Round(t.DType, outs[j])
+	}
+	return outs, nil
+}
+
+// Round rounds values to d (in place) and returns them.
+func Round(d kernels.DType, v []float64) []float64 {
+	switch d {
+	case kernels.BF16:
+		for i, x := range v {
+			v[i] = float64(kernels.BF16ToF32(kernels.F32ToBF16(float32(x))))
+		}
+	case kernels.F16:
+		for i, x := range v {
+			v[i] = float64(kernels.F16ToF32(kernels.F32ToF16(float32(x))))
+		}
+	case kernels.F32:
+		for i, x := range v {
+			v[i] = float64(float32(x))
+		}
+	}
+	return v
+}
+
+func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+	in := func(i int) []float64 { return vals[l.In[i]] }
+	w := func(i int) []float64 { return vals[l.W[i]] }
+	switch l.Glue {
+	case "":
+	case GlueNHWCMean:
+		r := l.Op.(kernels.Reduce)
+		x := in(0)
+		t, _ := g.Tensor(l.Out[0])
+		n, c := t.Shape[0], t.Shape[1]
+		hw := r.Cols
+		out := make([]float64, n*c)
+		for img := range n {
+			for p := range hw {
+				row := x[(img*hw+p)*c:][:c]
+				for ch, v := range row {
+					out[img*c+ch] += v
+				}
+			}
+		}
+		for i := range out {
+			out[i] /= float64(hw)
+		}
+		return [][]float64{out}, nil
+	case GlueAttnScores, GlueAttnContext:
+		return refAttention(g, l, vals)
+	case GlueCLSRows:
+		gm := l.Op.(kernels.GEMM)
+		x := in(0)
+		t, _ := g.Tensor(l.In[0])
+		rows := t.Shape[0] / gm.M // sequence length
+		a := make([]float64, gm.M*gm.K)
+		for s := range gm.M {
+			copy(a[s*gm.K:(s+1)*gm.K], x[s*rows*gm.K:])
+		}
+		return [][]float64{gemm(a, w(0), w(1), gm)}, nil
+	default:
+		return nil, fmt.Errorf("%w: glue %q (%s)", ErrNoReference, l.Glue, l.GlueNote)
+	}
+	switch o := l.Op.(type) {
+	case kernels.Elementwise:
+		switch o.Name {
+		case "embed_add":
+			// word + position[s] (+ token type 0).
+			x, pos := in(0), w(0)
+			t, _ := g.Tensor(l.W[0])
+			h := t.Shape[1]
+			ids, _ := g.Tensor(g.Inputs[0])
+			seq := ids.Shape[1]
+			out := make([]float64, len(x))
+			for i := range out {
+				tok, j := i/h, i%h
+				out[i] = x[i] + pos[(tok%seq)*h+j]
+				if len(l.W) > 1 {
+					out[i] += w(1)[j]
+				}
+			}
+			return [][]float64{out}, nil
+		case "tanh":
+			x := in(0)
+			out := make([]float64, len(x))
+			for i, v := range x {
+				out[i] = math.Tanh(v)
+			}
+			return [][]float64{out}, nil
+		}
+	case kernels.Depthwise:
+		// The kernel has no bias operand: add the folded bias here, before
+		// the activation.
+		nb := o
+		nb.Act = kernels.ActNone
+		y, err := refKernel(g, Layer{Name: l.Name, Op: nb, In: l.In, W: l.W[:1], Out: l.Out}, vals)
+		if err != nil {
+			return nil, err
+		}
+		bias := w(1)
+		for i := range y[0] {
+			y[0][i] = Activate(y[0][i]+bias[i%o.C], o.Act)
+		}
+		return y, nil
+	}
+	return refKernel(g, l, vals)
+}
+
+// refKernel runs kernels.Reference on the layer's operands.
+func refKernel(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+	names, dropped, err := Operands(g, l)
+	if err != nil {
+		if errors.Is(err, kernels.ErrUnsupported) {
+			return nil, fmt.Errorf("%w: %w", ErrNoReference, err)
+		}
+		return nil, err
+	}
+	if len(dropped) > 0 {
+		return nil, fmt.Errorf("%w: %s has no operand for %v", ErrNoReference, l.Op.Kernel(), dropped)
+	}
+	specs, _ := kernels.Tensors(l.Op)
+	bufs := kernels.Buffers{T: make([]kernels.Tensor, len(specs))}
+	for i, s := range specs {
+		bufs.T[i] = kernels.Tensor{TensorSpec: s}
+		if s.Role != kernels.Output {
+			v, ok := vals[names[i]]
+			if !ok {
+				return nil, fmt.Errorf("operand %s: tensor %q has no value", s.Name, names[i])
+			}
+			bufs.T[i].Host = v
+		}
+	}
+	return kernels.Reference(l.Op, bufs)
+}
+
+// refAttention computes the attention GEMMs per (sequence, head) from the
+// fused QKV projection [tokens, 3·h] laid out [tokens][3][heads][d].
+func refAttention(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+	gm := l.Op.(kernels.GEMM)
+	qkvName := l.In[len(l.In)-1]
+	qkv := vals[qkvName]
+	t, _ := g.Tensor(qkvName)
+	h := t.Shape[1] / 3
+	seq := gm.M
+	batch := gm.Batch
+	tokens := t.Shape[0]
+	n := tokens / seq
+	heads := batch / n
+	d := h / heads
+	at := func(part, tok, head, j int) float64 { return qkv[tok*3*h+part*h+head*d+j] }
+	switch l.Glue {
+	case GlueAttnScores:
+		scale := 1 / math.Sqrt(float64(d))
+		out := make([]float64, batch*seq*seq)
+		for b := range batch {
+			img, head := b/heads, b%heads
+			for i := range seq {
+				for j := range seq {
+					s := 0.0
+					for k := range d {
+						s += at(0, img*seq+i, head, k) * at(1, img*seq+j, head, k)
+					}
+					out[(b*seq+i)*seq+j] = s * scale
+				}
+			}
+		}
+		return [][]float64{out}, nil
+	default: // context: P·V, heads merged
+		p := vals[l.In[0]]
+		out := make([]float64, tokens*h)
+		for b := range batch {
+			img, head := b/heads, b%heads
+			for i := range seq {
+				for k := range d {
+					s := 0.0
+					for j := range seq {
+						s += p[(b*seq+i)*seq+j] * at(2, img*seq+j, head, k)
+					}
+					out[(img*seq+i)*h+head*d+k] = s
+				}
+			}
+		}
+		return [][]float64{out}, nil
+	}
+}
+
+// gemm is act(a·b + bias) for a [M,K], b [K,N].
+func gemm(a, b, bias []float64, g kernels.GEMM) []float64 {
+	c := make([]float64, g.M*g.N)
+	for i := range g.M {
+		row := c[i*g.N : (i+1)*g.N]
+		for k := range g.K {
+			av := a[i*g.K+k]
+			for j, bv := range b[k*g.N : (k+1)*g.N] {
+				row[j] += av * bv
+			}
+		}
+		for j := range row {
+			if bias != nil {
+				row[j] += bias[j]
+			}
+			row[j] = Activate(row[j], g.Act)
+		}
+	}
+	return c
+}
+
+// Activate applies a fused activation with the kernels' formulas (GELU:
+// the tanh approximation).
+func Activate(x float64, a kernels.Act) float64 {
+	switch a {
+	case kernels.ActReLU:
+		return math.Max(x, 0)
+	case kernels.ActGELU:
+		return 0.5 * x * (1 + math.Tanh(0.7978845608028654*(x+0.044715*x*x*x)))
+	case kernels.ActReLU6:
+		return math.Min(math.Max(x, 0), 6)
+	}
+	return x
+}
+
+// RelErr is ‖got − ref‖₂ / ‖ref‖₂ (kernels.RelErr): NaN or Inf in got
+// gives +Inf.
+func RelErr(got, ref []float64) float64 { return kernels.RelErr(got, ref) }

@@ -1,0 +1,106 @@
+package run
+
+import (
+	"fmt"
+
+	"atoll/gpu"
+	"atoll/kernels"
+	"atoll/sched"
+)
+
+// Binder implements sched.Binder over model instances: client HP i is
+// hp[i] and BE i is be[i], kernel k of a client is layer k of its
+// instance. Every launch is the real kernel of kernels.Library over the
+// instance's buffers, with the request's preemption state (flag, progress
+// block, done word) packed into its arguments; a Padded request pairs the
+// HP layer with the BE layer through Library.LaunchPadded. Launches carry
+// the instances' profile costs where UseProfile gave them.
+//
+// On a real GPU a padded launch is flattened into one grid
+// (kernels.Flatten); the simulator gets the Pad description it times the
+// BE body from. A Binder belongs to the goroutine that owns the device.
+type Binder struct {
+	lib     *kernels.Library
+	hp, be  []*Instance
+	flatten bool
+}
+
+var _ sched.Binder = (*Binder)(nil)
+
+// NewBinder binds the clients of a sched.Workload to instances (in the
+// workload's order). All instances must live on lib's device.
+func NewBinder(lib *kernels.Library, hp, be []*Instance) (*Binder, error) {
+	for _, list := range [][]*Instance{hp, be} {
+		for i, in := range list {
+			if in == nil || in.dev != lib.Device() {
+				return nil, fmt.Errorf("%w: client %d: instance missing or on another device", ErrInstance, i)
+			}
+		}
+	}
+	return &Binder{lib: lib, hp: hp, be: be, flatten: lib.Device().Info().Backend != "sim"}, nil
+}
+
+// ProgressBytes implements sched.Binder: the kernel library's control
+// block.
+func (b *Binder) ProgressBytes() int { return kernels.CounterBytes }
+
+func (b *Binder) instance(c sched.ClientID, kernel int) (*Instance, error) {
+	list := b.hp
+	if c.Class == sched.BE {
+		list = b.be
+	}
+	if c.Index < 0 || c.Index >= len(list) {
+		return nil, fmt.Errorf("%w: no instance for client %s", ErrInstance, c)
+	}
+	in := list[c.Index]
+	if kernel < 0 || kernel >= len(in.layers) {
+		return nil, fmt.Errorf("%w: client %s (%s) has no kernel %d (it has %d)", ErrInstance, c, in.g.Model, kernel, len(in.layers))
+	}
+	return in, nil
+}
+
+// Bind implements sched.Binder.
+func (b *Binder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
+	in, err := b.instance(r.Client, r.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	ctl := kernels.Control{Flag: r.Ctl.Flag, Counter: r.Ctl.Counter, Done: r.Ctl.Done}
+	switch r.Form {
+	case gpu.Plain:
+		return in.Launch(r.Kernel, r.Form, kernels.Control{})
+	case gpu.Reset, gpu.Resumable:
+		return in.Launch(r.Kernel, r.Form, ctl)
+	case gpu.Padded:
+		if r.Pad == nil {
+			return nil, fmt.Errorf("%w: padded launch of %s kernel %d without a pad", ErrInstance, r.Client, r.Kernel)
+		}
+		be, err := b.instance(r.Pad.Client, r.Pad.Kernel)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range []error{in.Err(r.Kernel), be.Err(r.Pad.Kernel)} {
+			if e != nil {
+				return nil, e
+			}
+		}
+		pc := kernels.Control{Flag: r.Pad.Ctl.Flag, Counter: r.Pad.Ctl.Counter, Done: r.Pad.Ctl.Done, Workers: r.Pad.Blocks}
+		l, err := b.lib.LaunchPadded(in.layers[r.Kernel].op, in.layers[r.Kernel].bufs, kernels.Control{}, 0,
+			be.layers[r.Pad.Kernel].op, be.layers[r.Pad.Kernel].bufs, pc)
+		if err != nil {
+			return nil, fmt.Errorf("run: %s layer %d (%s) padded with %s layer %d (%s): %w", in.g.Model, r.Kernel, in.g.Layers[r.Kernel].Name,
+				be.g.Model, r.Pad.Kernel, be.g.Layers[r.Pad.Kernel].Name, err)
+		}
+		if c, ok := in.cost(r.Kernel); ok {
+			l.Cost = c
+		}
+		if c, ok := be.cost(r.Pad.Kernel); ok && l.Pad != nil {
+			l.Pad.Cost = c
+		}
+		if b.flatten {
+			l = kernels.Flatten(l)
+		}
+		return l, nil
+	}
+	return nil, fmt.Errorf("%w: %s kernel %d: unknown form %s", ErrInstance, r.Client, r.Kernel, r.Form)
+}
