@@ -28,7 +28,9 @@ func PlotCDF(w io.Writer, rs []*Report, format string) error {
 	}
 	p := plot.New()
 	p.Title.Text = "HP latency CDF — " + rs[0].Workload.HPModel + " beside " + orNone(rs[0].Workload.BEModel)
-	p.X.Label.Text = "HP latency (ms, scheduled arrival → completion)"
+	p.X.Label.Text = "HP latency (ms, scheduled arrival → completion, log scale)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Label.Text = "percentile"
 	p.Y.Tick.Marker = tailTicks{}
 	p.Legend.Top = false
@@ -63,6 +65,9 @@ func PlotCDF(w io.Writer, rs []*Report, format string) error {
 		return err
 	}
 	for i, r := range rs {
+		if r.Policy == "dedicated" {
+			continue // the dashed baseline is the same run
+		}
 		if err := add(r.Policy, r.HPCDF, i+1, false); err != nil {
 			return err
 		}
