@@ -122,7 +122,7 @@ func (r *runner) zero(p gpu.Ptr, bytes int) error {
 // one 1-D grid of HP + BE blocks (see docs/kernels.md: the pair kernel does
 // the split itself).
 func (r *runner) launch(s gpu.Stream, l *gpu.Launch) error {
-	return r.dev.Launch(s, Flatten(l))
+	return r.dev.Launch(s, l) // padded launches as gpu.Launch documents them: the device runs Grid + Pad.Grid blocks
 }
 
 // Flatten returns the launch a device must enqueue for l: l itself unless l

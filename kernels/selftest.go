@@ -60,14 +60,13 @@ type Identity struct {
 
 // Latency is the preemption-latency distribution of one form and block length.
 type Latency struct {
-	Form         string
-	Kernel       string
-	BlockUS      float64 // measured mean logical-block duration, µs
-	Trials       int     // trials where the flag was raised before the kernel ended
-	Late         int     // trials discarded: the kernel had ended before the raise
-	P50, P90     float64 // µs
-	P99, Max     float64 // µs
-	WatchDelayUS float64 // median watcher start → BE kernel begin, µs (sanity)
+	Form     string
+	Kernel   string
+	BlockUS  float64 // measured mean logical-block duration, µs
+	Trials   int     // trials where the flag was raised before the kernel ended
+	Late     int     // trials discarded: the kernel had ended before the raise
+	P50, P90 float64 // µs
+	P99, Max float64 // µs
 }
 
 // FlagCost is the runtime of one BE kernel in each form, flag never raised.
@@ -721,7 +720,7 @@ func (r *runner) latency(rep *Report, op Op, variants []variant, trials int, nex
 			return err
 		}
 		lat := Latency{Form: v.label, Kernel: op.Kernel() + " " + op.Shape(), BlockUS: us(perBlock)}
-		var vals, delays []float64
+		var vals []float64
 		for t := 0; t < trials+trials/2 && len(vals) < trials; t++ {
 			r.dev.Store(r.flag, 0)
 			r.dev.Store(r.done, 0)
@@ -758,10 +757,9 @@ func (r *runner) latency(rep *Report, op Op, variants []variant, trials int, nex
 			if err != nil {
 				return err
 			}
-			last, first := uint64(0), uint64(math.MaxUint64)
+			last := uint64(0)
 			for _, e := range ex {
 				last = max(last, e)
-				first = min(first, e)
 			}
 			seen := wv[0]
 			if seen == 0 || last < seen {
@@ -769,12 +767,10 @@ func (r *runner) latency(rep *Report, op Op, variants []variant, trials int, nex
 				continue
 			}
 			vals = append(vals, float64(last-seen)/1e3)
-			delays = append(delays, float64(int64(first)-int64(wv[1]))/1e3)
 		}
 		lat.Trials = len(vals)
 		lat.P50, lat.P90, lat.P99 = percentile(vals, 50), percentile(vals, 90), percentile(vals, 99)
 		lat.Max = percentile(vals, 100)
-		lat.WatchDelayUS = median(delays)
 		rep.Latency = append(rep.Latency, lat)
 	}
 	return nil

@@ -812,9 +812,11 @@ func (d *Device) validate(f *funcRec, l *gpu.Launch) error {
 // Launch uses Func, Grid, Block, SharedMem and Args only. Form, Flag,
 // Counter, Done, Logical and Pad describe the kernel for schedulers and the
 // simulator: the kernels library compiles each form as its own function and
-// packs those parameters into Args itself. A Padded launch arrives here as
-// one kernel whose Grid already covers both bodies; Launch.Pad is
-// informational for this backend.
+// packs those parameters into Args itself. A Padded launch (Form Padded with
+// Pad set) is one pair kernel, as gpu.Launch documents: it runs over
+// Grid.Count() + Pad.Grid.Count() one-dimensional blocks, the HP body's
+// first, and the kernel picks each block's role from its index. A launch
+// without Pad is taken as already flattened (kernels.Flatten).
 func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	if d.closed {
 		return d.live()
@@ -850,13 +852,17 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	if err != nil {
 		return fmt.Errorf("cuda: kernel %q: %w", f.name, err)
 	}
+	grid := l.Grid
+	if l.Form == gpu.Padded && l.Pad != nil {
+		grid = gpu.D1(l.Grid.Count() + l.Pad.Grid.Count())
+	}
 	r := d.fast(d.drv.cuLaunchKernel, h,
-		uintptr(l.Grid.X), uintptr(max(l.Grid.Y, 1)), uintptr(max(l.Grid.Z, 1)),
+		uintptr(grid.X), uintptr(max(grid.Y, 1)), uintptr(max(grid.Z, 1)),
 		uintptr(l.Block.X), uintptr(max(l.Block.Y, 1)), uintptr(max(l.Block.Z, 1)),
 		uintptr(l.SharedMem), st.h, 0, extra)
 	if r != resultSuccess {
 		return &Error{Call: "cuLaunchKernel", Code: r,
-			Hint: fmt.Sprintf("kernel %q grid %v block %v shared %d B", f.name, l.Grid, l.Block, l.SharedMem)}
+			Hint: fmt.Sprintf("kernel %q grid %v block %v shared %d B", f.name, grid, l.Block, l.SharedMem)}
 	}
 	return nil
 }

@@ -13,16 +13,13 @@ import (
 // instance. Every launch is the real kernel of kernels.Library over the
 // instance's buffers, with the request's preemption state (flag, progress
 // block, done word) packed into its arguments; a Padded request pairs the
-// HP layer with the BE layer through Library.LaunchPadded. Launches carry
-// the instances' profile costs where UseProfile gave them.
-//
-// On a real GPU a padded launch is flattened into one grid
-// (kernels.Flatten); the simulator gets the Pad description it times the
-// BE body from. A Binder belongs to the goroutine that owns the device.
+// HP layer with the BE layer through Library.LaunchPadded, whose launch
+// every backend runs as gpu.Launch documents (HP grid plus Pad's workers).
+// Launches carry the instances' profile costs where UseProfile gave them.
+// A Binder belongs to the goroutine that owns the device.
 type Binder struct {
-	lib     *kernels.Library
-	hp, be  []*Instance
-	flatten bool
+	lib    *kernels.Library
+	hp, be []*Instance
 }
 
 var _ sched.Binder = (*Binder)(nil)
@@ -37,7 +34,7 @@ func NewBinder(lib *kernels.Library, hp, be []*Instance) (*Binder, error) {
 			}
 		}
 	}
-	return &Binder{lib: lib, hp: hp, be: be, flatten: lib.Device().Info().Backend != "sim"}, nil
+	return &Binder{lib: lib, hp: hp, be: be}, nil
 }
 
 // ProgressBytes implements sched.Binder: the kernel library's control
@@ -96,9 +93,6 @@ func (b *Binder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 		}
 		if c, ok := be.cost(r.Pad.Kernel); ok && l.Pad != nil {
 			l.Pad.Cost = c
-		}
-		if b.flatten {
-			l = kernels.Flatten(l)
 		}
 		return l, nil
 	}
