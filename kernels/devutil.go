@@ -118,9 +118,9 @@ func (r *runner) zero(p gpu.Ptr, bytes int) error {
 	return r.dev.CopyToDevice(p, make([]byte, bytes))
 }
 
-// launch enqueues l on s. A Padded launch goes to the device flattened to
-// one 1-D grid of HP + BE blocks (see docs/kernels.md: the pair kernel does
-// the split itself).
+// launch enqueues l on s. A Padded launch goes as gpu.Launch documents it
+// (HP grid plus Pad's workers); every backend runs that as one 1-D grid and
+// the pair kernel splits it by block index (docs/kernels.md).
 func (r *runner) launch(s gpu.Stream, l *gpu.Launch) error {
 	return r.dev.Launch(s, l) // padded launches as gpu.Launch documents them: the device runs Grid + Pad.Grid blocks
 }
