@@ -5,7 +5,8 @@
 // sequence, BE and system normalized throughput, preemption latency), JSON
 // reports that stand on their own, and the comparison table.
 //
-// This package must never make a scheduling decision or touch a device
-// directly: it builds workloads, hands them to sched.Run and measures what
-// comes back.
+// This package must never make a scheduling decision: it builds workloads,
+// hands them to sched.Run and measures what comes back. It touches a device
+// only through gpu.Device, and only in the probe (probe.go), which times
+// kernels alone and owns their buffers.
 package bench
