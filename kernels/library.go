@@ -45,11 +45,14 @@ func (l *Library) module(key, src string) (gpu.Module, error) {
 	return m, nil
 }
 
-func (l *Library) function(key, src, name string) (gpu.Func, error) {
+// function returns the cached function name, compiling key's module from
+// src() on a miss. src is a thunk: building a module's source costs tens of
+// microseconds, and this is on the launch path.
+func (l *Library) function(key string, src func() string, name string) (gpu.Func, error) {
 	if f, ok := l.funcs[name]; ok {
 		return f, nil
 	}
-	m, err := l.module(key, src)
+	m, err := l.module(key, src())
 	if err != nil {
 		return 0, err
 	}
@@ -94,9 +97,12 @@ func (l *Library) kfunc(k *kspec, form gpu.Form) (gpu.Func, error) {
 	if err != nil {
 		return 0, err
 	}
-	f, err := l.function(k.name, moduleSource(k), formFunc(k.name, suf))
+	f, err := l.function(k.name, func() string { return moduleSource(k) }, formFunc(k.name, suf))
 	if err != nil {
 		return 0, err
+	}
+	if _, known := l.regs[k.name]; known {
+		return f, nil
 	}
 	if fa, ok := l.dev.(funcAttributer); ok && form == gpu.Resumable {
 		if regs, _, _, err := fa.FuncAttributes(f); err == nil && regs > 0 {
@@ -290,7 +296,7 @@ func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks in
 	}
 	w = min(w, ceilDiv(bk.logical(), beCtl.Chunk))
 	pairName := PaddedFunc(hk.name, bk.name)
-	f, err := l.function(pairName, pairSource(hk, bk), pairName)
+	f, err := l.function(pairName, func() string { return pairSource(hk, bk) }, pairName)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +343,7 @@ func (l *Library) Watch(op Op, flag gpu.HostWord, seen, start gpu.Ptr) (*gpu.Lau
 	if !flag.Valid() || seen == 0 {
 		return nil, fmt.Errorf("%w: the watcher needs a flag and a result pointer", ErrUnsupported)
 	}
-	f, err := l.function(k.name, moduleSource(k), WatchFunc)
+	f, err := l.function(k.name, func() string { return moduleSource(k) }, WatchFunc)
 	if err != nil {
 		return nil, err
 	}
