@@ -135,7 +135,15 @@ func (p *Atoll) Schedule(st *sched.State, now time.Duration) {
 		return
 	}
 	for _, b := range st.BE() {
-		if b.Raised() && !st.Stopping() {
+		if b.Raised() {
+			// Lower the flag only once the preempted launches have
+			// drained: a worker still finishing its logical block would
+			// otherwise see the flag down and take the next one, and the
+			// preemption would quietly stop being one (seen on the H200,
+			// docs/physics.md). Their completions wake the policy again.
+			if b.PreemptibleInFlight() > 0 || st.Stopping() {
+				continue
+			}
 			st.Resume(b)
 		}
 		p.launchFree(st, b)
