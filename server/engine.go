@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Engine is what the HTTP layer needs from the scheduling side: the models
+// it serves, inference requests, best-effort jobs and counters for metrics.
+// The daemon's engine (NewEngine) owns the device and the scheduler core in
+// one goroutine; tests use fakes. Every method is safe for concurrent use.
+type Engine interface {
+	// Models lists the served models, in a stable order.
+	Models() []ModelInfo
+	// Ready reports whether the engine accepts requests (false while
+	// starting or draining).
+	Ready() bool
+	// Infer runs one request and blocks until its outputs are back, the
+	// request fails, or ctx ends. Errors wrap the sentinels below.
+	Infer(ctx context.Context, req *InferRequest) (*InferResult, error)
+
+	// SubmitJob starts a best-effort job; Jobs, Job and CancelJob inspect
+	// and stop them.
+	SubmitJob(spec JobSpec) (JobStatus, error)
+	Jobs() []JobStatus
+	Job(id string) (JobStatus, bool)
+	CancelJob(id string) (JobStatus, error)
+
+	// Stats are cumulative counters and gauges for /metrics.
+	Stats() Stats
+	// Close stops accepting work, finishes or explicitly fails everything
+	// in flight (requests get ErrShuttingDown, jobs end as cancelled), and
+	// releases the device. It returns when all of that is done or ctx ends.
+	Close(ctx context.Context) error
+}
+
+// Sentinel errors the HTTP layer maps to status codes.
+var (
+	ErrUnknownModel = errors.New("server: unknown model")       // 404
+	ErrBadInput     = errors.New("server: bad input")           // 400 (shape, datatype, data)
+	ErrQueueFull    = errors.New("server: queue full")          // 503, retry later
+	ErrShuttingDown = errors.New("server: shutting down")       // 503
+	ErrUnknownJob   = errors.New("server: unknown job")         // 404
+	ErrJobConflict  = errors.New("server: job not cancellable") // 409
+	ErrInternal     = errors.New("server: internal error")      // 500 (device failure)
+)
+
+// Class is a request's scheduling class.
+type Class string
+
+const (
+	HP Class = "HP" // latency-critical
+	BE Class = "BE" // best effort
+)
+
+// TensorInfo describes one input or output of a model.
+type TensorInfo struct {
+	Name     string  `json:"name"`
+	Datatype string  `json:"datatype"` // Open Inference Protocol names: FP32, FP16, BF16, INT32, INT64 ...
+	Shape    []int64 `json:"shape"`    // -1 for the batch dimension where variable
+}
+
+// ModelInfo is one served model.
+type ModelInfo struct {
+	Name         string       `json:"name"`
+	Versions     []string     `json:"versions,omitempty"`
+	Platform     string       `json:"platform"` // "atoll"
+	Inputs       []TensorInfo `json:"inputs"`
+	Outputs      []TensorInfo `json:"outputs"`
+	DefaultClass Class        `json:"-"`
+	Ready        bool         `json:"-"`
+}
+
+// Tensor is a request or response tensor. Data holds the values in row-major
+// order as float64 (integers are exact up to 2^53).
+type Tensor struct {
+	Name     string
+	Datatype string
+	Shape    []int64
+	Data     []float64
+}
+
+// InferRequest is one inference request, already parsed and checked for
+// well-formedness (the engine checks it against the model).
+type InferRequest struct {
+	ID      string
+	Model   string
+	Class   Class
+	Inputs  []Tensor
+	Outputs []string // requested output names; empty = all
+	// Arrived is when the HTTP layer accepted the request (for queue time).
+	Arrived time.Time
+}
+
+// InferResult is a finished request.
+type InferResult struct {
+	Outputs []Tensor
+	Queue   time.Duration // arrival to first kernel start
+	Service time.Duration // first kernel start to last kernel end (device clock)
+}
+
+// JobSpec describes a best-effort job: N iterations of a model's training
+// step or of closed-loop batch inference.
+type JobSpec struct {
+	Model      string `json:"model"`      // a zoo name, e.g. "resnet50-train" or "resnet50"
+	Batch      int    `json:"batch"`      // batch size
+	Iterations int    `json:"iterations"` // > 0
+}
+
+// Job states.
+const (
+	JobQueued    = "queued"
+	JobRunning   = "running"
+	JobDone      = "done"
+	JobCancelled = "cancelled"
+	JobFailed    = "failed"
+)
+
+// JobStatus is a job's state and progress.
+type JobStatus struct {
+	ID         string    `json:"id"`
+	Spec       JobSpec   `json:"spec"`
+	State      string    `json:"state"`
+	Done       int       `json:"iterationsDone"`
+	Throughput float64   `json:"iterationsPerSec"`
+	Created    time.Time `json:"created"`
+	Started    time.Time `json:"started,omitzero"`
+	Ended      time.Time `json:"ended,omitzero"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// Stats are the engine's counters for /metrics.
+type Stats struct {
+	Backend        string // "sim" or "cuda"
+	Device         string
+	Preemptions    uint64
+	PreemptLatency []time.Duration // since the last Stats call (the metrics layer observes them)
+	PaddedLaunches uint64
+	Launches       uint64
+	BEIterations   uint64
+	BEWorkSeconds  float64 // profiled solo seconds of BE kernels completed
+	QueueDepth     int     // requests accepted and not yet finished
+}
