@@ -1,6 +1,3 @@
-// Command atoll is the command-line interface of atoll, a kernel-level
-// preemptive GPU scheduler for inference. It is wiring only: flags, backends
-// and output; every decision lives in the library packages.
 package main
 
 import (
