@@ -82,7 +82,7 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&c.Reps, "reps", c.Reps, "timed runs per kernel when measuring (median)")
 	fs.DurationVar(&c.Drain, "drain", 30*time.Second, "longest a cell may take to serve its requests after the last arrival")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the buffers' contents and the simulator")
-	fs.DurationVar(&c.SpinWait, "spin-wait", 20*time.Microsecond, "cuda backend: cap each scheduler wait at this (the loop polls instead of sleeping; 0: the device's own Wait)")
+	fs.DurationVar(&c.SpinWait, "spin-wait", 0, "cuda backend: cap each scheduler wait at this (0: the device's own Wait, which spins while work is in flight; the cap was a workaround before gpu/cuda did)")
 	replay := fs.String("replay", "", "run the setup (shapes and profiles) of this earlier probe result instead of calibrating")
 	out := fs.String("out", "", "write the JSON result here (default: probe-<backend>.json)")
 	ordinal := fs.Int("device", 0, "GPU ordinal (cuda backend)")
