@@ -250,40 +250,50 @@ func refGEMM(a, b, bias, resid []float64, batch, m, n, k int, ac Act) []float64 
 
 type convGeom struct{ n, h, w, c, oc, r, s, st, pad, oh, ow int }
 
-// refConvFwd: Y[n][oy][ox][o] = act(sum X[n][iy][ix][c] W[r][s][c][o] + bias[o] + resid).
-func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
-	y := make([]float64, g.n*g.oh*g.ow*g.oc)
+// taps calls yield for every (output pixel, input pixel, filter tap) the
+// convolution connects, output pixels in NHWC order and taps in (r, s)
+// order within each: out and in are pixel indexes (channels excluded), tap
+// is r·S+s. Taps that fall in the padding are skipped.
+func (g convGeom) taps(yield func(out, in, tap int)) {
 	for n := 0; n < g.n; n++ {
 		for oy := 0; oy < g.oh; oy++ {
 			for ox := 0; ox < g.ow; ox++ {
-				out := y[((n*g.oh+oy)*g.ow+ox)*g.oc:][:g.oc]
+				out := (n*g.oh+oy)*g.ow + ox
 				for ry := 0; ry < g.r; ry++ {
 					for sx := 0; sx < g.s; sx++ {
 						iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
 						if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
 							continue
 						}
-						for c := 0; c < g.c; c++ {
-							xv := x[((n*g.h+iy)*g.w+ix)*g.c+c]
-							wrow := w[((ry*g.s+sx)*g.c+c)*g.oc:][:g.oc]
-							for o := range out {
-								out[o] += xv * wrow[o]
-							}
-						}
+						yield(out, (n*g.h+iy)*g.w+ix, ry*g.s+sx)
 					}
-				}
-				for o := range out {
-					v := out[o]
-					if bias != nil {
-						v += bias[o]
-					}
-					if resid != nil {
-						v += resid[((n*g.oh+oy)*g.ow+ox)*g.oc+o]
-					}
-					out[o] = act(v, a)
 				}
 			}
 		}
+	}
+}
+
+// refConvFwd: Y[n][oy][ox][o] = act(sum X[n][iy][ix][c] W[r][s][c][o] + bias[o] + resid).
+func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
+	y := make([]float64, g.n*g.oh*g.ow*g.oc)
+	g.taps(func(out, in, tap int) {
+		o := y[out*g.oc:][:g.oc]
+		for c := 0; c < g.c; c++ {
+			xv := x[in*g.c+c]
+			wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
+			for k := range o {
+				o[k] += xv * wrow[k]
+			}
+		}
+	})
+	for i, v := range y {
+		if bias != nil {
+			v += bias[i%g.oc]
+		}
+		if resid != nil {
+			v += resid[i]
+		}
+		y[i] = act(v, a)
 	}
 	return y
 }
@@ -292,57 +302,33 @@ func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
 // (the adjoint of the forward pass, computed by scattering).
 func refConvDgrad(g convGeom, dy, w []float64) []float64 {
 	dx := make([]float64, g.n*g.h*g.w*g.c)
-	for n := 0; n < g.n; n++ {
-		for oy := 0; oy < g.oh; oy++ {
-			for ox := 0; ox < g.ow; ox++ {
-				d := dy[((n*g.oh+oy)*g.ow+ox)*g.oc:][:g.oc]
-				for ry := 0; ry < g.r; ry++ {
-					for sx := 0; sx < g.s; sx++ {
-						iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
-						if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
-							continue
-						}
-						for c := 0; c < g.c; c++ {
-							wrow := w[((ry*g.s+sx)*g.c+c)*g.oc:][:g.oc]
-							s := 0.0
-							for o, dv := range d {
-								s += dv * wrow[o]
-							}
-							dx[((n*g.h+iy)*g.w+ix)*g.c+c] += s
-						}
-					}
-				}
+	g.taps(func(out, in, tap int) {
+		d := dy[out*g.oc:][:g.oc]
+		for c := 0; c < g.c; c++ {
+			wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
+			s := 0.0
+			for o, dv := range d {
+				s += dv * wrow[o]
 			}
+			dx[in*g.c+c] += s
 		}
-	}
+	})
 	return dx
 }
 
 // refConvWgrad: dW[r][s][c][o] = sum over n, oy, ox of X[n][iy][ix][c] dY[n][oy][ox][o].
 func refConvWgrad(g convGeom, x, dy []float64) []float64 {
 	dw := make([]float64, g.r*g.s*g.c*g.oc)
-	for n := 0; n < g.n; n++ {
-		for oy := 0; oy < g.oh; oy++ {
-			for ox := 0; ox < g.ow; ox++ {
-				d := dy[((n*g.oh+oy)*g.ow+ox)*g.oc:][:g.oc]
-				for ry := 0; ry < g.r; ry++ {
-					for sx := 0; sx < g.s; sx++ {
-						iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
-						if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
-							continue
-						}
-						for c := 0; c < g.c; c++ {
-							xv := x[((n*g.h+iy)*g.w+ix)*g.c+c]
-							row := dw[((ry*g.s+sx)*g.c+c)*g.oc:][:g.oc]
-							for o, dv := range d {
-								row[o] += xv * dv
-							}
-						}
-					}
-				}
+	g.taps(func(out, in, tap int) {
+		d := dy[out*g.oc:][:g.oc]
+		for c := 0; c < g.c; c++ {
+			xv := x[in*g.c+c]
+			row := dw[(tap*g.c+c)*g.oc:][:g.oc]
+			for o, dv := range d {
+				row[o] += xv * dv
 			}
 		}
-	}
+	})
 	return dw
 }
 
