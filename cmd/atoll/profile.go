@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/cuda"
+	"atoll/gpu/sim"
+	"atoll/kernels"
+	"atoll/models"
+	"atoll/profiler"
+	"atoll/profiles"
+)
+
+const profileHelp = `
+Usage: atoll profile --model NAME [--batch N] [flags]
+
+Runs a zoo model alone on the GPU and writes its per-kernel profile to
+profiles/<gpu>/<model>-bs<N>.json (or --out): warm-up passes, then timed
+passes with a CUDA event between every two launches; per kernel the
+median duration and its spread (p90 - p10), launch shape, registers and
+shared memory from the driver, FLOPs and bytes, achieved compute and
+memory % of peaks measured on this GPU first, class, SMs needed, and the
+duration at 8, 16, 33, 66 and all SMs (what padding needs). See
+docs/profiles.md, "Measuring".
+
+A measured profile is never overwritten without --force. Models with a
+layer the kernel library cannot run are refused, naming the layer;
+--substitute binds such layers (e.g. the global average pool) to an
+equivalent library kernel and records that in the profile's notes.
+
+--backend sim runs the same code on the simulator (for tests): its
+durations are the estimated profile's, it is marked "estimated" with a
+"simulated" note, needs --out, and is never written over a measured
+profile.
+
+Nsight Compute: --print-ncu-command prints the ncu command that collects
+one pass of the model; --ncu FILE imports that CSV over the measured
+durations and % columns (each row matched to its kernel by order and name).
+
+Examples:
+  atoll profile --model resnet50 --batch 1
+  atoll profile --model vgg19 --runs 50 --out /tmp/vgg19.json
+  atoll profile --model resnet50 --substitute --force
+  atoll profile --model resnet50 --substitute --print-ncu-command
+  atoll profile --model resnet50 --substitute --ncu resnet50-bs1.ncu.csv
+  atoll profile --model resnet50 --substitute --backend sim --out /tmp/r50.json
+`
+
+func init() {
+	register(command{name: "profile", summary: "on a GPU: measure a model's per-kernel profile", run: runProfile})
+}
+
+func runProfile(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "profile", profileHelp)
+	model := fs.String("model", "", "zoo model to profile (see 'atoll models')")
+	batch := fs.Int("batch", 1, "batch size")
+	backend := fs.String("backend", "cuda", "cuda (the GPU) or sim (the simulator; for tests)")
+	simGPU := fs.String("gpu", gpu.H100SXM.Name, "--backend sim: the simulated GPU")
+	ordinal := fs.Int("device", 0, "GPU ordinal")
+	out := fs.String("out", "", "write the profile here (default profiles/<gpu>/<model>-bs<N>.json)")
+	force := fs.Bool("force", false, "overwrite a measured profile")
+	var o profiler.MeasureOptions
+	fs.IntVar(&o.Warmup, "warmup", profiler.DefaultWarmup, "warm-up passes")
+	fs.IntVar(&o.Runs, "runs", profiler.DefaultRuns, "timed passes")
+	fs.BoolVar(&o.NoScaling, "no-scaling", false, "skip the duration-against-SM-share measurement")
+	fs.IntVar(&o.ScalingRuns, "scaling-runs", profiler.DefaultScalingRuns, "timed launches per SM share")
+	fs.BoolVar(&o.Substitute, "substitute", false, "bind layers the kernel library lacks to an equivalent kernel (recorded in the notes)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the weights and inputs")
+	ncu := fs.String("ncu", "", "import this Nsight Compute CSV over the durations and % columns")
+	printNCU := fs.Bool("print-ncu-command", false, "print the ncu command that collects the CSV for --ncu, and exit")
+	ncuPass := fs.Bool("ncu-pass", false, "run exactly one forward pass and nothing else (what ncu should profile); writes nothing")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "atoll profile: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	if *model == "" {
+		fmt.Fprintln(e.stderr, "atoll profile: --model is required")
+		fs.Usage()
+		return errUsage
+	}
+	m, err := models.Get(*model)
+	if err != nil {
+		return err
+	}
+	if *batch < 1 || *batch > 1<<20 {
+		return fmt.Errorf("--batch %d: must be in 1..%d", *batch, 1<<20)
+	}
+	if o.Runs < 1 {
+		return fmt.Errorf("--runs %d: need at least 1 timed pass", o.Runs)
+	}
+	if *printNCU {
+		fmt.Fprintln(e.stdout, profiler.NCUCommand(selfName(), m.Name(), *batch, o.Substitute))
+		return nil
+	}
+	if *ncu != "" {
+		f, err := os.Open(*ncu)
+		if err != nil {
+			return err
+		}
+		o.NCU, err = profiler.ParseNCU(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *ncu, err)
+		}
+		o.NCUFile = *ncu
+	}
+	if *out != "" && !*ncuPass {
+		// Refuse before spending a minute on the GPU.
+		if err := mayWrite(*out, *force, *backend == "sim"); err != nil {
+			return err
+		}
+	}
+	o.Command = "atoll profile " + quoteArgs(args)
+	o.Ordinal = *ordinal
+	if !*quiet && !*ncuPass {
+		bar := profiler.NewBar(e.stderr, isTerminal(e.stderr))
+		defer bar.Done()
+		o.Progress = bar.Update
+	}
+	measure := func(dev gpu.Device) error {
+		lib := kernels.New(dev)
+		if *ncuPass {
+			return profiler.RunPasses(ctx, dev, lib, m.Name(), *batch, 1, o.Substitute, o.Seed)
+		}
+		info := dev.Info()
+		spec, err := gpu.LookupSpec(info.Name)
+		if err != nil {
+			return err
+		}
+		path := *out
+		if path == "" {
+			path = filepath.Join("profiles", filepath.FromSlash(profiles.FileName(spec.Name, m.Name(), *batch)))
+		}
+		simulated := info.Backend == "sim"
+		if err := mayWrite(path, *force, simulated); err != nil {
+			return err
+		}
+		start := time.Now()
+		p, err := profiler.Measure(ctx, dev, lib, m.Name(), *batch, o)
+		if err != nil {
+			return err
+		}
+		if err := writeProfile(path, p); err != nil {
+			return err
+		}
+		return summary(e.stdout, p, path, time.Since(start))
+	}
+	switch *backend {
+	case "sim":
+		if *out == "" && !*ncuPass {
+			return errors.New("--backend sim needs --out: a simulated profile must not land in profiles/ (where measured and committed estimated profiles live)")
+		}
+		spec, err := gpu.LookupSpec(*simGPU)
+		if err != nil {
+			return err
+		}
+		dev, err := sim.New(sim.Config{Spec: spec})
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		return measure(dev)
+	case "cuda":
+		err := cuda.Run(*ordinal, func(d *cuda.Device) error { return measure(d) })
+		if errors.Is(err, gpu.ErrNoDevice) {
+			return fmt.Errorf("no GPU found: %w\nhint: atoll profile measures on a real GPU; --backend sim --out FILE runs the same code on the simulator (its durations are the estimated profile's)", err)
+		}
+		return err
+	default:
+		return fmt.Errorf("--backend %q: want cuda or sim", *backend)
+	}
+}
+
+// mayWrite refuses to replace a measured (or imported) profile unless
+// forced, and never lets a simulated one replace it.
+func mayWrite(path string, force, simulated bool) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	old, err := profiles.Load(path)
+	if err != nil {
+		if force && !simulated {
+			return nil
+		}
+		return fmt.Errorf("%s exists and is not a profile this build reads (%v): move it away, or --force to replace it", path, err)
+	}
+	wasSim := old.Notes["simulated"] != ""
+	switch {
+	case simulated && wasSim:
+		return nil // a simulation replaces a simulation
+	case simulated:
+		return fmt.Errorf("%s is a %s profile of %s: a simulated profile is never written over it (choose another --out)", path, old.Source, old.GPU)
+	case old.Source == profiles.SourceEstimated:
+		return nil // measurements replace estimates
+	case !force:
+		return fmt.Errorf("%s is already a %s profile (%s): --force to replace it", path, old.Source, firstLine(old.Device))
+	}
+	return nil
+}
+
+func writeProfile(path string, p *profiles.Profile) error {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".profile-*.json")
+	if err != nil {
+		return err
+	}
+	if err := profiles.Write(tmp, p); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// summary prints what was written: kernels, total, the five longest
+// kernels and the class counts.
+func summary(w io.Writer, p *profiles.Profile, path string, took time.Duration) error {
+	var total float64
+	classes := map[string]int{}
+	idx := make([]int, len(p.Kernels))
+	for i, k := range p.Kernels {
+		total += k.DurationUs
+		classes[k.Class]++
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return p.Kernels[idx[a]].DurationUs > p.Kernels[idx[b]].DurationUs })
+	fmt.Fprintf(w, "wrote %s (%s, source %s) in %.1f s\n", path, p.GPU, p.Source, took.Seconds())
+	fmt.Fprintf(w, "%s bs%d: %d kernels, %.1f us of kernel time\n", p.Model, p.Batch, len(p.Kernels), total)
+	fmt.Fprintf(w, "classes: compute %d, memory %d, unknown %d\n", classes[profiles.ClassCompute], classes[profiles.ClassMemory], classes[profiles.ClassUnknown])
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "top kernels\tkernel\tus\tspread\tcompute%\tmemory%\tclass\tSMs needed")
+	for _, i := range idx[:min(5, len(idx))] {
+		k := p.Kernels[i]
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%d\n", k.Name, k.Kernel, k.DurationUs, k.SpreadUs, k.ComputePct, k.MemoryPct, k.Class, k.SMsNeeded)
+	}
+	return tw.Flush()
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// selfName is how to run this binary again: its path as invoked, or
+// "atoll" when that is not an atoll binary (tests).
+func selfName() string {
+	if len(os.Args) > 0 && filepath.Base(os.Args[0]) == "atoll" {
+		return os.Args[0]
+	}
+	return "atoll"
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$") {
+			a = strconv.Quote(a)
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if s == "" {
+		return "no device facts"
+	}
+	return s
+}

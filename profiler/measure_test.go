@@ -1,0 +1,273 @@
+package profiler_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/sim"
+	"atoll/kernels"
+	"atoll/models"
+	"atoll/models/run"
+	"atoll/profiler"
+	"atoll/profiles"
+)
+
+func simDev(t *testing.T, cfg sim.Config) gpu.Device {
+	t.Helper()
+	dev, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+func ops(t testing.TB, model string, batch int) []models.Layer {
+	t.Helper()
+	m, err := models.Get(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := m.Ops(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return layers
+}
+
+// On the simulator every launch lasts what the estimated profile says, so
+// Measure must find each kernel's estimated duration at its own index: a
+// profile whose events were attributed to the wrong kernel (off by one,
+// blockers counted in) fails here.
+func TestMeasureSimReplaysEstimate(t *testing.T) {
+	dev := simDev(t, sim.Config{})
+	var stages []string
+	p, err := profiler.Measure(context.Background(), dev, kernels.New(dev), "resnet50", 1, profiler.MeasureOptions{
+		Substitute: true, Runs: 5, Warmup: 1, Command: "atoll profile --model resnet50 --substitute",
+		Progress: func(pr profiler.Progress) {
+			if len(stages) == 0 || stages[len(stages)-1] != pr.Stage {
+				stages = append(stages, pr.Stage)
+			}
+			if pr.Done > pr.Total || pr.Done < 0 {
+				t.Errorf("progress %+v", pr)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := ops(t, "resnet50", 1)
+	if err := profiles.Check(p, models.Ops(layers), gpu.H100SXM); err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	if err := profiles.Write(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := profiles.Parse(strings.NewReader(buf.String())); err != nil {
+		t.Fatalf("written profile does not parse: %v", err)
+	}
+	if got := strings.Join(stages, ","); got != "peaks,runs,scaling" {
+		t.Errorf("progress stages %s", got)
+	}
+	if p.Source != profiles.SourceEstimated || p.Notes["simulated"] == "" {
+		t.Errorf("a simulated profile is marked source %q, simulated note %q", p.Source, p.Notes["simulated"])
+	}
+	for _, key := range []string{"command", "date", "peaks", "method", "spreadUs", "scaling", "substitutions"} {
+		if p.Notes[key] == "" {
+			t.Errorf("notes lack %q", key)
+		}
+	}
+	if !strings.Contains(p.Notes["substitutions"], "avgpool") {
+		t.Errorf("substitutions note %q does not name the avgpool", p.Notes["substitutions"])
+	}
+	est, err := profiler.Estimate(gpu.H100SXM, "resnet50", 1, layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	substituted := 0
+	for i, k := range p.Kernels {
+		e := est.Kernels[i]
+		if len(k.Tags) > 0 {
+			substituted++
+			if k.Name != "avgpool" {
+				t.Errorf("%s tagged %v", k.Name, k.Tags)
+			}
+		}
+		// The simulator adds no cost of its own beyond its block floor.
+		if math.Abs(k.DurationUs-e.DurationUs) > 0.02*e.DurationUs+0.5 {
+			t.Errorf("kernels[%d] %s: measured %.3f us on the simulator, its estimate is %.3f us", i, k.Name, k.DurationUs, e.DurationUs)
+		}
+		if k.FLOPs != e.FLOPs || k.Bytes != e.Bytes {
+			t.Errorf("%s: flops/bytes %v/%v, op says %v/%v", k.Name, k.FLOPs, k.Bytes, e.FLOPs, e.Bytes)
+		}
+		if want := profiler.Classify(k.ComputePct, k.MemoryPct); k.Class != want {
+			t.Errorf("%s: class %s, rule says %s", k.Name, k.Class, want)
+		}
+		if len(k.Scaling) != len(profiler.MeasureScalingSMs) || k.Scaling[len(k.Scaling)-1].SMs != gpu.H100SXM.SMs {
+			t.Fatalf("%s: scaling %+v", k.Name, k.Scaling)
+		}
+		// Fewer SMs never make a kernel much faster.
+		if first, last := k.Scaling[0].DurationUs, k.Scaling[len(k.Scaling)-1].DurationUs; first < 0.95*last {
+			t.Errorf("%s: %.3f us at 8 SMs, %.3f us at all", k.Name, first, last)
+		}
+	}
+	if substituted != 1 {
+		t.Errorf("%d substituted kernels, want 1 (avgpool)", substituted)
+	}
+	// A kernel of many blocks is slower on 8 SMs than on all of them.
+	big := p.Kernels[0] // conv1: 196 blocks
+	if big.Scaling[0].DurationUs < 2*big.DurationUs {
+		t.Errorf("%s: %+v: 8 SMs should take well over twice the full-GPU time %.3f", big.Name, big.Scaling, big.DurationUs)
+	}
+	// The peaks were measured on the (simulated) device: close to its spec.
+	if !strings.Contains(p.Notes["peaks"], "TFLOP/s") {
+		t.Errorf("peaks note %q", p.Notes["peaks"])
+	}
+}
+
+// Jitter in the simulator shows up as spread, and the median stays inside
+// the jitter band.
+func TestMeasureSpread(t *testing.T) {
+	dev := simDev(t, sim.Config{Jitter: 0.2, Seed: 3})
+	p, err := profiler.Measure(context.Background(), dev, kernels.New(dev), "mobilenetv2", 1, profiler.MeasureOptions{
+		Substitute: true, Runs: 15, NoScaling: true,
+		Peaks: &profiler.Peaks{FLOPS: 700e12, FP32: 60e12, Bandwidth: 3e12, Method: "given by the test"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := profiler.Estimate(gpu.H100SXM, "mobilenetv2", 1, ops(t, "mobilenetv2", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spread := 0
+	for i, k := range p.Kernels {
+		if k.SpreadUs > 0 {
+			spread++
+		}
+		if e := est.Kernels[i].DurationUs; k.DurationUs > 1.25*e+0.5 || k.DurationUs < 0.75*e-0.5 {
+			t.Errorf("%s: median %.3f us outside the ±20%% jitter of %.3f us", k.Name, k.DurationUs, e)
+		}
+		if k.Scaling != nil {
+			t.Errorf("%s: scaling measured with NoScaling", k.Name)
+		}
+	}
+	if spread < len(p.Kernels)/2 {
+		t.Errorf("only %d of %d kernels show a spread under 20%% jitter", spread, len(p.Kernels))
+	}
+	if p.Notes["peaks"] != "given by the test" {
+		t.Errorf("peaks note %q", p.Notes["peaks"])
+	}
+}
+
+func TestMeasureRefuses(t *testing.T) {
+	dev := simDev(t, sim.Config{})
+	lib := kernels.New(dev)
+	ctx := context.Background()
+	// A layer the library lacks: refused, naming it; no partial profile.
+	p, err := profiler.Measure(ctx, dev, lib, "resnet50", 1, profiler.MeasureOptions{})
+	if !errors.Is(err, run.ErrNotRunnable) || !errors.Is(err, profiler.ErrMeasure) || !strings.Contains(err.Error(), "avgpool") || p != nil {
+		t.Errorf("resnet50 without substitution: %v, %v; want ErrNotRunnable naming avgpool", p, err)
+	}
+	if !strings.Contains(err.Error(), "--substitute") {
+		t.Errorf("no hint: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		model string
+		batch int
+		opt   profiler.MeasureOptions
+		want  string
+	}{
+		"unknown model": {"resnet5", 1, profiler.MeasureOptions{}, "resnet5"},
+		"batch 0":       {"resnet50", 0, profiler.MeasureOptions{}, "batch 0"},
+		"no runs":       {"resnet50", 1, profiler.MeasureOptions{Runs: -1}, "runs"},
+		"bad peaks":     {"resnet50", 1, profiler.MeasureOptions{Substitute: true, Peaks: &profiler.Peaks{}}, "peaks"},
+	} {
+		_, err := profiler.Measure(ctx, dev, lib, tc.model, tc.batch, tc.opt)
+		if !errors.Is(err, profiler.ErrMeasure) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want ErrMeasure mentioning %q", name, err, tc.want)
+		}
+	}
+	// A GPU with no gpu.Spec cannot be named in a profile.
+	odd := gpu.H100SXM
+	odd.Name = "Radeon"
+	dev2 := simDev(t, sim.Config{Spec: odd})
+	if _, err := profiler.Measure(ctx, dev2, kernels.New(dev2), "resnet50", 1, profiler.MeasureOptions{Substitute: true}); !errors.Is(err, profiler.ErrMeasure) || !strings.Contains(err.Error(), "Radeon") {
+		t.Errorf("unknown GPU: %v", err)
+	}
+	// Cancelled: stops with the context's error.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := profiler.Measure(cctx, dev, lib, "mobilenetv2", 1, profiler.MeasureOptions{Substitute: true}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// The date and the command end up in the notes as given.
+func TestMeasureNotes(t *testing.T) {
+	dev := simDev(t, sim.Config{})
+	date := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
+	p, err := profiler.Measure(context.Background(), dev, kernels.New(dev), "mobilenetv2", 1, profiler.MeasureOptions{
+		Substitute: true, Runs: 1, NoScaling: true, Date: date, Command: "atoll profile --model mobilenetv2",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Notes["date"] != "2026-11-21T09:00:00Z" || p.Notes["command"] != "atoll profile --model mobilenetv2" || !strings.Contains(p.Notes["scaling"], "not measured") {
+		t.Errorf("notes %v", p.Notes)
+	}
+	if !strings.HasPrefix(p.Device, "sim:H100-SXM") {
+		t.Errorf("device %q", p.Device)
+	}
+}
+
+// attrDev is the simulator with a driver that reports function
+// attributes, as gpu/cuda does.
+type attrDev struct {
+	gpu.Device
+	regs, static int
+	calls        int
+}
+
+func (d *attrDev) FuncAttributes(gpu.Func) (int, int, int, error) {
+	d.calls++
+	return d.regs, d.static, 1024, nil
+}
+
+// Registers and shared memory come from the driver where it reports them,
+// and SMs needed follow the occupancy they allow.
+func TestMeasureDriverAttributes(t *testing.T) {
+	dev := &attrDev{Device: simDev(t, sim.Config{}), regs: 168, static: 2048}
+	p, err := profiler.Measure(context.Background(), dev, kernels.New(dev), "resnet50", 1, profiler.MeasureOptions{
+		Substitute: true, Runs: 2, NoScaling: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev.calls == 0 || !strings.Contains(p.Notes["registers"], "from the driver") {
+		t.Fatalf("driver not asked (%d calls); notes %q", dev.calls, p.Notes["registers"])
+	}
+	layers := ops(t, "resnet50", 1)
+	for i, k := range p.Kernels {
+		g := layers[i].Op.Geometry()
+		regs, smem := 168, 2048+g.SharedMem
+		if len(k.Tags) > 0 { // substituted: the model op's own figures
+			regs, smem = g.Registers, g.SharedMem
+		}
+		if k.Registers != regs || k.SharedMem != smem {
+			t.Errorf("%s: registers %d, shared %d; want %d, %d", k.Name, k.Registers, k.SharedMem, regs, smem)
+		}
+		per, _, err := gpu.H100SXM.Occupancy(g.Block.Count(), regs, smem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := gpu.H100SXM.SMsNeeded(g.Grid.Count(), per); k.SMsNeeded != want {
+			t.Errorf("%s: smsNeeded %d, want %d at %d blocks/SM", k.Name, k.SMsNeeded, want, per)
+		}
+	}
+}
