@@ -142,10 +142,16 @@ func (c *Core) apply(ev Event) error {
 		if ev.Client.Class != BE || ev.Client.Index < 0 || ev.Client.Index >= len(s.be) {
 			return fmt.Errorf("%w: ready for unknown BE client %s", ErrEvent, ev.Client)
 		}
+		if ev.Iterations < 0 {
+			return fmt.Errorf("%w: ready for %s with %d iterations (want >= 0; 0 = unlimited)", ErrEvent, ev.Client, ev.Iterations)
+		}
+		b := s.be[ev.Client.Index]
+		if !b.ready && len(b.inflight) > 0 {
+			return fmt.Errorf("%w: restart of BE client %s with %d launches in flight; send ready once they have completed", ErrEvent, ev.Client, len(b.inflight))
+		}
 		s.advance(ev.Time)
-		if b := s.be[ev.Client.Index]; !b.ready {
-			b.ready = true
-			b.iterStart = ev.Time
+		if !b.ready {
+			s.startBE(b, ev.Time, ev.Iterations)
 		}
 	case EvComplete:
 		f, ok := s.flights[ev.Launch]
@@ -176,6 +182,12 @@ func (c *Core) apply(ev Event) error {
 				o.rec.Observed = ev.Time
 			}
 		}
+	case EvPause:
+		if ev.Client.Class != BE || ev.Client.Index < 0 || ev.Client.Index >= len(s.be) {
+			return fmt.Errorf("%w: pause for unknown BE client %s", ErrEvent, ev.Client)
+		}
+		s.advance(ev.Time)
+		s.be[ev.Client.Index].ready = false
 	case EvTick:
 		s.advance(ev.Time)
 	case EvStop:
@@ -348,5 +360,31 @@ func (s *State) finishBE(b *BEClient, k int, t time.Duration) {
 		b.iter++
 		b.iterStart, b.iterWork = t, 0
 		b.head, b.issued = 0, 0
+		if b.budget > 0 && b.iter-b.runStart >= b.budget {
+			// The run's budget is spent: stop here, inside the event
+			// that completed the last iteration, so the policy (which
+			// runs after it) cannot launch the next one.
+			b.ready = false
+		}
 	}
+}
+
+// startBE starts a run of b (which is not ready and has nothing in
+// flight) at a fresh iteration. What the previous run left unfinished is
+// dropped: the kernels of a partly done iteration that did finish stay in
+// the work counters (they ran) but no iteration record is emitted for
+// them, and the fresh iteration reuses the iteration number. A kernel with
+// saved progress starts over: started is cleared, so its next resumable
+// or padded instance is preceded by a DecResetProgress; the generation and
+// instance counters move on so nothing from before can be taken for the
+// new run's work.
+func (s *State) startBE(b *BEClient, t time.Duration, budget int) {
+	b.head, b.issued = 0, 0
+	b.started, b.partial = false, false
+	b.gen++
+	b.inst++
+	b.iterStart, b.iterWork = t, 0
+	b.budget, b.runStart = budget, b.iter
+	b.runs++
+	b.ready = true
 }

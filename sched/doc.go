@@ -4,9 +4,9 @@
 // # Core
 //
 // Core works like etcd raft's RawNode: Step feeds one Event (an HP request
-// arrived, a BE client is ready, a launch completed — finished, preempted
-// with progress saved, or cut — the device saw a flag, time passed, the run
-// stops); the core updates its books and runs the Policy, whose decisions
+// arrived, a BE client is ready — optionally for a budget of N iterations —
+// or paused, a launch completed — finished, preempted with progress saved,
+// or cut — the device saw a flag, time passed, the run stops); the core updates its books and runs the Policy, whose decisions
 // queue up; Decisions hands them out (launch L on a stream in a form,
 // raise or lower a BE client's flag, reset a BE client's progress counter,
 // and records: request done, iteration done, preemption done). NextWake says
@@ -37,7 +37,16 @@
 // Reset launch counts as cut when its flag was raised before it completed;
 // a Resumable or padded launch as finished when its done word is 1.
 //
-// One goroutine owns a Core and the Device under Run. This package must
-// never start goroutines, read the wall clock or touch hardware except
-// through the gpu.Device it is given.
+// # Online driver
+//
+// Online is Run's long-lived sibling for the daemon: requests are submitted
+// while it runs (from any goroutine, through bounded per-client queues), BE
+// runs of N iterations start and stop on demand, and hooks run in the owner
+// goroutine around each request (upload inputs, read outputs). On the
+// simulator it can pace virtual time to the wall clock.
+//
+// One goroutine owns a Core and the Device under Run or Online.Run. This
+// package must never start goroutines or touch hardware except through the
+// gpu.Device it is given, and reads the wall clock only to pace the
+// simulator in Online (OnlineConfig.Pace).
 package sched

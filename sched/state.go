@@ -17,6 +17,19 @@ import (
 // client, no reset launch under a raised flag) and refuses it otherwise.
 //
 // State is owned by the Core; policies must not keep it past Schedule.
+//
+// BE lifecycle. A BE client runs only between events: EvReady starts a
+// run (with an iteration budget, 0 = unlimited), EvPause or the budget's
+// last iteration ends it (the client is then not Ready and nothing of it
+// launches; the budget check happens while the completion is applied,
+// before the policy runs). Launches in flight at the end complete and are
+// accounted as usual; the flag is not touched. The next EvReady, once
+// nothing of the client is in flight, starts a fresh iteration: head and
+// issued go back to kernel 0, a partly done iteration is dropped without
+// an iteration record (its finished kernels stay in the work counters),
+// and saved progress is forgotten, so the next resumable or padded
+// instance is preceded by a DecResetProgress. Policies see none of this
+// except through Ready, CanLaunchBE and CanPad.
 type State struct {
 	spec        gpu.Spec
 	now         time.Duration
@@ -104,6 +117,9 @@ type BEClient struct {
 	id        ClientID
 	prof      *profiles.Profile
 	ready     bool
+	runs      int // runs started (EvReady on a client not ready)
+	budget    int // iterations of the current run (0 = unlimited)
+	runStart  int // iter when the current run started
 	iter      int
 	iterStart time.Duration
 	iterWork  time.Duration
@@ -134,8 +150,19 @@ func (b *BEClient) ID() ClientID { return b.id }
 // Profile is the client's kernel sequence (one iteration).
 func (b *BEClient) Profile() *profiles.Profile { return b.prof }
 
-// Ready reports whether the client has started its loop.
+// Ready reports whether the client is running its loop: it has had an
+// EvReady and since then neither an EvPause nor the end of its iteration
+// budget. Nothing of a client that is not ready is launched.
 func (b *BEClient) Ready() bool { return b.ready }
+
+// Budget is the iteration budget of the client's current (or last) run;
+// 0 means unlimited.
+func (b *BEClient) Budget() int { return b.budget }
+
+// RunIterations is the number of iterations completed since the client's
+// current (or last) run started. Iterations finished by launches still in
+// flight at a pause count too.
+func (b *BEClient) RunIterations() int { return b.iter - b.runStart }
 
 // Raised reports whether its preemption flag is raised.
 func (b *BEClient) Raised() bool { return b.raised }
@@ -174,7 +201,8 @@ func (b *BEClient) Next() (*profiles.Kernel, int) {
 // only continue in Resumable form (or in a pad).
 func (b *BEClient) Partial() bool { return b.partial }
 
-// Iteration is the number of the iteration under way.
+// Iteration is the number of the iteration under way (the client's
+// iterations completed so far, over all its runs).
 func (b *BEClient) Iteration() int { return b.iter }
 
 // Spec is the device's description.
@@ -422,11 +450,17 @@ func (s *State) describe() string {
 	}
 	for _, b := range s.be {
 		fmt.Fprintf(&sb, "; %s:", b.id)
-		if !b.ready {
+		if !b.ready && b.runs == 0 {
 			sb.WriteString(" not ready")
 			continue
 		}
+		if !b.ready {
+			sb.WriteString(" paused")
+		}
 		fmt.Fprintf(&sb, " iter %d head k%d issued k%d in flight %d", b.iter, b.head, b.issued, len(b.inflight))
+		if b.budget > 0 {
+			fmt.Fprintf(&sb, " run %d/%d", b.iter-b.runStart, b.budget)
+		}
 		if b.raised {
 			sb.WriteString(" flag raised")
 		}

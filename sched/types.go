@@ -67,7 +67,17 @@ type EventKind uint8
 const (
 	// EvArrive: an HP request arrived (Client, Request, Time).
 	EvArrive EventKind = iota
-	// EvReady: a BE client is ready to start its closed loop (Client, Time).
+	// EvReady: a BE client starts its closed loop (Client, Time,
+	// Iterations). Iterations is the run's budget: once that many
+	// iterations have completed since this EvReady, the core marks the
+	// client not ready in the same Step, before the policy runs, so no
+	// kernel of the next iteration is launched; 0 means unlimited. On a
+	// client that is not ready (never started, paused, or done with its
+	// budget) it starts a fresh run at a fresh iteration: the iteration
+	// left unfinished is dropped (see State's BE lifecycle notes). The
+	// client must have nothing in flight then (drivers wait for
+	// BEClient.InFlight to reach 0). On a client that is ready it changes
+	// nothing, its budget included.
 	EvReady
 	// EvComplete: a launch completed on the device (Launch, Time, Outcome).
 	EvComplete
@@ -81,9 +91,16 @@ const (
 	// raised so in-flight BE work drains quickly. HP requests already
 	// arrived are still served.
 	EvStop
+	// EvPause: a BE client stops at once (Client, Time): it is marked not
+	// ready, so nothing of it is launched any more (own stream or pad).
+	// Its launches in flight complete normally and are accounted (they
+	// may even finish the iteration); its flag is left as it is, for the
+	// policy to lower as usual. A later EvReady restarts it. Pausing a
+	// client that is not ready changes nothing.
+	EvPause
 )
 
-var eventNames = [...]string{"arrive", "ready", "complete", "flag-observed", "tick", "stop"}
+var eventNames = [...]string{"arrive", "ready", "complete", "flag-observed", "tick", "stop", "pause"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -121,10 +138,13 @@ func (o Outcome) String() string {
 type Event struct {
 	Kind    EventKind
 	Time    time.Duration // device clock
-	Client  ClientID      // EvArrive, EvReady, EvFlagObserved
+	Client  ClientID      // EvArrive, EvReady, EvFlagObserved, EvPause
 	Request int           // EvArrive: the request's id (unique per client)
-	Launch  LaunchID      // EvComplete
-	Outcome Outcome       // EvComplete
+	// Iterations is EvReady's iteration budget for the run it starts
+	// (0 = unlimited; negative is refused).
+	Iterations int
+	Launch     LaunchID // EvComplete
+	Outcome    Outcome  // EvComplete
 }
 
 // DecisionKind says what the driver must do.

@@ -26,6 +26,15 @@ type Exec struct {
 	// Probe, when positive, feeds an EvTick at every multiple of it, so
 	// Check also sees quiet stretches.
 	Probe time.Duration
+	// Iterations, when set, is each BE client's iteration budget for the
+	// EvReady that Run sends at 0 (missing or 0: unlimited).
+	Iterations []int
+	// Control, when set, runs once per time step of Run (after the
+	// completions, arrivals, stop and tick of that time) and returns
+	// extra events to feed then: EvPause, EvReady restarts, ... An event
+	// with a zero Time gets the current time. An event the core refuses
+	// stops the run with its error.
+	Control func(st *sched.State, now time.Duration) []sched.Event
 
 	now     time.Duration
 	streams map[sched.ClientID]*execStream
@@ -61,7 +70,11 @@ func (e *Exec) Run(arrivals [][]time.Duration, stop, limit time.Duration) error 
 	st := e.Core.State()
 	next := make([]int, len(arrivals))
 	for i := range st.BE() {
-		if err := e.step(sched.Event{Kind: sched.EvReady, Client: sched.BEClientID(i)}); err != nil {
+		ev := sched.Event{Kind: sched.EvReady, Client: sched.BEClientID(i)}
+		if i < len(e.Iterations) {
+			ev.Iterations = e.Iterations[i]
+		}
+		if err := e.step(ev); err != nil {
 			return err
 		}
 	}
@@ -144,6 +157,13 @@ func (e *Exec) Run(arrivals [][]time.Duration, stop, limit time.Duration) error 
 		if w, ok := e.Core.NextWake(); ok && w <= e.now || e.now == probe {
 			if err := e.step(sched.Event{Kind: sched.EvTick, Time: e.now}); err != nil {
 				return err
+			}
+		}
+		if e.Control != nil {
+			for _, ev := range e.Control(st, e.now) {
+				if err := e.step(ev); err != nil {
+					return err
+				}
 			}
 		}
 		e.startHeads()

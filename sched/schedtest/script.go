@@ -32,7 +32,8 @@ func Walk(t *testing.T, dir string, f Factory) {
 //	  NAME dur=50us grid=G block=B [regs=R smem=S class=C sms=N scale=SMS:DUR,...]
 //	init policy=X hp=P,... be=Q,... [policy args]   build the core
 //	arrive hp=I t=T [id=N]         HP request arrives
-//	ready be=I t=T                 BE client starts its loop
+//	ready be=I t=T [iterations=N]  BE client starts (or restarts) its loop, N iterations (0: unlimited)
+//	pause be=I t=T                 BE client stops launching (EvPause)
 //	complete id=L t=T [cut|preempted]   launch L completed (default finished)
 //	observed be=I t=T              the device saw BE client I's flag
 //	tick t=T                       time passes (prints the wake asked for)
@@ -124,6 +125,15 @@ func RunScript(t *testing.T, path string, f Factory) {
 				ev.Request = atoi(args["id"])
 			case "ready":
 				ev = sched.Event{Kind: sched.EvReady, Client: sched.BEClientID(atoi(args["be"]))}
+				if v, ok := args["iterations"]; ok {
+					n, err := strconv.Atoi(v)
+					if err != nil {
+						return "", fmt.Errorf("ready: iterations: %w", err)
+					}
+					ev.Iterations = n
+				}
+			case "pause":
+				ev = sched.Event{Kind: sched.EvPause, Client: sched.BEClientID(atoi(args["be"]))}
 			case "observed":
 				ev = sched.Event{Kind: sched.EvFlagObserved, Client: sched.BEClientID(atoi(args["be"]))}
 			case "complete":

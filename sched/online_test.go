@@ -1,0 +1,796 @@
+package sched_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"atoll/gpu"
+	"atoll/gpu/faulty"
+	"atoll/gpu/sim"
+	"atoll/policies"
+	"atoll/profiles"
+	"atoll/sched"
+)
+
+func onlineProfiles(t *testing.T) (hp, be *profiles.Profile) {
+	t.Helper()
+	hp, err := profiles.Lookup("H100-SXM", "resnet50", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err = profiles.Lookup("H100-SXM", "resnet50-train", 32, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hp, be
+}
+
+func simOpener(wrap func(gpu.Device) gpu.Device) func() (gpu.Device, error) {
+	return func() (gpu.Device, error) {
+		d, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1})
+		if err != nil {
+			return nil, err
+		}
+		if wrap != nil {
+			return wrap(d), nil
+		}
+		return d, nil
+	}
+}
+
+func onlineConfig(t *testing.T, policy string) sched.OnlineConfig {
+	t.Helper()
+	hp, be := onlineProfiles(t)
+	pol, err := policies.ByName(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sched.OnlineConfig{Policy: pol,
+		HP: []sched.OnlineClient{{Name: "r50", Profile: hp}, {Name: "r50b", Profile: hp}},
+		BE: []sched.OnlineClient{{Name: "train", Profile: be}}}
+}
+
+// startOnline runs o in a goroutine and returns a stop function that
+// cancels it and waits for Run's result.
+func startOnline(t *testing.T, o *sched.Online) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- o.Run(ctx) }()
+	<-o.Started()
+	if err := o.StartErr(); err != nil {
+		cancel()
+		t.Fatalf("start: %v (run: %v)", err, <-errc)
+	}
+	var once sync.Once
+	var res error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case res = <-errc:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run did not return within 30 s of cancel")
+			}
+		})
+		return res
+	}
+}
+
+func recv(t *testing.T, ch <-chan sched.OnlineResult) sched.OnlineResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("no result within 30 s")
+	}
+	return sched.OnlineResult{}
+}
+
+func TestOnlineServesConcurrentRequests(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	var mu sync.Mutex
+	inFlight := map[int]uint64{} // client -> request between Before and After
+	var hookErr error
+	cfg.Hooks.BeforeRequest = func(c int, id uint64, _ any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, ok := inFlight[c]; ok && hookErr == nil {
+			hookErr = errors.New("BeforeRequest while another request of the client is in flight")
+			_ = prev
+		}
+		inFlight[c] = id
+		return nil
+	}
+	cfg.Hooks.AfterRequest = func(c int, id uint64, _ any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if inFlight[c] != id && hookErr == nil {
+			hookErr = errors.New("AfterRequest for a request that is not in flight")
+		}
+		delete(inFlight, c)
+		return nil
+	}
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	var wg sync.WaitGroup
+	results := make(chan sched.OnlineResult, 16)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				ch, err := o.Submit(g%2, g)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results <- recv(t, ch)
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	byClient := map[int][]sched.OnlineResult{}
+	for r := range results {
+		if r.Err != nil {
+			t.Fatalf("request %d: %v", r.ID, r.Err)
+		}
+		if r.Service <= 0 || r.Start < r.Arrival || r.End <= r.Start || r.Queue != r.Start-r.Arrival {
+			t.Errorf("request %d: bad times %+v", r.ID, r)
+		}
+		if r.Tag.(int)%2 != r.Client {
+			t.Errorf("request %d: tag %v came back for client %d", r.ID, r.Tag, r.Client)
+		}
+		byClient[r.Client] = append(byClient[r.Client], r)
+	}
+	if len(byClient[0])+len(byClient[1]) != 12 {
+		t.Fatalf("got %d+%d results, want 12", len(byClient[0]), len(byClient[1]))
+	}
+	// One request per client in the core at a time: a client's service
+	// intervals do not overlap.
+	for c, rs := range byClient {
+		for i := range rs {
+			for j := range rs {
+				if i != j && rs[i].Start < rs[j].End && rs[j].Start < rs[i].End {
+					t.Errorf("client %d: requests %d and %d overlap on the device", c, rs[i].ID, rs[j].ID)
+				}
+			}
+		}
+	}
+	if hookErr != nil {
+		t.Error(hookErr)
+	}
+	st := o.Stats()
+	if st.Core.Requests != 12 || st.Launches == 0 || st.QueueDepth != 0 || !st.Running || st.Backend != "sim" {
+		t.Errorf("stats: %+v", st)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := o.Submit(0, nil); !errors.Is(err, sched.ErrStopped) {
+		t.Errorf("Submit after stop: %v, want ErrStopped", err)
+	}
+	if _, err := o.Submit(7, nil); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("Submit to client 7: %v, want ErrConfig", err)
+	}
+}
+
+func TestOnlineBERunsAndStops(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	type end struct {
+		done int
+		err  error
+	}
+	ends := make(chan end, 4)
+	var iters atomic.Int32
+	started := make(chan struct{}, 1)
+	if _, err := o.StartBE(0, sched.BERun{Iterations: 2,
+		OnStart:     func() error { started <- struct{}{}; return nil },
+		OnIteration: func(done int, it sched.IterationRecord) { iters.Add(1) },
+		OnEnd:       func(done int, err error) { ends <- end{done, err} }}); err != nil {
+		t.Fatal(err)
+	}
+	// An HP request in between must still be served.
+	ch, err := o.Submit(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(t, ch); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	var e end
+	select {
+	case e = <-ends:
+	case <-time.After(30 * time.Second):
+		t.Fatal("BE run did not end")
+	}
+	<-started
+	if e.err != nil || e.done != 2 || iters.Load() != 2 {
+		t.Fatalf("BE run ended with done=%d err=%v after %d iterations, want 2 and nil", e.done, e.err, iters.Load())
+	}
+	// A long run, stopped after its first iteration.
+	first := make(chan struct{}, 1)
+	var id uint64
+	id, err = o.StartBE(0, sched.BERun{Iterations: 1000,
+		OnIteration: func(done int, _ sched.IterationRecord) {
+			if done == 1 {
+				first <- struct{}{}
+			}
+		},
+		OnEnd: func(done int, err error) { ends <- end{done, err} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no iteration")
+	}
+	if err := o.StopBE(0, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e = <-ends:
+	case <-time.After(30 * time.Second):
+		t.Fatal("stopped BE run did not end")
+	}
+	if !errors.Is(e.err, sched.ErrCancelled) || e.done < 1 || e.done >= 1000 {
+		t.Fatalf("stopped run: done=%d err=%v, want ErrCancelled after a few iterations", e.done, e.err)
+	}
+	itersBefore := o.Stats().Core.Iterations
+	// After the stop the client launches nothing more: HP still works and
+	// no iteration is added.
+	ch, _ = o.Submit(1, nil)
+	if r := recv(t, ch); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := o.Stats().Core.Iterations; got != itersBefore {
+		t.Errorf("iterations went from %d to %d after the run was stopped", itersBefore, got)
+	}
+	// Bad runs.
+	if _, err := o.StartBE(0, sched.BERun{}); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("zero iterations: %v, want ErrConfig", err)
+	}
+	if _, err := o.StartBE(3, sched.BERun{Iterations: 1}); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("BE client 3: %v, want ErrConfig", err)
+	}
+	// A run still going at shutdown ends with ErrStopped.
+	if _, err := o.StartBE(0, sched.BERun{Iterations: 1 << 30, OnEnd: func(done int, err error) { ends <- end{done, err} }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if e = <-ends; !errors.Is(e.err, sched.ErrStopped) {
+		t.Errorf("run at shutdown: %v, want ErrStopped", e.err)
+	}
+}
+
+func TestOnlineQueueFullAndShutdownFailsQueued(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "priority")
+	cfg.MaxQueue = 2
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 8)
+	cfg.Hooks.BeforeRequest = func(c int, id uint64, _ any) error {
+		entered <- struct{}{}
+		<-gate // holds the owner goroutine
+		return nil
+	}
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	a, err := o.Submit(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the loop is inside BeforeRequest of a
+	b, err := o.Submit(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Submit(0, nil); !errors.Is(err, sched.ErrQueueFull) {
+		t.Fatalf("third request with MaxQueue 2: %v, want ErrQueueFull", err)
+	}
+	if d := o.Stats().QueueDepth; d != 2 {
+		t.Errorf("queue depth %d, want 2", d)
+	}
+	// Cancel while a is held in its hook: a is then in the core and must
+	// finish; b is still queued and must fail with ErrStopped.
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	time.Sleep(20 * time.Millisecond)
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r := recv(t, a); r.Err != nil {
+		t.Errorf("request in the core at shutdown: %v, want it served", r.Err)
+	}
+	if r := recv(t, b); !errors.Is(r.Err, sched.ErrStopped) {
+		t.Errorf("queued request at shutdown: %v, want ErrStopped", r.Err)
+	}
+	select {
+	case <-o.Done():
+	default:
+		t.Error("Done not closed after Run returned")
+	}
+}
+
+func TestOnlinePacedFollowsWallClock(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	cfg.Pace = true
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	defer stop()
+	for range 3 {
+		t0 := time.Now()
+		ch, err := o.Submit(0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := recv(t, ch)
+		wall := time.Since(t0)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		// Paced: the answer cannot come before the simulated service time
+		// has passed on the wall clock.
+		if wall < r.Service {
+			t.Errorf("answer after %v of wall time, but the simulated service took %v", wall, r.Service)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An idle spell longer than the stall guard (paced, so device time moves
+// with the wall clock) must not make the next request look stuck: the guard
+// counts from when launches were last in flight, not from the last
+// completion (seen in `atoll serve`: the first request after 15 s idle failed).
+func TestOnlineIdleLongerThanStall(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	cfg.Pace = true
+	cfg.Stall = 50 * time.Millisecond
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	defer stop()
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(3 * cfg.Stall)
+		}
+		ch, err := o.Submit(0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := recv(t, ch); r.Err != nil {
+			t.Fatalf("request %d after an idle spell: %v", i, r.Err)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOnlineHPServedWhileBERuns(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	ended := make(chan error, 1)
+	if _, err := o.StartBE(0, sched.BERun{Iterations: 3, OnEnd: func(_ int, err error) { ended <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		ch, _ := o.Submit(0, nil)
+		if r := recv(t, ch); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("BE run did not end")
+	}
+	st := o.Stats()
+	if st.Core.Iterations != 3 || st.Core.BEWorkByClient[0] <= 0 {
+		t.Errorf("stats after 3 iterations: %+v", st.Core)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A device failure fails the affected requests with an error wrapping
+// ErrDevice, and Run stops cleanly: it returns the error, closes Done and
+// answers everything.
+func TestOnlineDeviceFailure(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	var fd *faulty.Device
+	o, err := sched.NewOnline(simOpener(func(d gpu.Device) gpu.Device {
+		fd = faulty.New(d)
+		return fd
+	}), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- o.Run(ctx) }()
+	<-o.Started()
+	if err := o.StartErr(); err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := o.Submit(0, nil)
+	if r := recv(t, ch); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := fd.FailMethod("Launch", fd.Count("Launch")+3); err != nil {
+		t.Fatal(err)
+	}
+	ch, err = o.Submit(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, ch)
+	if !errors.Is(r.Err, sched.ErrDevice) || !errors.Is(r.Err, faulty.ErrInjected) {
+		t.Fatalf("request during a device failure: %v, want ErrDevice wrapping the injected failure", r.Err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, sched.ErrDevice) {
+			t.Fatalf("Run: %v, want ErrDevice", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop after a device failure")
+	}
+	if !errors.Is(o.Err(), sched.ErrDevice) {
+		t.Errorf("Err: %v", o.Err())
+	}
+	if _, err := o.Submit(0, nil); !errors.Is(err, sched.ErrStopped) {
+		t.Errorf("Submit after a failure: %v, want ErrStopped", err)
+	}
+}
+
+// Sweep the failure point over every device call of a short session: each
+// run either serves everything or fails cleanly; none hangs, every
+// submitted request gets exactly one answer.
+func TestOnlineFaultSweep(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	hp, _ := onlineProfiles(t)
+	cfg.HP = cfg.HP[:1]
+	_ = hp
+	session := func(fail int) (calls int, runErr error, answered int) {
+		var fd *faulty.Device
+		o, err := sched.NewOnline(simOpener(func(d gpu.Device) gpu.Device {
+			fd = faulty.New(d)
+			if fail > 0 {
+				_ = fd.FailAt(fail)
+			}
+			return fd
+		}), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- o.Run(ctx) }()
+		<-o.Started()
+		var chans []<-chan sched.OnlineResult
+		if o.StartErr() == nil {
+			_, _ = o.StartBE(0, sched.BERun{Iterations: 1})
+			for range 2 {
+				if ch, err := o.Submit(0, nil); err == nil {
+					chans = append(chans, ch)
+				}
+			}
+		}
+		for _, ch := range chans {
+			recv(t, ch)
+			answered++
+		}
+		cancel()
+		select {
+		case runErr = <-errc:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("fail at call %d: Run hung", fail)
+		}
+		if answered != len(chans) {
+			t.Fatalf("fail at call %d: %d of %d answered", fail, answered, len(chans))
+		}
+		return fd.Calls(), runErr, answered
+	}
+	total, err, _ := session(0)
+	if err != nil {
+		t.Fatalf("clean session: %v", err)
+	}
+	step := max(1, total/60)
+	failed := 0
+	for i := 1; i <= total; i += step {
+		_, err, _ := session(i)
+		if err != nil {
+			failed++
+			if !errors.Is(err, sched.ErrDevice) && !errors.Is(err, faulty.ErrInjected) {
+				t.Errorf("fail at call %d: %v, want a device error", i, err)
+			}
+		}
+	}
+	if failed == 0 {
+		t.Error("no injected failure surfaced as an error")
+	}
+}
+
+func TestNewOnlineRejectsBadConfig(t *testing.T) {
+	cfg := onlineConfig(t, "atoll")
+	if _, err := sched.NewOnline(nil, cfg); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("nil opener: %v", err)
+	}
+	bad := cfg
+	bad.Policy = nil
+	if _, err := sched.NewOnline(simOpener(nil), bad); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("nil policy: %v", err)
+	}
+	bad = cfg
+	bad.HP, bad.BE = nil, nil
+	if _, err := sched.NewOnline(simOpener(nil), bad); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("no clients: %v", err)
+	}
+	bad = cfg
+	bad.HP = []sched.OnlineClient{{Name: "empty", Profile: &profiles.Profile{}}}
+	if _, err := sched.NewOnline(simOpener(nil), bad); err == nil {
+		t.Error("empty profile accepted")
+	}
+	// An opener that fails: Run returns the error, Started is closed.
+	o, err := sched.NewOnline(func() (gpu.Device, error) { return nil, gpu.ErrNoDevice }, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Run(context.Background()); !errors.Is(err, gpu.ErrNoDevice) || !errors.Is(err, sched.ErrDevice) {
+		t.Errorf("failing opener: %v", err)
+	}
+	if !errors.Is(o.StartErr(), gpu.ErrNoDevice) {
+		t.Errorf("StartErr: %v", o.StartErr())
+	}
+}
+
+// Every registered policy serves HP requests beside a BE run online,
+// without the loop reporting it stuck.
+func TestOnlineEveryPolicy(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, name := range policies.Names() {
+		t.Run(name, func(t *testing.T) {
+			cfg := onlineConfig(t, name)
+			o, err := sched.NewOnline(simOpener(nil), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := startOnline(t, o)
+			ended := make(chan error, 1)
+			if _, err := o.StartBE(0, sched.BERun{Iterations: 2, OnEnd: func(_ int, err error) { ended <- err }}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				ch, err := o.Submit(i%2, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r := recv(t, ch); r.Err != nil {
+					t.Fatalf("request %d: %v", i, r.Err)
+				}
+			}
+			select {
+			case err := <-ended:
+				if name == "dedicated" {
+					// BE never runs under it: the run ends as stuck and
+					// HP keeps being served.
+					if !errors.Is(err, sched.ErrStuck) {
+						t.Fatalf("BE run under dedicated: %v, want ErrStuck", err)
+					}
+					if ch, err := o.Submit(0, nil); err != nil || recv(t, ch).Err != nil {
+						t.Fatal("HP not served after a stuck BE run")
+					}
+				} else if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("BE run did not end")
+			}
+			if err := stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
+
+func ExampleOnline() {
+	hp, _ := profiles.Lookup("H100-SXM", "resnet50", 1, "")
+	pol, _ := policies.ByName("atoll")
+	o, err := sched.NewOnline(func() (gpu.Device, error) { return sim.New(sim.Config{Spec: gpu.H100SXM}) },
+		sched.OnlineConfig{Policy: pol, HP: []sched.OnlineClient{{Name: "resnet50", Profile: hp}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go o.Run(ctx) // the device owner
+	<-o.Started()
+	ch, err := o.Submit(0, "request tag")
+	if err == nil {
+		r := <-ch
+		fmt.Println(r.Err, r.Tag, r.Service > 0, r.Start >= r.Arrival)
+	}
+	cancel()
+	<-o.Done()
+	fmt.Println(o.Err())
+	// Output:
+	// <nil> request tag true true
+	// <nil>
+}
+
+// TestOnlineBERunsLaunchNoMore checks the BE lifecycle from the decisions
+// the driver applies: a run of N iterations launches exactly N iterations'
+// kernels (the core stops the client in the step that completes the last
+// one), a cancelled run launches nothing once it has ended, and the next
+// run starts at kernel 0 of a fresh iteration.
+func TestOnlineBERunsLaunchNoMore(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, name := range []string{"streams", "reef", "atoll"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := onlineConfig(t, name)
+			nk := len(cfg.BE[0].Profile.Kernels)
+			var mu sync.Mutex
+			var launches []sched.Launch // BE client 0's own launches and pads
+			cfg.OnDecision = func(d sched.Decision) {
+				if d.Kind != sched.DecLaunch {
+					return
+				}
+				l := d.Launch
+				if l.Client == sched.BEClientID(0) || l.Form == gpu.Padded && l.Pad.Client == sched.BEClientID(0) {
+					if l.Form == gpu.Padded {
+						l.Kernel = l.Pad.Kernel
+					}
+					mu.Lock()
+					launches = append(launches, l)
+					mu.Unlock()
+				}
+			}
+			count := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(launches)
+			}
+			o, err := sched.NewOnline(simOpener(nil), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := startOnline(t, o)
+			defer stop()
+			type end struct {
+				done, launched int
+				err            error
+			}
+			ends := make(chan end, 1)
+			onEnd := func(done int, err error) { ends <- end{done, count(), err} }
+			wait := func() end {
+				t.Helper()
+				select {
+				case e := <-ends:
+					return e
+				case <-time.After(30 * time.Second):
+					t.Fatal("BE run did not end")
+				}
+				return end{}
+			}
+			serveHP := func() {
+				t.Helper()
+				for i := range 2 {
+					ch, err := o.Submit(i, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r := recv(t, ch); r.Err != nil {
+						t.Fatal(r.Err)
+					}
+				}
+			}
+
+			// Exactly 3 iterations, with no HP traffic: nothing is
+			// preempted, so each kernel launches once.
+			if _, err := o.StartBE(0, sched.BERun{Iterations: 3, OnEnd: onEnd}); err != nil {
+				t.Fatal(err)
+			}
+			e := wait()
+			if e.err != nil || e.done != 3 || e.launched != 3*nk {
+				t.Fatalf("run of 3: done=%d err=%v with %d launches, want 3, nil, %d", e.done, e.err, e.launched, 3*nk)
+			}
+			serveHP()
+			if n := count(); n != 3*nk {
+				t.Fatalf("%d launches after the run of 3 ended with %d", n, 3*nk)
+			}
+
+			// A long run cancelled after its first iteration.
+			first := make(chan struct{}, 1)
+			id, err := o.StartBE(0, sched.BERun{Iterations: 1000, OnEnd: onEnd,
+				OnIteration: func(done int, _ sched.IterationRecord) {
+					if done == 1 {
+						first <- struct{}{}
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-first:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no iteration")
+			}
+			if err := o.StopBE(0, id); err != nil {
+				t.Fatal(err)
+			}
+			e = wait()
+			if !errors.Is(e.err, sched.ErrCancelled) {
+				t.Fatalf("cancelled run: %v, want ErrCancelled", e.err)
+			}
+			serveHP()
+			if n := count(); n != e.launched {
+				t.Fatalf("%d launches after the cancelled run ended with %d", n, e.launched)
+			}
+
+			// The next run starts a fresh iteration at kernel 0, even if
+			// the cancel left one half done, and runs exactly once.
+			if _, err := o.StartBE(0, sched.BERun{Iterations: 1, OnEnd: onEnd}); err != nil {
+				t.Fatal(err)
+			}
+			before := e.launched
+			e = wait()
+			if e.err != nil || e.done != 1 {
+				t.Fatalf("run of 1: done=%d err=%v", e.done, e.err)
+			}
+			mu.Lock()
+			fresh := launches[before:]
+			mu.Unlock()
+			if len(fresh) != nk || fresh[0].Kernel != 0 {
+				t.Fatalf("run of 1 launched %d kernels starting at k%d, want %d from k0", len(fresh), fresh[0].Kernel, nk)
+			}
+		})
+	}
+}
