@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// RunOption adjusts Run.
+type RunOption func(*runOptions)
+
+type runOptions struct {
+	logger   *slog.Logger
+	listener net.Listener
+	gpus     GPUSource
+	version  string
+	started  func(addr net.Addr)
+}
+
+// WithLogger sets the daemon's logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) RunOption { return func(o *runOptions) { o.logger = l } }
+
+// WithListener serves on l instead of listening on cfg.Listen. Run closes it.
+func WithListener(l net.Listener) RunOption { return func(o *runOptions) { o.listener = l } }
+
+// WithGPUSource adds GPU utilization, memory and power series to /metrics.
+func WithGPUSource(s GPUSource) RunOption { return func(o *runOptions) { o.gpus = s } }
+
+// WithVersion sets the version GET /v2 reports.
+func WithVersion(v string) RunOption { return func(o *runOptions) { o.version = v } }
+
+// WithStarted calls f with the listening address once the daemon serves.
+func WithStarted(f func(addr net.Addr)) RunOption { return func(o *runOptions) { o.started = f } }
+
+// Run serves the API over eng until ctx ends, then shuts down gracefully:
+// the handler refuses new work (503, not ready), the HTTP server stops
+// accepting and waits up to cfg.ShutdownTimeout for in-flight requests,
+// then eng.Close (bounded by the same timeout again) finishes or fails
+// everything still in flight so that every waiting handler answers, and
+// Run returns after those answers are written. Run owns eng from the call
+// on: it always closes it.
+func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err error) {
+	o := runOptions{logger: slog.Default(), version: "dev"}
+	for _, f := range opts {
+		f(&o)
+	}
+	log := o.logger
+	closeEngine := func() error {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		return eng.Close(cctx)
+	}
+	if err := cfg.Validate(); err != nil {
+		return errors.Join(err, closeEngine())
+	}
+	ln := o.listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return errors.Join(fmt.Errorf("server: listen on %s: %w (is another daemon running? pick another --listen)", cfg.Listen, err), closeEngine())
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(eng, o.gpus)
+	if err := metrics.Register(reg); err != nil {
+		ln.Close()
+		return errors.Join(fmt.Errorf("server: registering metrics: %w", err), closeEngine())
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h := NewHandler(eng, Options{
+		Version:        o.version,
+		Priority:       cfg.Priority,
+		BodyLimit:      cfg.BodyLimit,
+		RequestTimeout: cfg.RequestTimeout,
+		Metrics:        metrics,
+		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}),
+		Logger:         log,
+	})
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      cfg.RequestTimeout + 10*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "backend", cfg.Backend, "policy", cfg.Policy, "models", len(eng.Models()))
+	if o.started != nil {
+		o.started(ln.Addr())
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		// The listener failed under us: drain as on shutdown, report it.
+		h.Drain()
+		cerr := closeEngine()
+		h.Wait()
+		srv.Close()
+		return errors.Join(fmt.Errorf("server: serving: %w", err), cerr)
+	}
+
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	h.Drain()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	shutErr := srv.Shutdown(sctx)
+	cancel()
+	if shutErr != nil {
+		log.Warn("in-flight requests outlived the shutdown timeout; the engine fails them now", "err", shutErr)
+	}
+	cerr := closeEngine()
+	if cerr != nil {
+		log.Error("engine close", "err", cerr)
+	}
+	// Handlers blocked in the engine answer once Close has failed their
+	// requests; wait for those answers before dropping the connections.
+	waited := make(chan struct{})
+	go func() { h.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(cfg.ShutdownTimeout):
+		log.Error("handlers still running after the engine closed; dropping their connections")
+	}
+	srv.Close()
+	<-serveErr // http.ErrServerClosed
+	log.Info("stopped")
+	if cerr != nil {
+		return fmt.Errorf("server: closing the engine: %w", cerr)
+	}
+	return nil
+}

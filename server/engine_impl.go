@@ -1,0 +1,1001 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/cuda"
+	"atoll/gpu/sim"
+	"atoll/kernels"
+	"atoll/models"
+	"atoll/models/run"
+	"atoll/policies"
+	"atoll/profiler"
+	"atoll/profiles"
+	"atoll/sched"
+)
+
+// EngineConfig configures NewEngine.
+type EngineConfig struct {
+	// Backend is "sim" (default: the simulated GPU, paced to the wall
+	// clock) or "cuda" (a real GPU through the CUDA driver).
+	Backend string
+	// GPU is the simulated GPU's spec name (gpu.Specs; default
+	// "H100-SXM") and the GPU whose embedded profiles give the scheduler
+	// its kernel sequences (and the simulator its timings). On cuda set it
+	// to the spec matching the real device: the device is opened only in
+	// the scheduler goroutine, after the profiles are chosen.
+	GPU string
+	// Ordinal is the CUDA device number (cuda only).
+	Ordinal int
+	// Policy is the scheduling policy's name (default "atoll").
+	Policy string
+	// Models are the served models (at least one).
+	Models []EngineModel
+	// Jobs are the models BE jobs may run (each model and batch is one BE
+	// client of the scheduler; its jobs run one after another).
+	Jobs []EngineJobModel
+	// Virtual runs the simulator as fast as it can instead of pacing it to
+	// the wall clock (tests). Ignored on cuda.
+	Virtual bool
+	// Workers is the size of the CPU pool that computes outputs on the
+	// simulator (default GOMAXPROCS/2, at least 1).
+	Workers int
+	// Seed draws the models' weights (models.InitWeights).
+	Seed uint64
+	// Drain bounds how long Close lets accepted requests finish on the
+	// device (default 10 s).
+	Drain time.Duration
+	// MaxJobs is how many ended jobs Jobs keeps (default 1000).
+	MaxJobs int
+	// Instances, on the simulator, runs the models through models/run
+	// instances and run.Binder exactly as on the GPU (inputs uploaded and
+	// outputs read back in the scheduler's hooks) instead of computing
+	// outputs with the CPU reference. The simulator computes nothing, so
+	// the outputs are whatever the output buffer holds (NaN): this mode
+	// exists to test the GPU path's wiring without a GPU.
+	Instances bool
+	// WrapDevice, when set, wraps the opened device (fault injection in
+	// tests: gpu/faulty).
+	WrapDevice func(gpu.Device) gpu.Device
+}
+
+// EngineModel is one served model.
+type EngineModel struct {
+	// Name is the model's name in the API (default: Zoo).
+	Name string
+	// Zoo is the zoo model (models.Names), e.g. "resnet50".
+	Zoo string
+	// Batch is the batch size the model is built for (default 1); the
+	// inputs' shapes carry it.
+	Batch int
+	// DefaultClass is the class of requests that give none (default HP).
+	DefaultClass Class
+	// MaxQueue bounds the requests of each class accepted and not finished
+	// (default 64).
+	MaxQueue int
+	// Model, when set, replaces the zoo model's graph (inputs, outputs and
+	// the CPU-computed outputs) with another one, typically a reduced
+	// configuration from models.NewResNet for tests; the simulator still
+	// times requests with Zoo's profile. Simulator only.
+	Model *models.Model
+}
+
+// EngineJobModel is a model BE jobs may run.
+type EngineJobModel struct {
+	Zoo   string // e.g. "resnet50-train"
+	Batch int    // default: the batch of the only embedded profile of Zoo
+}
+
+// NewEngine opens the device, loads the models and starts the scheduler
+// loop. ctx bounds the start only; Close stops the engine. Errors name
+// the field to fix.
+func NewEngine(ctx context.Context, cfg EngineConfig) (Engine, error) {
+	e, err := newEngineImpl(cfg)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	go func() {
+		_ = e.online.Run(runCtx)
+		e.onStopped()
+	}()
+	select {
+	case <-e.online.Started():
+	case <-ctx.Done():
+		cancel()
+		<-e.online.Done()
+		e.stopWorkers()
+		return nil, fmt.Errorf("server: engine start: %w", ctx.Err())
+	}
+	if err := e.online.StartErr(); err != nil {
+		cancel()
+		<-e.online.Done()
+		e.stopWorkers()
+		return nil, fmt.Errorf("server: engine start (%s): %w", e.backend, err)
+	}
+	e.ready.Store(true)
+	return e, nil
+}
+
+type engModel struct {
+	info     ModelInfo
+	graph    *models.Graph
+	weights  *models.Bundle // sim: the reference's weights
+	hp, be   int            // client indices
+	maxQueue int
+	depth    [2]atomic.Int32 // HP, BE accepted and not finished
+	intMax   map[string]int  // integer inputs: exclusive bound
+	hpInst   *run.Instance   // cuda
+	beInst   *run.Instance   // cuda
+}
+
+type engJobModel struct {
+	zoo   string
+	batch int
+	be    int
+	inst  *run.Instance
+}
+
+type engJob struct {
+	st     JobStatus
+	client int
+	runID  uint64
+	ended  chan struct{}
+}
+
+type engCall struct {
+	m      *engModel
+	inputs *models.Bundle
+	out    []float64 // cuda: read back in AfterRequest
+	err    error
+}
+
+type engRef struct {
+	call *engCall
+	done chan struct{}
+	out  []float64
+	err  error
+}
+
+type engineImpl struct {
+	backend string
+	online  *sched.Online
+	cancel  context.CancelFunc
+	models  []*engModel
+	byName  map[string]*engModel
+	jobsM   []*engJobModel
+	maxJobs int
+
+	ready   atomic.Bool
+	closing atomic.Bool
+	failed  atomic.Pointer[error]
+	depth   atomic.Int64
+	jobSeq  atomic.Uint64
+	abort   chan struct{} // closed when Close gives up waiting
+	abortMu sync.Once
+
+	refQ    chan *engRef
+	workers sync.WaitGroup
+	stopRef sync.Once
+	refMu   sync.RWMutex // guards sends on refQ against its close
+	refDone bool
+
+	jmu struct {
+		sync.Mutex
+		jobs []*engJob
+		byID map[string]*engJob
+	}
+	hpClients int
+}
+
+func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
+	if cfg.Backend == "" {
+		cfg.Backend = "sim"
+	}
+	if cfg.Backend != "sim" && cfg.Backend != "cuda" {
+		return nil, fmt.Errorf("%w: backend %q; use \"sim\" or \"cuda\"", ErrConfig, cfg.Backend)
+	}
+	if cfg.GPU == "" {
+		cfg.GPU = "H100-SXM"
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = "atoll"
+	}
+	if len(cfg.Models) == 0 {
+		return nil, fmt.Errorf("%w: no models; list at least one zoo model (%s)", ErrConfig, strings.Join(models.Names(), ", "))
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	if cfg.MaxJobs <= 0 {
+		cfg.MaxJobs = 1000
+	}
+	pol, err := policies.ByName(cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy: %w", ErrConfig, err)
+	}
+	spec, err := gpu.LookupSpec(cfg.GPU)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gpu: %w", ErrConfig, err)
+	}
+	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs,
+		abort: make(chan struct{})}
+	e.jmu.byID = map[string]*engJob{}
+	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain}
+	// Served models: an HP client each, and a BE client for BE-class
+	// requests (one iteration per request).
+	for i, mc := range cfg.Models {
+		where := fmt.Sprintf("models[%d]", i)
+		if mc.Zoo == "" {
+			return nil, fmt.Errorf("%w: %s: no zoo model; use one of %s", ErrConfig, where, strings.Join(models.Names(), ", "))
+		}
+		zm, err := models.Get(mc.Zoo)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		if zm.Phase() != models.PhaseInference {
+			return nil, fmt.Errorf("%w: %s: %s is a %s model; serve an inference model and run training as a BE job", ErrConfig, where, mc.Zoo, zm.Phase())
+		}
+		if mc.Name == "" {
+			mc.Name = mc.Zoo
+		}
+		if _, dup := e.byName[mc.Name]; dup {
+			return nil, fmt.Errorf("%w: %s: model name %q given twice", ErrConfig, where, mc.Name)
+		}
+		if mc.Batch <= 0 {
+			mc.Batch = 1
+		}
+		if mc.MaxQueue <= 0 {
+			mc.MaxQueue = 64
+		}
+		switch mc.DefaultClass {
+		case "":
+			mc.DefaultClass = HP
+		case HP, BE:
+		default:
+			return nil, fmt.Errorf("%w: %s: default class %q; use HP or BE", ErrConfig, where, mc.DefaultClass)
+		}
+		src := zm
+		if mc.Model != nil {
+			if cfg.Backend != "sim" {
+				return nil, fmt.Errorf("%w: %s: a replacement model only works on the simulator", ErrConfig, where)
+			}
+			src = *mc.Model
+		}
+		g, err := src.Graph(mc.Batch)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		prof, err := profiles.Lookup(spec.Name, mc.Zoo, mc.Batch, "")
+		if err != nil && cfg.Backend == "sim" {
+			return nil, fmt.Errorf("%w: %s: the simulator times %s from its profile: %w", ErrConfig, where, mc.Zoo, err)
+		}
+		if prof == nil {
+			// The scheduler needs the kernel sequence on cuda too.
+			return nil, fmt.Errorf("%w: %s: no profile of %s at batch %d for %s; run `atoll profile` first: %w", ErrConfig, where, mc.Zoo, mc.Batch, spec.Name, err)
+		}
+		if mc.Model != nil && cfg.Instances {
+			// The instances launch the replacement's own kernels: time
+			// them with its roofline estimate, not the zoo's profile.
+			if prof, err = profiler.Estimate(spec, g.Model, g.Batch, g.Layers); err != nil {
+				return nil, fmt.Errorf("%w: %s: estimating a profile of %s: %w", ErrConfig, where, g.Model, err)
+			}
+		}
+		if (cfg.Instances || cfg.Backend == "cuda") && len(prof.Kernels) != len(g.Layers) {
+			return nil, fmt.Errorf("%w: %s: the profile of %s has %d kernels but the model launches %d; re-profile it", ErrConfig, where, mc.Zoo, len(prof.Kernels), len(g.Layers))
+		}
+		m := &engModel{graph: g, maxQueue: mc.MaxQueue, intMax: map[string]int{}}
+		m.info = ModelInfo{Name: mc.Name, Versions: []string{"1"}, Platform: "atoll", DefaultClass: mc.DefaultClass, Ready: true}
+		for _, in := range g.Inputs {
+			t, _ := g.Tensor(in)
+			m.info.Inputs = append(m.info.Inputs, TensorInfo{Name: in, Datatype: engDatatype(t.DType), Shape: engShape(t.Shape)})
+			if t.DType == kernels.I32 {
+				m.intMax[in] = engIntRange(g, in)
+			}
+		}
+		out, _ := g.Tensor(g.Output)
+		m.info.Outputs = []TensorInfo{{Name: g.Output, Datatype: engDatatype(out.DType), Shape: engShape(out.Shape)}}
+		m.hp = len(ocfg.HP)
+		ocfg.HP = append(ocfg.HP, sched.OnlineClient{Name: mc.Name, Profile: prof})
+		m.be = len(ocfg.BE)
+		ocfg.BE = append(ocfg.BE, sched.OnlineClient{Name: mc.Name + "/be", Profile: prof})
+		if cfg.Backend == "sim" && !cfg.Instances {
+			m.weights = models.InitWeights(g, cfg.Seed)
+		}
+		e.models = append(e.models, m)
+		e.byName[mc.Name] = m
+	}
+	ocfg.MaxQueue = 0
+	for _, m := range e.models {
+		ocfg.MaxQueue = max(ocfg.MaxQueue, m.maxQueue)
+	}
+	for i, jc := range cfg.Jobs {
+		where := fmt.Sprintf("jobs[%d]", i)
+		if _, err := models.Get(jc.Zoo); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		if jc.Batch <= 0 {
+			jc.Batch = engOnlyBatch(spec.Name, jc.Zoo)
+		}
+		prof, err := profiles.Lookup(spec.Name, jc.Zoo, jc.Batch, "")
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		for _, o := range e.jobsM {
+			if o.zoo == jc.Zoo && o.batch == jc.Batch {
+				return nil, fmt.Errorf("%w: %s: %s at batch %d given twice", ErrConfig, where, jc.Zoo, jc.Batch)
+			}
+		}
+		e.jobsM = append(e.jobsM, &engJobModel{zoo: jc.Zoo, batch: jc.Batch, be: len(ocfg.BE)})
+		ocfg.BE = append(ocfg.BE, sched.OnlineClient{Name: fmt.Sprintf("job:%s-bs%d", jc.Zoo, jc.Batch), Profile: prof})
+	}
+	e.hpClients = len(ocfg.HP)
+	var open func() (gpu.Device, error)
+	if cfg.Backend == "sim" {
+		open = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: spec, Seed: cfg.Seed}) }
+	} else {
+		open = func() (gpu.Device, error) { return cuda.Open(cfg.Ordinal) }
+	}
+	if cfg.Backend == "sim" && !cfg.Instances {
+		// Outputs come from the CPU reference, off the scheduler loop.
+		e.refQ = make(chan *engRef, len(e.models)*2*ocfg.MaxQueue)
+		for range cfg.Workers {
+			e.workers.Add(1)
+			go e.refWorker()
+		}
+	} else {
+		ocfg.Bind = func(dev gpu.Device) (sched.Binder, error) { return e.bindInstances(dev, cfg.Seed) }
+		ocfg.Release = func(gpu.Device) { e.releaseCUDA() }
+		ocfg.Hooks = sched.OnlineHooks{BeforeRequest: e.beforeRequest, AfterRequest: e.afterRequest}
+	}
+	if wrap := cfg.WrapDevice; wrap != nil {
+		inner := open
+		open = func() (gpu.Device, error) {
+			d, err := inner()
+			if err != nil {
+				return nil, err
+			}
+			return wrap(d), nil
+		}
+	}
+	e.online, err = sched.NewOnline(open, ocfg)
+	if err != nil {
+		e.stopWorkers()
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return e, nil
+}
+
+// engOnlyBatch is the batch of the only embedded profile of zoo on gpuName
+// (0 when there are none or several: Lookup then says what exists).
+func engOnlyBatch(gpuName, zoo string) int {
+	b := 0
+	for _, en := range profiles.List() {
+		if en.Model == zoo && strings.EqualFold(en.GPU, gpuName) {
+			if b != 0 {
+				return 0
+			}
+			b = en.Batch
+		}
+	}
+	return b
+}
+
+func engDatatype(d kernels.DType) string {
+	switch d {
+	case kernels.F32:
+		return "FP32"
+	case kernels.F16:
+		return "FP16"
+	case kernels.BF16:
+		return "BF16"
+	case kernels.I32:
+		return "INT32"
+	}
+	return strings.ToUpper(d.String())
+}
+
+func engShape(s []int) []int64 {
+	out := make([]int64, len(s))
+	for i, d := range s {
+		out[i] = int64(d)
+	}
+	return out
+}
+
+// engIntRange is the exclusive bound of an integer input: the vocabulary
+// of the gather that reads it, or the classes of the loss.
+func engIntRange(g *models.Graph, name string) int {
+	for _, l := range g.Layers {
+		if !slices.Contains(l.In, name) {
+			continue
+		}
+		switch o := l.Op.(type) {
+		case kernels.Gather:
+			return o.Vocab
+		case kernels.Reduce:
+			return o.Cols
+		}
+	}
+	return math.MaxInt32
+}
+
+// bindInstances runs in the owner goroutine once the device is open: it
+// loads an instance per client (HP and BE request instances of each
+// served model, and one per job model) and binds them. Layers the kernel
+// library runs only through a substitute (ResNet's NHWC global average
+// pool) are bound to it (run.Options.Substitute); a model with a layer no
+// kernel runs is refused, naming the layer.
+func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, error) {
+	lib := kernels.New(dev)
+	load := func(g *models.Graph) (*run.Instance, error) {
+		in, err := run.NewWith(dev, lib, g, models.InitWeights(g, seed), models.InitInputs(g, seed), run.Options{Substitute: true})
+		if err != nil {
+			return nil, fmt.Errorf("load %s bs%d: %w", g.Model, g.Batch, err)
+		}
+		if in.Runnable() < len(g.Layers) {
+			err := in.Err(in.Runnable())
+			_ = in.Close()
+			return nil, fmt.Errorf("%w: %s bs%d cannot run on the device from layer %d (serve another model, or use the simulator): %w", ErrConfig, g.Model, g.Batch, in.Runnable(), err)
+		}
+		return in, nil
+	}
+	hp := make([]*run.Instance, e.hpClients)
+	var be []*run.Instance
+	for _, m := range e.models {
+		var err error
+		if m.hpInst, err = load(m.graph); err != nil {
+			return nil, err
+		}
+		hp[m.hp] = m.hpInst
+		if m.beInst, err = load(m.graph); err != nil {
+			return nil, err
+		}
+		be = append(be, nil)
+		be[m.be] = m.beInst
+	}
+	for _, j := range e.jobsM {
+		zm, _ := models.Get(j.zoo)
+		g, err := zm.Graph(j.batch)
+		if err != nil {
+			return nil, err
+		}
+		if j.inst, err = load(g); err != nil {
+			return nil, err
+		}
+		for len(be) <= j.be {
+			be = append(be, nil)
+		}
+		be[j.be] = j.inst
+	}
+	return run.NewBinder(lib, hp, be)
+}
+
+func (e *engineImpl) releaseCUDA() {
+	for _, m := range e.models {
+		for _, in := range []*run.Instance{m.hpInst, m.beInst} {
+			if in != nil {
+				_ = in.Close()
+			}
+		}
+	}
+	for _, j := range e.jobsM {
+		if j.inst != nil {
+			_ = j.inst.Close()
+		}
+	}
+}
+
+// beforeRequest and afterRequest run in the owner goroutine (cuda).
+func (e *engineImpl) beforeRequest(client int, _ uint64, tag any) error {
+	c := tag.(*engCall)
+	return c.m.hpInst.SetInputs(c.inputs)
+}
+
+func (e *engineImpl) afterRequest(client int, _ uint64, tag any) error {
+	c := tag.(*engCall)
+	out, err := c.m.hpInst.Output()
+	c.out = out
+	return err
+}
+
+func (e *engineImpl) refWorker() {
+	defer e.workers.Done()
+	for r := range e.refQ {
+		r.out, r.err = engReference(r.call)
+		close(r.done)
+	}
+}
+
+func engReference(c *engCall) (out []float64, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: CPU reference of %s panicked: %v", ErrInternal, c.m.info.Name, p)
+		}
+	}()
+	acts, err := models.Reference(c.m.graph, c.m.weights, c.inputs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CPU reference of %s: %w", ErrInternal, c.m.info.Name, err)
+	}
+	return acts[c.m.graph.Output], nil
+}
+
+func (e *engineImpl) stopWorkers() {
+	e.stopRef.Do(func() {
+		e.refMu.Lock()
+		e.refDone = true
+		if e.refQ != nil {
+			close(e.refQ)
+		}
+		e.refMu.Unlock()
+	})
+	e.workers.Wait()
+}
+
+// onStopped runs when the scheduler loop has returned.
+func (e *engineImpl) onStopped() {
+	e.ready.Store(false)
+	if err := e.online.Err(); err != nil {
+		e.failed.Store(&err)
+	}
+}
+
+// Models implements Engine.
+func (e *engineImpl) Models() []ModelInfo {
+	out := make([]ModelInfo, len(e.models))
+	ready := e.Ready()
+	for i, m := range e.models {
+		out[i] = m.info
+		out[i].Ready = ready
+	}
+	return out
+}
+
+// Ready implements Engine.
+func (e *engineImpl) Ready() bool { return e.ready.Load() && !e.closing.Load() }
+
+func (e *engineImpl) unavailable() error {
+	if p := e.failed.Load(); p != nil {
+		return fmt.Errorf("%w: the device failed; restart the daemon: %v", ErrInternal, *p)
+	}
+	return fmt.Errorf("%w: the engine is closing", ErrShuttingDown)
+}
+
+// mapErr turns the online driver's errors into the Engine's sentinels.
+func (e *engineImpl) mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sched.ErrQueueFull):
+		return fmt.Errorf("%w: %v", ErrQueueFull, err)
+	case errors.Is(err, sched.ErrStopped) && e.failed.Load() == nil:
+		return fmt.Errorf("%w: %v", ErrShuttingDown, err)
+	case errors.Is(err, ErrInternal), errors.Is(err, ErrBadInput):
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrInternal, err)
+}
+
+// Infer implements Engine.
+func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult, error) {
+	if req == nil {
+		return nil, fmt.Errorf("%w: no request", ErrBadInput)
+	}
+	m, ok := e.byName[req.Model]
+	if !ok {
+		names := make([]string, len(e.models))
+		for i, m := range e.models {
+			names[i] = m.info.Name
+		}
+		return nil, fmt.Errorf("%w: %q (served: %s)", ErrUnknownModel, req.Model, strings.Join(names, ", "))
+	}
+	if !e.Ready() {
+		return nil, e.unavailable()
+	}
+	class := req.Class
+	if class == "" {
+		class = m.info.DefaultClass
+	}
+	if class != HP && class != BE {
+		return nil, fmt.Errorf("%w: class %q; use HP or BE", ErrBadInput, class)
+	}
+	bundle, err := m.check(req)
+	if err != nil {
+		return nil, err
+	}
+	ci := 0
+	if class == BE {
+		ci = 1
+	}
+	if int(m.depth[ci].Add(1)) > m.maxQueue {
+		m.depth[ci].Add(-1)
+		return nil, fmt.Errorf("%w: %s has %d %s requests waiting (limit %d)", ErrQueueFull, m.info.Name, m.maxQueue, class, m.maxQueue)
+	}
+	defer m.depth[ci].Add(-1)
+	e.depth.Add(1)
+	defer e.depth.Add(-1)
+
+	call := &engCall{m: m, inputs: bundle}
+	// The CPU reference (sim) runs beside the simulated request.
+	var ref *engRef
+	if e.refQ != nil {
+		ref = &engRef{call: call, done: make(chan struct{})}
+		e.refMu.RLock()
+		if e.refDone {
+			e.refMu.RUnlock()
+			return nil, fmt.Errorf("%w: the engine is closing", ErrShuttingDown)
+		}
+		select {
+		case e.refQ <- ref:
+			e.refMu.RUnlock()
+		default:
+			e.refMu.RUnlock()
+			return nil, fmt.Errorf("%w: the CPU output pool is full", ErrQueueFull)
+		}
+	}
+	var res sched.OnlineResult
+	submitted := time.Now()
+	if class == HP {
+		ch, err := e.online.Submit(m.hp, call)
+		if err != nil {
+			return nil, e.mapErr(err)
+		}
+		select {
+		case res = <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-e.abort:
+			return nil, fmt.Errorf("%w: the engine closed before the request finished", ErrShuttingDown)
+		}
+	} else {
+		res, err = e.runBE(ctx, m, call)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if res.Err != nil {
+		return nil, e.mapErr(res.Err)
+	}
+	out := call.out
+	if ref != nil {
+		select {
+		case <-ref.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-e.abort:
+			return nil, fmt.Errorf("%w: the engine closed before the outputs were computed", ErrShuttingDown)
+		}
+		if ref.err != nil {
+			return nil, ref.err
+		}
+		out = ref.out
+	}
+	o := m.info.Outputs[0]
+	result := &InferResult{Queue: res.Queue, Service: res.Service}
+	if !req.Arrived.IsZero() {
+		// Time between the HTTP layer's arrival and the submission (the
+		// device clock measures the rest).
+		result.Queue += max(0, submitted.Sub(req.Arrived))
+	}
+	if len(req.Outputs) == 0 || slices.Contains(req.Outputs, o.Name) {
+		result.Outputs = []Tensor{{Name: o.Name, Datatype: o.Datatype, Shape: slices.Clone(o.Shape), Data: out}}
+	}
+	return result, nil
+}
+
+// runBE serves a BE-class request as one iteration of the model's BE
+// client.
+func (e *engineImpl) runBE(ctx context.Context, m *engModel, call *engCall) (sched.OnlineResult, error) {
+	type end struct {
+		err error
+	}
+	var start time.Time
+	var res sched.OnlineResult
+	done := make(chan end, 1)
+	r := sched.BERun{Iterations: 1,
+		OnIteration: func(_ int, it sched.IterationRecord) {
+			res.Start, res.End, res.Service = it.Start, it.End, it.End-it.Start
+		},
+		OnEnd: func(_ int, err error) { done <- end{err} },
+	}
+	var began time.Time
+	r.OnStart = func() error { began = time.Now(); return nil }
+	if m.beInst != nil {
+		r.OnStart = func() error { began = time.Now(); return m.beInst.SetInputs(call.inputs) }
+		r.OnIteration = func(_ int, it sched.IterationRecord) {
+			res.Start, res.End, res.Service = it.Start, it.End, it.End-it.Start
+			call.out, call.err = m.beInst.Output()
+		}
+	}
+	start = time.Now()
+	id, err := e.online.StartBE(m.be, r)
+	if err != nil {
+		return res, e.mapErr(err)
+	}
+	select {
+	case d := <-done:
+		if d.err == nil {
+			d.err = call.err
+		}
+		res.Err = d.err
+		// Queue: waiting behind earlier BE requests of the model (wall
+		// clock, to the run's start); Service: the iteration on the
+		// device clock.
+		if !began.IsZero() {
+			res.Queue = max(0, began.Sub(start))
+		}
+		return res, nil
+	case <-ctx.Done():
+		_ = e.online.StopBE(m.be, id)
+		return res, ctx.Err()
+	case <-e.abort:
+		return res, fmt.Errorf("%w: the engine closed before the request finished", ErrShuttingDown)
+	}
+}
+
+// check validates req's inputs against the model and builds the input
+// bundle.
+func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
+	b := &models.Bundle{}
+	seen := map[string]bool{}
+	for _, t := range req.Inputs {
+		ti, ok := engFind(m.info.Inputs, t.Name)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s has no input %q; its inputs are %s", ErrBadInput, m.info.Name, t.Name, engNames(m.info.Inputs))
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("%w: input %q given twice", ErrBadInput, t.Name)
+		}
+		seen[t.Name] = true
+		if t.Datatype != ti.Datatype {
+			return nil, fmt.Errorf("%w: input %q is %s, not %s", ErrBadInput, t.Name, ti.Datatype, t.Datatype)
+		}
+		if !slices.Equal(t.Shape, ti.Shape) {
+			return nil, fmt.Errorf("%w: input %q has shape %v; %s takes %v (batch %d)", ErrBadInput, t.Name, t.Shape, m.info.Name, ti.Shape, m.graph.Batch)
+		}
+		n := 1
+		for _, d := range ti.Shape {
+			n *= int(d)
+		}
+		if len(t.Data) != n {
+			return nil, fmt.Errorf("%w: input %q has %d values; shape %v needs %d", ErrBadInput, t.Name, len(t.Data), ti.Shape, n)
+		}
+		gt, _ := m.graph.Tensor(t.Name)
+		if bound, isInt := m.intMax[t.Name]; isInt {
+			for i, v := range t.Data {
+				if v != math.Trunc(v) || v < 0 || v >= float64(bound) {
+					return nil, fmt.Errorf("%w: input %q value %d is %v; it must be an integer in [0, %d)", ErrBadInput, t.Name, i, v, bound)
+				}
+			}
+		} else {
+			for i, v := range t.Data {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					return nil, fmt.Errorf("%w: input %q value %d is %v; send finite numbers", ErrBadInput, t.Name, i, v)
+				}
+			}
+		}
+		b.Add(models.NewData(t.Name, gt.DType, gt.Shape, t.Data))
+	}
+	for _, ti := range m.info.Inputs {
+		if !seen[ti.Name] {
+			return nil, fmt.Errorf("%w: input %q (%s %v) is missing", ErrBadInput, ti.Name, ti.Datatype, ti.Shape)
+		}
+	}
+	for _, o := range req.Outputs {
+		if _, ok := engFind(m.info.Outputs, o); !ok {
+			return nil, fmt.Errorf("%w: %s has no output %q; its outputs are %s", ErrBadInput, m.info.Name, o, engNames(m.info.Outputs))
+		}
+	}
+	return b, nil
+}
+
+func engFind(ts []TensorInfo, name string) (TensorInfo, bool) {
+	for _, t := range ts {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return TensorInfo{}, false
+}
+
+func engNames(ts []TensorInfo) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = strconv.Quote(t.Name)
+	}
+	return strings.Join(s, ", ")
+}
+
+// SubmitJob implements Engine.
+func (e *engineImpl) SubmitJob(spec JobSpec) (JobStatus, error) {
+	if !e.Ready() {
+		return JobStatus{}, e.unavailable()
+	}
+	var jm *engJobModel
+	var known []string
+	for _, j := range e.jobsM {
+		known = append(known, fmt.Sprintf("%s (batch %d)", j.zoo, j.batch))
+		if j.zoo == spec.Model && (spec.Batch == 0 || spec.Batch == j.batch) {
+			jm = j
+		}
+	}
+	if jm == nil {
+		if len(known) == 0 {
+			known = []string{"none configured"}
+		}
+		return JobStatus{}, fmt.Errorf("%w: no job model %q at batch %d; configured: %s", ErrBadInput, spec.Model, spec.Batch, strings.Join(known, ", "))
+	}
+	if spec.Iterations <= 0 || spec.Iterations > 1<<30 {
+		return JobStatus{}, fmt.Errorf("%w: iterations %d; give 1 to %d", ErrBadInput, spec.Iterations, 1<<30)
+	}
+	spec.Batch = jm.batch
+	j := &engJob{client: jm.be, ended: make(chan struct{})}
+	j.st = JobStatus{ID: fmt.Sprintf("job-%d", e.jobSeq.Add(1)), Spec: spec, State: JobQueued, Created: time.Now()}
+	st := j.st
+	r := sched.BERun{Iterations: spec.Iterations,
+		OnStart: func() error {
+			e.jmu.Lock()
+			j.st.State, j.st.Started = JobRunning, time.Now()
+			e.jmu.Unlock()
+			return nil
+		},
+		OnIteration: func(done int, _ sched.IterationRecord) {
+			e.jmu.Lock()
+			j.st.Done = done
+			if el := time.Since(j.st.Started).Seconds(); el > 0 {
+				j.st.Throughput = float64(done) / el
+			}
+			e.jmu.Unlock()
+		},
+		OnEnd: func(done int, err error) {
+			e.jmu.Lock()
+			j.st.Done, j.st.Ended = done, time.Now()
+			switch {
+			case err == nil:
+				j.st.State = JobDone
+			case errors.Is(err, sched.ErrCancelled), errors.Is(err, sched.ErrStopped):
+				j.st.State = JobCancelled
+				if errors.Is(err, sched.ErrStopped) {
+					j.st.Error = "the engine shut down"
+				}
+			default:
+				j.st.State, j.st.Error = JobFailed, err.Error()
+			}
+			e.jmu.Unlock()
+			close(j.ended)
+		},
+	}
+	// Listed only once the run exists, so CancelJob always has its id
+	// (the callbacks update j itself under jmu, listed or not).
+	id, err := e.online.StartBE(jm.be, r)
+	if err != nil {
+		return JobStatus{}, e.mapErr(err)
+	}
+	e.jmu.Lock()
+	j.runID = id
+	e.jmu.jobs = append(e.jmu.jobs, j)
+	e.jmu.byID[j.st.ID] = j
+	e.pruneJobsLocked()
+	e.jmu.Unlock()
+	return st, nil
+}
+
+// pruneJobsLocked drops the oldest ended jobs beyond maxJobs.
+func (e *engineImpl) pruneJobsLocked() {
+	extra := len(e.jmu.jobs) - e.maxJobs
+	if extra <= 0 {
+		return
+	}
+	e.jmu.jobs = slices.DeleteFunc(e.jmu.jobs, func(j *engJob) bool {
+		if extra > 0 && !j.st.Ended.IsZero() {
+			extra--
+			delete(e.jmu.byID, j.st.ID)
+			return true
+		}
+		return false
+	})
+}
+
+// Jobs implements Engine.
+func (e *engineImpl) Jobs() []JobStatus {
+	e.jmu.Lock()
+	defer e.jmu.Unlock()
+	out := make([]JobStatus, len(e.jmu.jobs))
+	for i, j := range e.jmu.jobs {
+		out[i] = j.st
+	}
+	return out
+}
+
+// Job implements Engine.
+func (e *engineImpl) Job(id string) (JobStatus, bool) {
+	e.jmu.Lock()
+	defer e.jmu.Unlock()
+	j, ok := e.jmu.byID[id]
+	if !ok {
+		return JobStatus{}, false
+	}
+	return j.st, true
+}
+
+// CancelJob implements Engine: it stops the job and waits (up to 5 s) for
+// its launches in flight to drain, so the status returned is normally
+// final ("cancelled").
+func (e *engineImpl) CancelJob(id string) (JobStatus, error) {
+	e.jmu.Lock()
+	j, ok := e.jmu.byID[id]
+	if !ok {
+		e.jmu.Unlock()
+		return JobStatus{}, fmt.Errorf("%w: %q", ErrUnknownJob, id)
+	}
+	st, runID := j.st, j.runID
+	e.jmu.Unlock()
+	if st.State != JobQueued && st.State != JobRunning {
+		return st, fmt.Errorf("%w: job %s is %s", ErrJobConflict, id, st.State)
+	}
+	if err := e.online.StopBE(j.client, runID); err != nil {
+		return st, e.mapErr(err)
+	}
+	select {
+	case <-j.ended:
+	case <-time.After(5 * time.Second):
+	}
+	st, _ = e.Job(id)
+	return st, nil
+}
+
+// Stats implements Engine.
+func (e *engineImpl) Stats() Stats {
+	s := e.online.Stats()
+	return Stats{
+		Backend:        e.backend,
+		Device:         s.Device,
+		Preemptions:    uint64(s.Core.Preemptions),
+		PreemptLatency: e.online.TakePreemptionLatencies(),
+		PaddedLaunches: uint64(s.PaddedLaunches),
+		Launches:       uint64(s.Launches),
+		BEIterations:   uint64(s.Core.Iterations),
+		BEWorkSeconds:  s.Core.BEWork.Seconds(),
+		QueueDepth:     int(e.depth.Load()),
+	}
+}
+
+// Close implements Engine.
+func (e *engineImpl) Close(ctx context.Context) error {
+	e.closing.Store(true)
+	e.cancel()
+	select {
+	case <-e.online.Done():
+	case <-ctx.Done():
+		e.abortMu.Do(func() { close(e.abort) })
+		return fmt.Errorf("server: engine close: %w", ctx.Err())
+	}
+	// Outputs still being computed on the CPU are waited for, within ctx.
+	wd := make(chan struct{})
+	go func() {
+		e.stopWorkers()
+		close(wd)
+	}()
+	select {
+	case <-wd:
+	case <-ctx.Done():
+		e.abortMu.Do(func() { close(e.abort) })
+		return fmt.Errorf("server: engine close (CPU outputs): %w", ctx.Err())
+	}
+	if err := e.online.Err(); err != nil {
+		return fmt.Errorf("%w: the scheduler loop stopped with: %w", ErrInternal, err)
+	}
+	return nil
+}

@@ -1,0 +1,544 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"atoll/gpu"
+	"atoll/gpu/faulty"
+	"atoll/models"
+	"atoll/server"
+)
+
+const engSeed = 7
+
+// tinyResNet is a reduced ResNet whose CPU reference takes milliseconds.
+func tinyResNet(t *testing.T) models.Model {
+	t.Helper()
+	m, err := models.NewResNet("tiny-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func tinyBERT(t *testing.T) models.Model {
+	t.Helper()
+	m, err := models.NewBERT("tiny-bert", models.BERTConfig{Layers: 1, Hidden: 32, Heads: 2, FFN: 64, Vocab: 50, Positions: 16, Types: 0, Seq: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func newTestEngine(t *testing.T, mut func(*server.EngineConfig)) server.Engine {
+	t.Helper()
+	r := tinyResNet(t)
+	b := tinyBERT(t)
+	cfg := server.EngineConfig{Virtual: true, Seed: engSeed, Workers: 2,
+		Models: []server.EngineModel{
+			{Name: "tiny", Zoo: "resnet50", Model: &r, MaxQueue: 16},
+			{Name: "tinybert", Zoo: "distilbert", Model: &b, DefaultClass: server.BE},
+		},
+		Jobs: []server.EngineJobModel{{Zoo: "resnet50-train"}},
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	e, err := server.NewEngine(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = e.Close(ctx)
+	})
+	return e
+}
+
+func leakCheck(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// request builds a valid request for a model from its ModelInfo and the
+// graph's InitInputs (so the test can compute the expected output).
+func request(t *testing.T, m models.Model, info server.ModelInfo, batch int) (*server.InferRequest, []float64) {
+	t.Helper()
+	g, err := m.Graph(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := models.InitInputs(g, 3)
+	req := &server.InferRequest{ID: "r", Model: info.Name, Arrived: time.Now()}
+	for _, ti := range info.Inputs {
+		d, ok := in.Get(ti.Name)
+		if !ok {
+			t.Fatalf("graph has no input %s", ti.Name)
+		}
+		req.Inputs = append(req.Inputs, server.Tensor{Name: ti.Name, Datatype: ti.Datatype, Shape: slices.Clone(ti.Shape), Data: d.Values()})
+	}
+	acts, err := models.Reference(g, models.InitWeights(g, engSeed), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req, acts[g.Output]
+}
+
+func modelInfo(t *testing.T, e server.Engine, name string) server.ModelInfo {
+	t.Helper()
+	for _, m := range e.Models() {
+		if m.Name == name {
+			return m
+		}
+	}
+	t.Fatalf("model %s not served", name)
+	return server.ModelInfo{}
+}
+
+func TestEngineModelsDescribeGraphs(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, nil)
+	ms := e.Models()
+	if len(ms) != 2 || ms[0].Name != "tiny" || ms[1].Name != "tinybert" {
+		t.Fatalf("models: %+v", ms)
+	}
+	g, _ := tinyResNet(t).Graph(1)
+	in, _ := g.Tensor(g.Inputs[0])
+	out, _ := g.Tensor(g.Output)
+	m := ms[0]
+	if len(m.Inputs) != 1 || m.Inputs[0].Name != in.Name || m.Inputs[0].Datatype != "BF16" && m.Inputs[0].Datatype != "FP32" {
+		t.Errorf("inputs: %+v (graph: %v)", m.Inputs, in)
+	}
+	if !slices.Equal(m.Inputs[0].Shape, []int64{int64(in.Shape[0]), int64(in.Shape[1]), int64(in.Shape[2]), int64(in.Shape[3])}) {
+		t.Errorf("input shape %v, graph %v", m.Inputs[0].Shape, in.Shape)
+	}
+	if len(m.Outputs) != 1 || m.Outputs[0].Name != out.Name || m.Outputs[0].Shape[len(out.Shape)-1] != int64(out.Shape[len(out.Shape)-1]) {
+		t.Errorf("outputs: %+v (graph: %v)", m.Outputs, out)
+	}
+	if m.Platform != "atoll" || !m.Ready || m.DefaultClass != server.HP || ms[1].DefaultClass != server.BE {
+		t.Errorf("model info: %+v", m)
+	}
+	if ms[1].Inputs[0].Datatype != "INT32" {
+		t.Errorf("BERT token ids: %+v", ms[1].Inputs)
+	}
+	if !e.Ready() {
+		t.Error("not ready after NewEngine")
+	}
+}
+
+func TestEngineInferComputesReferenceOutputs(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, nil)
+	for _, tc := range []struct {
+		name  string
+		model models.Model
+		class server.Class
+	}{
+		{"tiny", tinyResNet(t), server.HP},
+		{"tiny", tinyResNet(t), server.BE},
+		{"tinybert", tinyBERT(t), ""}, // default class BE
+		{"tinybert", tinyBERT(t), server.HP},
+	} {
+		req, want := request(t, tc.model, modelInfo(t, e, tc.name), 1)
+		req.Class = tc.class
+		res, err := e.Infer(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.name, tc.class, err)
+		}
+		if len(res.Outputs) != 1 || !slices.Equal(res.Outputs[0].Data, want) {
+			t.Fatalf("%s %s: outputs differ from the CPU reference", tc.name, tc.class)
+		}
+		if res.Service <= 0 || res.Queue < 0 {
+			t.Errorf("%s %s: service %v queue %v", tc.name, tc.class, res.Service, res.Queue)
+		}
+	}
+	// Asking for the output by name works; the stats saw the requests.
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	req.Outputs = []string{modelInfo(t, e, "tiny").Outputs[0].Name}
+	if res, err := e.Infer(context.Background(), req); err != nil || len(res.Outputs) != 1 {
+		t.Fatalf("named output: %v %+v", err, res)
+	}
+	st := e.Stats()
+	if st.Backend != "sim" || st.Launches == 0 || st.BEIterations < 2 || st.QueueDepth != 0 || st.Device == "" {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+func TestEngineConcurrentInfer(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, nil)
+	req, want := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3 {
+				r := *req
+				if (g+i)%3 == 0 {
+					r.Class = server.BE
+				}
+				res, err := e.Infer(context.Background(), &r)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !slices.Equal(res.Outputs[0].Data, want) {
+					errs <- errors.New("wrong output")
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if d := e.Stats().QueueDepth; d != 0 {
+		t.Errorf("queue depth %d after all requests returned", d)
+	}
+}
+
+func TestEngineBadInput(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, nil)
+	info := modelInfo(t, e, "tiny")
+	good, _ := request(t, tinyResNet(t), info, 1)
+	binfo := modelInfo(t, e, "tinybert")
+	bgood, _ := request(t, tinyBERT(t), binfo, 1)
+	clone := func(r *server.InferRequest) *server.InferRequest {
+		c := *r
+		c.Inputs = slices.Clone(r.Inputs)
+		for i := range c.Inputs {
+			c.Inputs[i].Data = slices.Clone(c.Inputs[i].Data)
+			c.Inputs[i].Shape = slices.Clone(c.Inputs[i].Shape)
+		}
+		return &c
+	}
+	cases := map[string]func() *server.InferRequest{
+		"unknown input": func() *server.InferRequest { r := clone(good); r.Inputs[0].Name = "nope"; return r },
+		"datatype":      func() *server.InferRequest { r := clone(good); r.Inputs[0].Datatype = "INT64"; return r },
+		"shape":         func() *server.InferRequest { r := clone(good); r.Inputs[0].Shape[0] = 2; return r },
+		"data length":   func() *server.InferRequest { r := clone(good); r.Inputs[0].Data = r.Inputs[0].Data[1:]; return r },
+		"missing input": func() *server.InferRequest { r := clone(good); r.Inputs = nil; return r },
+		"twice":         func() *server.InferRequest { r := clone(good); r.Inputs = append(r.Inputs, r.Inputs[0]); return r },
+		"NaN":           func() *server.InferRequest { r := clone(good); r.Inputs[0].Data[5] = math.NaN(); return r },
+		"output":        func() *server.InferRequest { r := clone(good); r.Outputs = []string{"logits2"}; return r },
+		"class":         func() *server.InferRequest { r := clone(good); r.Class = "RT"; return r },
+		"token range":   func() *server.InferRequest { r := clone(bgood); r.Inputs[0].Data[0] = 50; return r },
+		"token int":     func() *server.InferRequest { r := clone(bgood); r.Inputs[0].Data[0] = 1.5; return r },
+		"token sign":    func() *server.InferRequest { r := clone(bgood); r.Inputs[0].Data[0] = -1; return r },
+	}
+	for name, mk := range cases {
+		if _, err := e.Infer(context.Background(), mk()); !errors.Is(err, server.ErrBadInput) {
+			t.Errorf("%s: %v, want ErrBadInput", name, err)
+		}
+	}
+	r := clone(good)
+	r.Model = "resnet9000"
+	if _, err := e.Infer(context.Background(), r); !errors.Is(err, server.ErrUnknownModel) {
+		t.Errorf("unknown model: %v", err)
+	}
+	// The engine still serves after all that.
+	if _, err := e.Infer(context.Background(), clone(good)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEngineQueueFull(t *testing.T) {
+	leakCheck(t)
+	// Paced: each request holds its slot for its simulated service time.
+	e := newTestEngine(t, func(c *server.EngineConfig) {
+		c.Virtual = false
+		c.Models[0].MaxQueue = 1
+	})
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	full, ok := 0, 0
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := *req
+			_, err := e.Infer(context.Background(), &r)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, server.ErrQueueFull):
+				full++
+			default:
+				t.Errorf("unexpected: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if full == 0 || ok == 0 {
+		t.Errorf("32 concurrent requests with a queue of 1: %d served, %d refused; want both", ok, full)
+	}
+}
+
+func waitJob(t *testing.T, e server.Engine, id string, ok func(server.JobStatus) bool) server.JobStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st, found := e.Job(id)
+		if !found {
+			t.Fatalf("job %s vanished", id)
+		}
+		if ok(st) {
+			return st
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	st, _ := e.Job(id)
+	t.Fatalf("job %s: condition not met; last status %+v", id, st)
+	return st
+}
+
+func TestEngineJobsLifecycle(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, func(c *server.EngineConfig) { c.Virtual = false })
+	st, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != server.JobQueued || st.ID == "" || st.Spec.Batch != 32 {
+		t.Errorf("submitted: %+v", st)
+	}
+	st = waitJob(t, e, st.ID, func(s server.JobStatus) bool { return s.State == server.JobDone })
+	if st.Done != 2 || st.Throughput <= 0 || st.Started.IsZero() || st.Ended.Before(st.Started) {
+		t.Errorf("done job: %+v", st)
+	}
+	if _, err := e.CancelJob(st.ID); !errors.Is(err, server.ErrJobConflict) {
+		t.Errorf("cancel a done job: %v, want ErrJobConflict", err)
+	}
+	// A long job, cancelled while running.
+	long, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Batch: 32, Iterations: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, e, long.ID, func(s server.JobStatus) bool { return s.State == server.JobRunning && s.Done >= 1 })
+	// HP requests are still served while it runs.
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	if _, err := e.Infer(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	queued, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := e.Job(queued.ID); s.State != server.JobQueued {
+		t.Errorf("second job while the first runs: %s, want queued", s.State)
+	}
+	c, err := e.CancelJob(long.ID)
+	if err != nil || c.State != server.JobCancelled || c.Done < 1 || c.Done >= 1<<20 {
+		t.Fatalf("cancel: %+v, %v", c, err)
+	}
+	// The queued job runs after the cancelled one.
+	waitJob(t, e, queued.ID, func(s server.JobStatus) bool { return s.State == server.JobRunning || s.State == server.JobDone })
+	if got := len(e.Jobs()); got != 3 {
+		t.Errorf("%d jobs listed, want 3", got)
+	}
+	if _, err := e.CancelJob("job-404"); !errors.Is(err, server.ErrUnknownJob) {
+		t.Errorf("unknown job: %v", err)
+	}
+	for name, spec := range map[string]server.JobSpec{
+		"model":      {Model: "gpt-5", Iterations: 1},
+		"batch":      {Model: "resnet50-train", Batch: 7, Iterations: 1},
+		"iterations": {Model: "resnet50-train", Iterations: 0},
+	} {
+		if _, err := e.SubmitJob(spec); !errors.Is(err, server.ErrBadInput) {
+			t.Errorf("%s: %v, want ErrBadInput", name, err)
+		}
+	}
+	// A job running at Close ends cancelled.
+	last, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := e.Job(last.ID); s.State != server.JobCancelled {
+		t.Errorf("job at close: %+v, want cancelled", s)
+	}
+	if _, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1}); !errors.Is(err, server.ErrShuttingDown) {
+		t.Errorf("SubmitJob after Close: %v", err)
+	}
+}
+
+func TestEngineCloseAnswersEverything(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, func(c *server.EngineConfig) { c.Virtual = false })
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	var wg sync.WaitGroup
+	results := make(chan error, 16)
+	for range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := *req
+			_, err := e.Infer(context.Background(), &r)
+			results <- err
+		}()
+	}
+	time.Sleep(3 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wg.Wait()
+	close(results)
+	for err := range results {
+		if err != nil && !errors.Is(err, server.ErrShuttingDown) {
+			t.Errorf("request at close: %v, want success or ErrShuttingDown", err)
+		}
+	}
+	if e.Ready() {
+		t.Error("ready after Close")
+	}
+	if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrShuttingDown) {
+		t.Errorf("Infer after Close: %v", err)
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestEngineDeviceFailureIsInternal(t *testing.T) {
+	leakCheck(t)
+	var fd *faulty.Device
+	e := newTestEngine(t, func(c *server.EngineConfig) {
+		c.WrapDevice = func(d gpu.Device) gpu.Device {
+			fd = faulty.New(d)
+			_ = fd.FailMethod("Launch", 30)
+			return fd
+		}
+	})
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	var err error
+	for range 100 {
+		if _, err = e.Infer(context.Background(), req); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, server.ErrInternal) {
+		t.Fatalf("request during a device failure: %v, want ErrInternal", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Ready() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if e.Ready() {
+		t.Fatal("still ready after the device failed")
+	}
+	if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrInternal) {
+		t.Errorf("Infer after the failure: %v, want ErrInternal", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); !errors.Is(err, server.ErrInternal) {
+		t.Errorf("Close after a failure: %v, want ErrInternal naming it", err)
+	}
+}
+
+func TestNewEngineConfigErrors(t *testing.T) {
+	leakCheck(t)
+	r := tinyResNet(t)
+	for name, cfg := range map[string]server.EngineConfig{
+		"backend":  {Backend: "tpu", Models: []server.EngineModel{{Zoo: "resnet50"}}},
+		"no model": {},
+		"zoo":      {Models: []server.EngineModel{{Zoo: "resnet9000"}}},
+		"training": {Models: []server.EngineModel{{Zoo: "resnet50-train", Batch: 32}}},
+		"policy":   {Policy: "fifo-ish", Models: []server.EngineModel{{Zoo: "resnet50"}}},
+		"gpu":      {GPU: "Voodoo2", Models: []server.EngineModel{{Zoo: "resnet50"}}},
+		"batch":    {Models: []server.EngineModel{{Zoo: "resnet50", Batch: 3}}},
+		"class":    {Models: []server.EngineModel{{Zoo: "resnet50", DefaultClass: "RT"}}},
+		"dup":      {Models: []server.EngineModel{{Zoo: "resnet50"}, {Zoo: "resnet50"}}},
+		"job":      {Models: []server.EngineModel{{Zoo: "resnet50"}}, Jobs: []server.EngineJobModel{{Zoo: "resnet50-train", Batch: 5}}},
+		"override": {Backend: "cuda", Models: []server.EngineModel{{Zoo: "resnet50", Model: &r}}},
+	} {
+		if _, err := server.NewEngine(context.Background(), cfg); !errors.Is(err, server.ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
+}
+
+// Instances mode runs the GPU path's wiring (model instances, run.Binder,
+// input upload and output read-back in the scheduler's hooks) on the
+// simulator.
+func TestEngineInstancesOnSim(t *testing.T) {
+	leakCheck(t)
+	r := tinyResNet(t)
+	e, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Instances: true, Seed: engSeed,
+		Models: []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &r}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	info := modelInfo(t, e, "tiny")
+	n := 1
+	for _, d := range info.Outputs[0].Shape {
+		n *= int(d)
+	}
+	for _, class := range []server.Class{server.HP, server.BE} {
+		req, _ := request(t, r, info, 1)
+		req.Class = class
+		res, err := e.Infer(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", class, err)
+		}
+		if len(res.Outputs) != 1 || len(res.Outputs[0].Data) != n || res.Service <= 0 {
+			t.Fatalf("%s: %d outputs, %d values (want %d), service %v", class, len(res.Outputs), len(res.Outputs[0].Data), n, res.Service)
+		}
+	}
+	// A model no kernel sequence can run is refused at start.
+	b := tinyBERT(t)
+	if _, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Instances: true,
+		Models: []server.EngineModel{{Name: "tinybert", Zoo: "distilbert", Model: &b}}}); !errors.Is(err, server.ErrConfig) {
+		t.Errorf("unrunnable model: %v, want ErrConfig", err)
+	}
+}
+
+func TestEngineKeepsMaxJobs(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, func(c *server.EngineConfig) { c.MaxJobs = 2 })
+	var ids []string
+	for range 5 {
+		st, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, st.ID)
+		waitJob(t, e, st.ID, func(s server.JobStatus) bool { return s.State == server.JobDone })
+	}
+	jobs := e.Jobs()
+	if len(jobs) != 2 || jobs[0].ID != ids[3] || jobs[1].ID != ids[4] {
+		t.Errorf("kept %+v, want the last two of %v", jobs, ids)
+	}
+	if _, ok := e.Job(ids[0]); ok {
+		t.Error("the oldest ended job is still listed")
+	}
+}
