@@ -39,6 +39,10 @@ type Config struct {
 	Command string
 	// Progress, when set, is told when each run starts.
 	Progress func(msg string)
+	// Parallel is how many policy runs Suite makes at once (0:
+	// GOMAXPROCS). Each run owns its device, so more than one is only
+	// sound for the simulator: set 1 for a real GPU.
+	Parallel int
 
 	lastInfo gpu.Info // the device of the latest run (each goroutine has its own Config copy)
 }
@@ -184,14 +188,14 @@ func RunPolicy(ctx context.Context, c *Config, b *Baseline, policy string) (*Rep
 	return r, nil
 }
 
-// Suite measures the baseline once and runs each policy, up to
-// GOMAXPROCS at a time (each run owns its own device, so this is only
-// sound for the simulator; pass parallel=1 on a real GPU).
-func Suite(ctx context.Context, c *Config, names []string, parallel int) ([]*Report, error) {
+// Suite measures the baseline once and runs each policy, c.Parallel at a
+// time.
+func Suite(ctx context.Context, c *Config, names []string) ([]*Report, error) {
 	b, err := Measure(ctx, c)
 	if err != nil {
 		return nil, err
 	}
+	parallel := c.Parallel
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}

@@ -32,7 +32,8 @@ func demoConfig(t testing.TB, d time.Duration) *Config {
 
 func TestSuiteRunsEveryPolicy(t *testing.T) {
 	c := demoConfig(t, 200*time.Millisecond)
-	rs, err := Suite(context.Background(), c, policies.Names(), 2)
+	c.Parallel = 2
+	rs, err := Suite(context.Background(), c, policies.Names())
 	if err != nil {
 		t.Fatal(err)
 	}

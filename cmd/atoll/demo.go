@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"atoll/bench"
@@ -29,6 +30,8 @@ Examples:
   atoll demo --load 0.3 --duration 10s
   atoll demo --hp bert-base --be bert-base-train --be-batch 8
   atoll demo --plot cdf.svg
+  atoll demo --policies dedicated,priority,atoll
+  atoll demo --backend cuda --gpu H200 --hp resnet50 --be vgg19 --be-batch 1   # on the GPU, measured profiles
 `
 
 func init() {
@@ -40,6 +43,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	var w workloadFlags
 	w.register(fs)
 	plotPath := fs.String("plot", "", "also draw the HP latency CDFs to this file (.svg, .png or .pdf)")
+	only := fs.String("policies", strings.Join(policies.Names(), ","), "policies to run, comma-separated, in table order")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -49,7 +53,13 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	}
 	start := time.Now()
 	w.progress(e, c, start)
-	rs, err := bench.Suite(ctx, c, policies.Names(), 0)
+	names := strings.Split(*only, ",")
+	for _, n := range names {
+		if _, err := policies.ByName(n); err != nil {
+			return err
+		}
+	}
+	rs, err := bench.Suite(ctx, c, names)
 	if err != nil {
 		return err
 	}

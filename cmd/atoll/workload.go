@@ -45,7 +45,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&w.seed, "seed", 1, "seed of the arrival process and the simulator")
 	fs.DurationVar(&w.duration, "duration", 5*time.Second, "measured span of each run (device time)")
 	fs.DurationVar(&w.warmup, "warmup", 500*time.Millisecond, "span before the measured one whose requests are discarded")
-	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU)")
+	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU, any profiles) or cuda (the real GPU, measured profiles of it; models the kernel library can run)")
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 }
 
@@ -90,9 +90,14 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		seed := w.seed
 		c.NewDevice = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: spec, Seed: seed}) }
 	case "cuda":
-		return nil, fmt.Errorf("--backend cuda: co-location runs on the real GPU need the model zoo's real-buffer binder, which is not built yet (issue 4); run 'atoll selftest' for the GPU mechanisms, or use --backend sim")
+		// Profiles must be measured on this GPU kind (atoll profile);
+		// runs go one at a time, each owning the device.
+		if hp.Source == profiles.SourceEstimated {
+			return nil, fmt.Errorf("--backend cuda needs measured profiles for %s (found an estimated one); measure it with 'atoll profile --model %s --batch %d' and pass --gpu with the GPU it was measured on", spec.Name, w.hp, w.hpBatch)
+		}
+		c.NewDevice, c.Binder, c.Parallel = openCUDA, cudaBinder, 1
 	default:
-		return nil, fmt.Errorf("unknown backend %q (want sim)", w.backend)
+		return nil, fmt.Errorf("unknown backend %q (want sim or cuda)", w.backend)
 	}
 	return c, nil
 }
