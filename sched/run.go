@@ -57,6 +57,9 @@ type Options struct {
 
 // Trace is what a run measured. Times are on the device clock.
 type Trace struct {
+	// Start is the device-clock time the run began; arrivals, warm-up and
+	// duration are relative to it, record times are device-clock times.
+	Start            time.Duration
 	Policy           string
 	Device           string
 	Warmup, Duration time.Duration
@@ -88,6 +91,7 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 		return nil, err
 	}
 	defer d.release()
+	d.rebase(dev.Now())
 	if err := d.loop(ctx); err != nil {
 		return nil, err
 	}
@@ -263,6 +267,21 @@ func (d *driver) release() {
 	for _, s := range append(slices.Clone(d.hpS), d.beS...) {
 		_ = d.dev.DestroyStream(s)
 	}
+}
+
+// rebase moves the run's timed inputs and window (arrivals, BE starts, the
+// stop, warm-up) from "time since the run starts" to the device clock at t0.
+// A real device's clock has been running since Open, and setting a run up
+// (compiling kernels, uploading weights) can take seconds: without this
+// every arrival would already be late when the loop starts. (The
+// simulator's clock is still 0 here, so nothing moves on it.)
+func (d *driver) rebase(t0 time.Duration) {
+	for i := range d.inputs {
+		d.inputs[i].Time += t0
+	}
+	d.opt.Duration += t0
+	d.opt.Warmup += t0
+	d.trace.Start = t0
 }
 
 // progressWords is the size of a BE client's progress block in int32 words.
