@@ -29,6 +29,9 @@ var ErrConfig = errors.New("server: bad config")
 type Config struct {
 	// Listen is the HTTP address, host:port (":8000").
 	Listen string `yaml:"listen"`
+	// GRPCListen is the gRPC address (inference.GRPCInferenceService),
+	// host:port; empty serves no gRPC.
+	GRPCListen string `yaml:"grpc_listen,omitempty"`
 	// Backend is "sim" (the simulated GPU, paced to the wall clock) or
 	// "cuda" (the real GPU 0).
 	Backend string `yaml:"backend"`
@@ -154,6 +157,11 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return bad("listen", "%q is not host:port (e.g. \":8000\" or \"127.0.0.1:8000\")", c.Listen)
+	}
+	if c.GRPCListen != "" {
+		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
+			return bad("grpc_listen", "%q is not host:port (e.g. \":8001\"); leave it empty to serve no gRPC", c.GRPCListen)
+		}
 	}
 	switch c.Backend {
 	case "sim", "cuda":

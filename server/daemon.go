@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 )
 
 // RunOption adjusts Run.
@@ -20,6 +21,7 @@ type RunOption func(*runOptions)
 type runOptions struct {
 	logger   *slog.Logger
 	listener net.Listener
+	grpcLn   net.Listener
 	gpus     GPUSource
 	version  string
 	started  func(addr net.Addr)
@@ -30,6 +32,10 @@ func WithLogger(l *slog.Logger) RunOption { return func(o *runOptions) { o.logge
 
 // WithListener serves on l instead of listening on cfg.Listen. Run closes it.
 func WithListener(l net.Listener) RunOption { return func(o *runOptions) { o.listener = l } }
+
+// WithGRPCListener serves the gRPC API on l (whatever cfg.GRPCListen
+// says). Run closes it.
+func WithGRPCListener(l net.Listener) RunOption { return func(o *runOptions) { o.grpcLn = l } }
 
 // WithGPUSource adds GPU utilization, memory and power series to /metrics.
 func WithGPUSource(s GPUSource) RunOption { return func(o *runOptions) { o.gpus = s } }
@@ -46,7 +52,9 @@ func WithStarted(f func(addr net.Addr)) RunOption { return func(o *runOptions) {
 // then eng.Close (bounded by the same timeout again) finishes or fails
 // everything still in flight so that every waiting handler answers, and
 // Run returns after those answers are written. Run owns eng from the call
-// on: it always closes it.
+// on: it always closes it. With cfg.GRPCListen (or WithGRPCListener) the
+// gRPC API serves beside HTTP over the same handler and drains with it:
+// GracefulStop within the first timeout, Stop once the answers are out.
 func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err error) {
 	o := runOptions{logger: slog.Default(), version: "dev"}
 	for _, f := range opts {
@@ -68,11 +76,22 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 			return errors.Join(fmt.Errorf("server: listen on %s: %w (is another daemon running? pick another --listen)", cfg.Listen, err), closeEngine())
 		}
 	}
+	gln := o.grpcLn
+	if gln == nil && cfg.GRPCListen != "" {
+		gln, err = net.Listen("tcp", cfg.GRPCListen)
+		if err != nil {
+			ln.Close()
+			return errors.Join(fmt.Errorf("server: listen on %s: %w (is another daemon running? pick another --grpc-listen)", cfg.GRPCListen, err), closeEngine())
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(eng, o.gpus)
 	if err := metrics.Register(reg); err != nil {
 		ln.Close()
+		if gln != nil {
+			gln.Close()
+		}
 		return errors.Join(fmt.Errorf("server: registering metrics: %w", err), closeEngine())
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -98,6 +117,16 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "backend", cfg.Backend, "policy", cfg.Policy, "models", len(eng.Models()))
+	// gRPC, when asked for, serves beside HTTP over the same handler state
+	// (drain flag, in-flight count, metrics); gs stays nil otherwise.
+	var gs *grpc.Server
+	var grpcErr chan error
+	if gln != nil {
+		gs = NewGRPCServer(h)
+		grpcErr = make(chan error, 1)
+		go func() { grpcErr <- gs.Serve(gln) }()
+		log.Info("serving gRPC", "addr", gln.Addr().String())
+	}
 	if o.started != nil {
 		o.started(ln.Addr())
 	}
@@ -110,13 +139,37 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		cerr := closeEngine()
 		h.Wait()
 		srv.Close()
+		if gs != nil {
+			gs.Stop()
+			<-grpcErr
+		}
 		return errors.Join(fmt.Errorf("server: serving: %w", err), cerr)
+	case err := <-grpcErr:
+		h.Drain()
+		cerr := closeEngine()
+		h.Wait()
+		srv.Close()
+		<-serveErr
+		gs.Stop()
+		return errors.Join(fmt.Errorf("server: serving gRPC: %w", err), cerr)
 	}
 
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
 	h.Drain()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	var grpcStopped chan struct{}
+	if gs != nil {
+		grpcStopped = make(chan struct{})
+		go func() { gs.GracefulStop(); close(grpcStopped) }()
+	}
 	shutErr := srv.Shutdown(sctx)
+	if gs != nil {
+		select {
+		case <-grpcStopped:
+		case <-sctx.Done():
+			shutErr = errors.Join(shutErr, fmt.Errorf("gRPC calls still in flight: %w", sctx.Err()))
+		}
+	}
 	cancel()
 	if shutErr != nil {
 		log.Warn("in-flight requests outlived the shutdown timeout; the engine fails them now", "err", shutErr)
@@ -136,6 +189,18 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	}
 	srv.Close()
 	<-serveErr // http.ErrServerClosed
+	if gs != nil {
+		// A gRPC handler's return precedes its status on the wire:
+		// GracefulStop returns once those are out. Stop drops what is left.
+		select {
+		case <-grpcStopped:
+		case <-time.After(cfg.ShutdownTimeout):
+			log.Error("gRPC calls still running after the engine closed; dropping their connections")
+		}
+		gs.Stop()
+		<-grpcStopped
+		<-grpcErr // nil after GracefulStop
+	}
 	log.Info("stopped")
 	if cerr != nil {
 		return fmt.Errorf("server: closing the engine: %w", cerr)

@@ -19,8 +19,9 @@ Usage: atoll serve [--config FILE] [flags]
 
 Runs the inference daemon: owns the GPU (backend cuda) or a simulated GPU
 paced to the wall clock (backend sim), and serves the models over the
-KServe / Open Inference Protocol v2 REST API, with best-effort jobs at
-/v2/jobs and Prometheus metrics at /metrics. docs/api.md is the reference.
+KServe / Open Inference Protocol v2 REST API (and its gRPC API with
+--grpc-listen), with best-effort jobs at /v2/jobs and Prometheus metrics at
+/metrics. docs/api.md is the reference.
 
 Configuration comes from the YAML file, then the flags given override it.
 SIGINT or SIGTERM shuts down gracefully: requests in flight finish or get
@@ -29,6 +30,7 @@ SIGINT or SIGTERM shuts down gracefully: requests in flight finish or get
 Examples:
   atoll serve --model resnet50 --model bert-base:8 --job resnet50-train
   atoll serve --config atoll.yaml --listen 127.0.0.1:9000
+  atoll serve --model resnet50 --grpc-listen :8001   # gRPC beside HTTP
   atoll serve --config atoll.yaml --print-config
   curl -s localhost:8000/v2/models/resnet50
 `
@@ -103,6 +105,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		configFile  = fs.String("config", "", "YAML config `file` (flags override it)")
 		printConfig = fs.Bool("print-config", false, "print the effective config as YAML and exit")
 		listen      = fs.String("listen", def.Listen, "HTTP listen `address`")
+		grpcListen  = fs.String("grpc-listen", def.GRPCListen, "gRPC listen `address` (inference.GRPCInferenceService); empty: no gRPC")
 		backend     = fs.String("backend", def.Backend, "sim (simulated GPU) or cuda (GPU 0)")
 		gpuSpec     = fs.String("gpu", def.GPU, "simulated GPU `spec` (backend sim)")
 		policy      = fs.String("policy", def.Policy, "scheduling `policy` (atoll policies)")
@@ -142,6 +145,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		switch f.Name {
 		case "listen":
 			cfg.Listen = *listen
+		case "grpc-listen":
+			cfg.GRPCListen = *grpcListen
 		case "backend":
 			cfg.Backend = *backend
 		case "gpu":

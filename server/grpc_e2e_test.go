@@ -1,0 +1,161 @@
+package server_test
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"math"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"atoll/models"
+	"atoll/server"
+	pb "atoll/server/inferencepb"
+)
+
+// TestGRPCEndToEnd runs the daemon over the real engine (simulated GPU,
+// virtual time, a reduced ResNet) with gRPC on loopback: metadata, raw and
+// contents inference in both classes, a bad request, shutdown.
+func TestGRPCEndToEnd(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+
+	rn, err := models.NewResNet("e2e-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := server.NewEngine(context.Background(), server.EngineConfig{
+		Virtual: true, Seed: 3, Workers: 2,
+		Models: []server.EngineModel{{Name: "rn", Zoo: "resnet50", Model: &rn}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.ShutdownTimeout = 5 * time.Second
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(ctx, cfg, eng, server.WithListener(ln), server.WithGRPCListener(gln), server.WithLogger(slog.New(slog.DiscardHandler)))
+	}()
+	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		conn.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+	}()
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	bg := context.Background()
+
+	if r, err := c.ServerReady(bg, &pb.ServerReadyRequest{}, grpc.WaitForReady(true)); err != nil || !r.GetReady() {
+		t.Fatalf("ready: %v %v", r, err)
+	}
+	md, err := c.ModelMetadata(bg, &pb.ModelMetadataRequest{Name: "rn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.GetInputs()) != 1 {
+		t.Fatalf("metadata: %v", md)
+	}
+	in := md.GetInputs()[0]
+	dt := in.GetDatatype()
+	if dt != "FP32" && dt != "BF16" {
+		t.Fatalf("the test builds FP32 or BF16 inputs; the model wants %v", in)
+	}
+	shape := make([]int64, len(in.GetShape()))
+	n := int64(1)
+	for i, d := range in.GetShape() {
+		if d < 0 {
+			d = 1
+		}
+		shape[i], n = d, n*d
+	}
+	vals := make([]float32, n)
+	var raw []byte
+	for i := range vals {
+		vals[i] = float32(i%7) / 7
+		bits := math.Float32bits(vals[i])
+		if dt == "BF16" {
+			raw = binary.LittleEndian.AppendUint16(raw, uint16(bits>>16))
+		} else {
+			raw = binary.LittleEndian.AppendUint32(raw, bits)
+		}
+	}
+	size := map[string]int{"FP32": 4, "BF16": 2, "FP16": 2}
+	for _, tc := range []struct {
+		prio    int64
+		useRaw  bool
+		wantCls string
+	}{{1, true, "HP"}, {2, false, "BE"}, {0, true, "HP"}} {
+		req := &pb.ModelInferRequest{
+			ModelName:  "rn",
+			Id:         "e2e",
+			Parameters: map[string]*pb.InferParameter{"priority": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: tc.prio}}},
+			Inputs:     []*pb.ModelInferRequest_InferInputTensor{{Name: in.GetName(), Datatype: dt, Shape: shape}},
+		}
+		if tc.useRaw {
+			req.RawInputContents = [][]byte{raw}
+		} else {
+			req.Inputs[0].Contents = &pb.InferTensorContents{Fp32Contents: vals}
+		}
+		r, err := c.ModelInfer(bg, req)
+		if !tc.useRaw && dt == "BF16" {
+			// BF16 has no contents field: only raw contents carry it.
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("BF16 in fp32_contents: %v, want InvalidArgument", err)
+			}
+			req.Inputs[0].Contents = nil
+			req.RawInputContents = [][]byte{raw}
+			tc.useRaw = true
+			r, err = c.ModelInfer(bg, req)
+		}
+		if err != nil {
+			t.Fatalf("priority %d: %v", tc.prio, err)
+		}
+		if r.GetId() != "e2e" || r.GetParameters()["class"].GetStringParam() != tc.wantCls || len(r.GetOutputs()) != len(md.GetOutputs()) {
+			t.Errorf("priority %d: %v", tc.prio, r)
+		}
+		for i, o := range r.GetOutputs() {
+			elems := int64(1)
+			for _, d := range o.GetShape() {
+				elems *= d
+			}
+			got := int64(len(o.GetContents().GetFp32Contents()))
+			if len(r.GetRawOutputContents()) > 0 {
+				got = int64(len(r.GetRawOutputContents()[i]) / size[o.GetDatatype()])
+			}
+			if size[o.GetDatatype()] == 0 || got != elems || got == 0 {
+				t.Errorf("priority %d: output %s has %d values for shape %v", tc.prio, o.GetName(), got, o.GetShape())
+			}
+		}
+	}
+	bad := &pb.ModelInferRequest{ModelName: "rn", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: in.GetName(), Datatype: dt, Shape: []int64{1}}}, RawInputContents: [][]byte{raw[:size[dt]]}}
+	if _, err := c.ModelInfer(bg, bad); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("wrong shape: %v, want InvalidArgument", err)
+	}
+}
