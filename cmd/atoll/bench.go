@@ -41,6 +41,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if _, err := policies.ByName(*policy); err != nil {
 		return err
 	}
+	if err := w.checkPolicies([]string{*policy}); err != nil {
+		return err
+	}
 	c, err := w.config()
 	if err != nil {
 		return err

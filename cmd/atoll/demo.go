@@ -59,6 +59,9 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	if err := w.checkPolicies(names); err != nil {
+		return err
+	}
 	rs, err := bench.Suite(ctx, c, names)
 	if err != nil {
 		return err

@@ -109,3 +109,14 @@ func (w *workloadFlags) progress(e *env, c *bench.Config, start time.Time) {
 	}
 	c.Progress = func(msg string) { fmt.Fprintf(e.stderr, "  %6.1fs  running %s\n", time.Since(start).Seconds(), msg) }
 }
+
+// checkPolicies refuses, before anything runs, policies the chosen backend
+// cannot run yet.
+func (w *workloadFlags) checkPolicies(names []string) error {
+	for _, n := range names {
+		if n == "timeslice" && w.backend == "cuda" {
+			return fmt.Errorf("policy timeslice on --backend cuda needs the BE model's buffers allocated in its own GPU context, which the model instances do not do yet; leave it out (--policies) or use --backend sim")
+		}
+	}
+	return nil
+}
