@@ -14,7 +14,7 @@ import (
 // matching gpu.Launch fields.
 type Control struct {
 	Flag    gpu.HostWord // Reset, Resumable: raised by the host to preempt
-	Counter gpu.Ptr      // Resumable: the client's progress block (Binder.ProgressBytes), zeroed per kernel instance
+	Counter gpu.Ptr      // Resumable: the client's progress block (Binder.ProgressBytes), zeroed per kernel instance; Reset: the client's flag-relay block (same size, zeroed once)
 	Done    gpu.HostWord // Resumable: set to 1 when the body's last logical block completes
 }
 
@@ -119,7 +119,7 @@ func (b *ProfileBinder) Bind(r BindRequest) (*gpu.Launch, error) {
 	}
 	switch r.Form {
 	case gpu.Reset:
-		l.Flag = r.Ctl.Flag
+		l.Flag, l.Counter = r.Ctl.Flag, r.Ctl.Counter
 	case gpu.Resumable:
 		l.Flag, l.Counter, l.Done = r.Ctl.Flag, r.Ctl.Counter, r.Ctl.Done
 	case gpu.Padded:

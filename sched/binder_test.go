@@ -26,8 +26,8 @@ func (b *recordingBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 	b.forms[r.Form]++
 	switch r.Form {
 	case gpu.Reset:
-		if !r.Ctl.Flag.Valid() {
-			b.t.Errorf("reset launch of %s k%d without a flag", r.Client, r.Kernel)
+		if !r.Ctl.Flag.Valid() || r.Ctl.Counter == 0 {
+			b.t.Errorf("reset launch of %s k%d without a flag or a flag-relay block: %+v", r.Client, r.Kernel, r.Ctl)
 		}
 	case gpu.Resumable:
 		if !r.Ctl.Flag.Valid() || r.Ctl.Counter == 0 || !r.Ctl.Done.Valid() {

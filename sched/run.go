@@ -115,6 +115,7 @@ type driver struct {
 	beS    []gpu.Stream
 	flags  []gpu.HostWord
 	ctrs   []gpu.Ptr
+	relays []gpu.Ptr // per BE client: the flag-relay block of its Reset launches
 	zero   gpu.HostWord
 	words  []gpu.HostWord // free done words
 	events []gpu.Event    // free events
@@ -236,6 +237,20 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 			return nil, devErr(fmt.Sprintf("Alloc (progress counter of BE client %d)", i), err)
 		}
 		d.ctrs = append(d.ctrs, p)
+		// Reset launches get a block of their own, zeroed once: kernels read
+		// the flag through a relay in it instead of across PCIe (on the
+		// H200 host reads at every block start cost 16x at 20 us blocks,
+		// docs/physics.md). The relay trusts only its own launch's epoch, so
+		// it never needs zeroing again, and it never mixes with the
+		// resumable progress words above.
+		r, err := dev.Alloc(int64(d.progressWords() * 4))
+		if err != nil {
+			return nil, devErr(fmt.Sprintf("Alloc (flag relay of BE client %d)", i), err)
+		}
+		d.relays = append(d.relays, r)
+		if err := dev.CopyToDevice(r, make([]byte, d.progressWords()*4)); err != nil {
+			return nil, devErr(fmt.Sprintf("CopyToDevice (zeroing the flag relay of BE client %d)", i), err)
+		}
 	}
 	// Timed inputs: arrivals before Duration, BE starts, the stop.
 	for i, c := range w.HP {
@@ -261,7 +276,7 @@ func (d *driver) release() {
 	for _, e := range d.allEv {
 		_ = d.dev.DestroyEvent(e)
 	}
-	for _, p := range d.ctrs {
+	for _, p := range append(slices.Clone(d.ctrs), d.relays...) {
 		_ = d.dev.Free(p)
 	}
 	for _, s := range append(slices.Clone(d.hpS), d.beS...) {
@@ -527,7 +542,7 @@ func (d *driver) launch(l Launch) error {
 	var err error
 	switch l.Form {
 	case gpu.Reset:
-		req.Ctl.Flag = d.flags[l.Client.Index]
+		req.Ctl = Control{Flag: d.flags[l.Client.Index], Counter: d.relays[l.Client.Index]}
 	case gpu.Resumable:
 		if f.done, err = d.doneWord(); err != nil {
 			return err

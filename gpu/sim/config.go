@@ -30,6 +30,14 @@ type Config struct {
 	// SwitchCost is the idle time of a context switch (save and restore
 	// of the resident blocks). Zero means DefaultSwitchCost.
 	SwitchCost time.Duration
+	// HostReadLatency is the service time of one read of mapped host
+	// memory by a block. Such reads cross PCIe and serialise across the
+	// whole GPU: the simulator serves them from one GPU-wide server, one
+	// at a time. Only Reset blocks whose launch has a Flag and no Counter
+	// (no device-memory relay) read the host word at their start; each
+	// such block's start waits for its read. Zero means
+	// DefaultHostReadLatency.
+	HostReadLatency time.Duration
 	// Jitter, in [0, 0.5], scales each kernel's block duration by a
 	// factor drawn uniformly from [1-Jitter, 1+Jitter] (from Seed). Zero
 	// means none: a kernel alone takes exactly its profiled time.
@@ -88,7 +96,13 @@ const (
 	DefaultBlockMin   = 1 * time.Microsecond
 	DefaultTimeSlice  = 2 * time.Millisecond
 	DefaultSwitchCost = 25 * time.Microsecond
-	DefaultMemory     = 80 << 30
+	// DefaultHostReadLatency is the kernel library's H200 measurement of
+	// block-start reads of a mapped host flag (docs/kernels.md, "The flag
+	// relay"): about 1 µs each, serialised GPU-wide (a 64k-block
+	// elementwise kernel: 66 ms as Reset reading the host word, 0.26 ms
+	// plain).
+	DefaultHostReadLatency = 1 * time.Microsecond
+	DefaultMemory          = 80 << 30
 )
 
 // ErrConfig is wrapped by every configuration error of New.
@@ -117,7 +131,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}
@@ -142,6 +156,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SwitchCost == 0 {
 		c.SwitchCost = DefaultSwitchCost
+	}
+	if c.HostReadLatency == 0 {
+		c.HostReadLatency = DefaultHostReadLatency
 	}
 	if c.Memory == 0 {
 		c.Memory = DefaultMemory

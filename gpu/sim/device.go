@@ -24,16 +24,18 @@ const ModelVersion = "atoll-sim/1 (fluid block model)"
 // like every gpu.Device it is owned by one goroutine, except for HostWord
 // Load and Store.
 type Device struct {
-	cfg    Config
-	spec   gpu.Spec
-	lat    float64 // launch latency, ns
-	blkMin float64 // BlockMin, ns
-	rng    *rand.Rand
-	closed bool
+	cfg     Config
+	spec    gpu.Spec
+	lat     float64 // launch latency, ns
+	blkMin  float64 // BlockMin, ns
+	hostLat float64 // HostReadLatency, ns
+	rng     *rand.Rand
+	closed  bool
 
 	now      float64 // virtual time, ns
 	observed bool    // an event completed or a kernel stored a HostWord during this Wait
 	seq      uint64  // launches so far
+	hostFree float64 // when the GPU-wide host-read server is next free, ns
 
 	streams  []*stream   // handle-1
 	events   []eventSlot // handle-1
@@ -69,6 +71,7 @@ func New(cfg Config) (*Device, error) {
 		spec:     cfg.Spec,
 		lat:      float64(cfg.LaunchLatency),
 		blkMin:   float64(cfg.BlockMin),
+		hostLat:  float64(cfg.HostReadLatency),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x61746f6c6c)), // "atoll"
 		fnByName: map[string]gpu.Func{},
 		marks:    make([]bool, cfg.Spec.SMs),

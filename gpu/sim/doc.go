@@ -25,6 +25,12 @@
 // resident blocks (see docs/simulator.md). A kernel alone therefore takes
 // exactly its profiled time.
 //
+// Reads of a mapped host flag at block start (Reset launches with a Flag and
+// no Counter, so no device-memory relay) are served one at a time by a
+// GPU-wide server taking Config.HostReadLatency each, as PCIe reads of host
+// memory serialise on the real GPU; a block starts, or exits if the flag is
+// raised, when its read is served.
+//
 // To be fast, the simulator never tracks single blocks: blocks of one kernel
 // dispatched at the same instant onto identical SMs form a group that
 // finishes together, and identical SMs are collapsed into classes. Rates are

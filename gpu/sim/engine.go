@@ -32,8 +32,13 @@ type group struct {
 	rate float64 // progress per ns, min(1, 1/C, 1/M)
 	tc   float64 // completion time at the current rate
 	born float64
-	exit bool // blocks that exit without work: fixed lifetime, no contention
-	mi   int  // index in machine.groups
+	// reading: the group's blocks wait for their host reads (readHost),
+	// which end in wait ns; meanwhile they hold their slots but make no
+	// progress and demand nothing, and w is untouched.
+	reading bool
+	wait    float64
+	exit    bool // blocks that exit without work: fixed lifetime, no contention
+	mi      int  // index in machine.groups
 }
 
 // machine is the SM state of one GPU context. Only the active context's
@@ -162,7 +167,11 @@ func (d *Device) othersHaveWork() bool {
 func (d *Device) advance(t float64) {
 	if dt := t - d.now; dt > 0 && !d.slice.switching {
 		for _, g := range d.active().groups {
-			g.w -= g.rate * dt
+			if g.reading {
+				g.wait -= dt
+			} else {
+				g.w -= g.rate * dt
+			}
 		}
 	}
 	d.now = max(d.now, t)
@@ -203,14 +212,14 @@ func (d *Device) timeslice() {
 func (d *Device) rates(m *machine) {
 	mem := 0.0
 	for _, g := range m.groups {
-		if !g.exit {
+		if !g.exit && !g.reading {
 			mem += float64(g.k*len(g.cls.ids)) * g.part.m
 		}
 	}
 	for _, c := range m.classes {
 		s := 0.0
 		for _, g := range c.groups {
-			if !g.exit {
+			if !g.exit && !g.reading {
 				s += float64(g.k) * g.part.c
 			}
 		}
@@ -224,7 +233,11 @@ func (d *Device) rates(m *machine) {
 			r = 1 / max(lim, g.cls.csum)
 		}
 		g.rate = r
-		g.tc = d.now + g.w/r
+		if g.reading {
+			g.tc = d.now + max(g.wait, 0)
+		} else {
+			g.tc = d.now + g.w/r
+		}
 		next = min(next, g.tc)
 	}
 	m.next, m.dirty = next, false
@@ -314,7 +327,9 @@ func (d *Device) dispatchRR(m *machine) {
 func (d *Device) placeLevel(m *machine, k *kernel) int {
 	p := k.cur()
 	limit, exit := p.pending, false
-	if (p.reset || p.resumable) && p.flag.Valid() && d.words.load(p.flag.Index) != 0 {
+	// A block reading the host word directly learns the flag only when its
+	// read completes (readDone); the others read it (or its relay) now.
+	if (p.reset || p.resumable) && !p.hostRead && p.flag.Valid() && d.words.load(p.flag.Index) != 0 {
 		exit = true
 	}
 	counter := 0
@@ -408,9 +423,16 @@ func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 	c.free.add(p.res, -1)
 	n := len(c.ids)
+	wait := 0.0
+	if p.hostRead {
+		wait = d.readHost(n)
+	}
 	grown := false
 	for _, g := range c.groups {
 		if g.part == p && g.born == d.now && g.exit == exit {
+			// Placed at this instant: no time has passed, so the mean
+			// wait over the group's blocks is exact.
+			g.wait = (float64(g.k)*g.wait + wait) / float64(g.k+1)
 			g.k++
 			grown = true
 			break
@@ -418,7 +440,7 @@ func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 	}
 	if !grown {
 		g := d.newGroup()
-		*g = group{part: p, cls: c, k: 1, w: p.tb, born: d.now, exit: exit, mi: len(m.groups)}
+		*g = group{part: p, cls: c, k: 1, w: p.tb, born: d.now, reading: p.hostRead, wait: wait, exit: exit, mi: len(m.groups)}
 		if exit {
 			g.w = d.blkMin
 		}
@@ -436,6 +458,29 @@ func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 		}
 	}
 	d.traceBlocks(TraceDispatch, p, c.ids, 1, exit)
+}
+
+// readHost queues n block-start reads of mapped host memory (one per block
+// placed now) on the GPU-wide host-read server, which serves one read at a
+// time, each taking HostReadLatency, in the order they are issued. It
+// returns the mean time from now until a read of the n completes: the
+// group's blocks all start then (the approximation that keeps a group one
+// unit; the server is still busy for exactly n reads).
+func (d *Device) readHost(n int) float64 {
+	start := max(d.now, d.hostFree)
+	d.hostFree = start + float64(n)*d.hostLat
+	return start - d.now + float64(n+1)/2*d.hostLat
+}
+
+// readDone ends g's host reads: the blocks now see the flag as it is, and
+// exit after BlockMin if it is raised or start their work if not.
+func (d *Device) readDone(g *group) {
+	g.reading, g.wait = false, 0
+	p := g.part
+	if !g.exit && p.flag.Valid() && d.words.load(p.flag.Index) != 0 {
+		g.exit, g.w = true, d.blkMin
+	}
+	d.touched = append(d.touched, g.cls)
 }
 
 func (d *Device) traceBlocks(kind TraceKind, p *part, ids []int16, k int, exit bool) {
@@ -470,6 +515,10 @@ func (d *Device) complete() {
 		}
 	}
 	for _, g := range due {
+		if g.reading {
+			d.readDone(g)
+			continue
+		}
 		d.finish(m, g)
 	}
 	clear(due)
@@ -645,7 +694,8 @@ func sameState(a, b *smClass, tol float64) bool {
 	}
 	for i, g := range a.groups {
 		h := b.groups[i]
-		if g.part != h.part || g.k != h.k || g.exit != h.exit || math.Abs(g.w-h.w) > tol {
+		if g.part != h.part || g.k != h.k || g.exit != h.exit || math.Abs(g.w-h.w) > tol ||
+			g.reading != h.reading || math.Abs(g.wait-h.wait) > tol {
 			return false
 		}
 	}
@@ -660,6 +710,9 @@ func (d *Device) mergeClass(m *machine, c, o *smClass) {
 		h := o.groups[i]
 		if g.w != h.w {
 			g.w = (nc*g.w + no*h.w) / (nc + no)
+		}
+		if g.wait != h.wait {
+			g.wait = (nc*g.wait + no*h.wait) / (nc + no)
 		}
 	}
 	for len(o.groups) > 0 {
@@ -700,10 +753,12 @@ func (d *Device) coalesceGroups(m *machine, c *smClass, tol float64) {
 		g := c.groups[i]
 		for j := i + 1; j < len(c.groups); j++ {
 			h := c.groups[j]
-			if h.part != g.part || h.exit != g.exit || math.Abs(g.w-h.w) > tol {
+			if h.part != g.part || h.exit != g.exit || math.Abs(g.w-h.w) > tol ||
+				g.reading != h.reading || math.Abs(g.wait-h.wait) > tol {
 				continue
 			}
 			g.w = (float64(g.k)*g.w + float64(h.k)*h.w) / float64(g.k+h.k)
+			g.wait = (float64(g.k)*g.wait + float64(h.k)*h.wait) / float64(g.k+h.k)
 			g.k += h.k
 			d.removeGroup(m, h)
 			j--

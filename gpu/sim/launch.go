@@ -56,6 +56,7 @@ type part struct {
 	resident int // blocks on SMs, suspended ones included
 
 	reset     bool // reads flag at dispatch
+	hostRead  bool // reset without relay: each block's start reads the host word (see readHost)
 	resumable bool // persistent workers over logical blocks
 	flag      gpu.HostWord
 	done      gpu.HostWord
@@ -208,6 +209,10 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	switch l.Form {
 	case gpu.Reset:
 		k.parts[0].reset = true
+		// The kernel library reads the host word directly only when the
+		// launch has no Counter to hold its device-memory relay
+		// (kernels/cuda/common.cuh, flag_raised_from).
+		k.parts[0].hostRead = l.Flag.Valid() && l.Counter == 0
 	case gpu.Resumable:
 		k.parts[0].resumable = true
 	case gpu.Padded:

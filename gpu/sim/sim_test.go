@@ -195,12 +195,16 @@ func TestPriorityWaitsOnlyForResidentBlocks(t *testing.T) {
 	}
 }
 
+// TestResetSemantics runs Reset launches with a Counter, so that their
+// blocks read the flag through the device-memory relay and pay no host read
+// (TestHostFlagRead covers those without).
 func TestResetSemantics(t *testing.T) {
 	r := newRig(t, Config{})
 	w, _ := r.d.NewHostWords(1)
+	relay, _ := r.d.Alloc(20)
 	s := r.stream(0)
 	l := plain("reset", 132*2*5, 1024, 5*200*us)
-	l.Form, l.Flag = gpu.Reset, w[0]
+	l.Form, l.Flag, l.Counter = gpu.Reset, w[0], relay
 	r.d.Store(w[0], 1) // raised before the kernel runs: every block exits at once
 	r.launch(s, l)
 	r.drain()
@@ -217,6 +221,7 @@ func TestResetSemantics(t *testing.T) {
 	// Raised mid-kernel: resident blocks finish, later ones exit.
 	r = newRig(t, Config{})
 	w, _ = r.d.NewHostWords(1)
+	l.Counter, _ = r.d.Alloc(20)
 	s = r.stream(0)
 	l.Flag = w[0]
 	r.launch(s, l)
@@ -229,6 +234,139 @@ func TestResetSemantics(t *testing.T) {
 	// 3 to 5 exit at once.
 	if got, want := r.ends()[1], lat+400*us+3*DefaultBlockMin; got != want {
 		t.Errorf("reset mid-kernel ends at %v, want %v", got, want)
+	}
+}
+
+// hostReadRun runs one launch of l alone (its Flag, when set, a fresh host
+// word left down) and returns its run time from the kernel's eligibility.
+func hostReadRun(t *testing.T, cfg Config, l gpu.Launch, flag, counter bool) time.Duration {
+	t.Helper()
+	r := newRig(t, cfg)
+	if flag {
+		w, _ := r.d.NewHostWords(2)
+		l.Flag = w[0]
+		if l.Form == gpu.Resumable {
+			l.Done = w[1]
+		}
+	}
+	s := r.stream(0)
+	if counter {
+		l.Counter, _ = r.d.Alloc(20)
+		if err := r.d.Memset32(s, l.Counter, 0, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.launch(s, l)
+	r.drain()
+	seq := uint64(1)
+	return r.ends()[seq] - r.starts()[seq]
+}
+
+func TestHostFlagRead(t *testing.T) {
+	// An elementwise-like kernel: 64k blocks of 256 threads (8 per SM,
+	// 63 waves on 132 SMs), 260 µs alone: ~4 µs blocks.
+	const n = 1 << 16
+	base := plain("ew", n, 256, 260*us)
+	plainT := hostReadRun(t, Config{}, base, false, false)
+	reset := base
+	reset.Form = gpu.Reset
+	serial := time.Duration(n) * DefaultHostReadLatency // n reads, one at a time
+
+	direct := hostReadRun(t, Config{}, reset, true, false)
+	if direct < serial*9/10 || direct > serial+plainT {
+		t.Errorf("reset reading the host flag: %v; want about %d reads x %v = %v (plain %v)", direct, n, DefaultHostReadLatency, serial, plainT)
+	}
+	if direct < 50*plainT {
+		t.Errorf("reset reading the host flag: %v, only %.1fx plain %v", direct, float64(direct)/float64(plainT), plainT)
+	}
+	// The service time is the parameter: twice the latency, twice the time.
+	slow := hostReadRun(t, Config{HostReadLatency: 2 * DefaultHostReadLatency}, reset, true, false)
+	if r := float64(slow) / float64(direct); r < 1.9 || r > 2.1 {
+		t.Errorf("HostReadLatency x2: %v vs %v (ratio %.2f, want ~2)", slow, direct, r)
+	}
+	// With the relay (Counter set), without a flag, and as persistent
+	// workers (which read the relay in their Counter block), no host read.
+	relay := hostReadRun(t, Config{}, reset, true, true)
+	noFlag := hostReadRun(t, Config{}, reset, false, false)
+	res := base
+	res.Form, res.Grid, res.Logical = gpu.Resumable, gpu.D1(132*8), n
+	resumable := hostReadRun(t, Config{}, res, true, true)
+	for _, c := range []struct {
+		name string
+		got  time.Duration
+	}{{"reset with relay", relay}, {"reset without flag", noFlag}, {"resumable", resumable}} {
+		if !near(c.got, plainT, plainT/100) {
+			t.Errorf("%s: %v, want about plain %v", c.name, c.got, plainT)
+		}
+	}
+}
+
+// TestHostFlagReadGPUWide: the server is one for the GPU, so two reset
+// kernels on two streams share it, and long blocks pay their reads only
+// once per wave.
+func TestHostFlagReadGPUWide(t *testing.T) {
+	r := newRig(t, Config{})
+	w, _ := r.d.NewHostWords(1)
+	const n = 132 * 8 * 4 // 4 waves of 8 blocks per SM, alone
+	l := plain("ew", n, 256, 4*4*us)
+	l.Form, l.Flag = gpu.Reset, w[0]
+	a, b := r.stream(0), r.stream(0)
+	r.launch(a, l)
+	r.launch(b, l)
+	r.drain()
+	end := max(r.ends()[1], r.ends()[2]) - r.starts()[1]
+	if serial := 2 * n * DefaultHostReadLatency; end < serial*9/10 || end > serial+50*us {
+		t.Errorf("two reset kernels on two streams end after %v; want about %v (one server for %d reads)", end, serial, 2*n)
+	}
+
+	// 2 waves of 1 ms blocks: the reads (132 per wave) add a fraction.
+	long := plain("long", 132*2, 1024, 2*time.Millisecond)
+	plainT := hostReadRun(t, Config{}, long, false, false)
+	long.Form = gpu.Reset
+	resetT := hostReadRun(t, Config{}, long, true, false)
+	if extra := resetT - plainT; extra <= 0 || extra > 2*132*2*DefaultHostReadLatency {
+		t.Errorf("reset with 1 ms blocks: %v vs plain %v; want a few hundred µs more", resetT, plainT)
+	}
+}
+
+// TestHostFlagReadRaise: blocks reading the host word see the flag when
+// their read completes, so a raise during a wave's reads makes the blocks
+// whose reads are still queued exit; Dispatch reports them as working (the
+// flag is not read yet) and Retire as exits.
+func TestHostFlagReadRaise(t *testing.T) {
+	r := newRig(t, Config{})
+	w, _ := r.d.NewHostWords(1)
+	const n = 1 << 16
+	l := plain("ew", n, 256, 260*us)
+	l.Form, l.Flag = gpu.Reset, w[0]
+	r.launch(r.stream(0), l)
+	lat := gpu.H100SXM.LaunchLatency
+	raise := lat + 5*time.Millisecond
+	if err := r.d.Wait(context.Background(), raise); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Store(w[0], 1)
+	r.drain()
+	var worked, exited int
+	for _, e := range r.trace {
+		if e.Kind == TraceRetire {
+			if e.Exit {
+				exited += e.Blocks * len(e.SMs)
+			} else {
+				worked += e.Blocks * len(e.SMs)
+			}
+		}
+	}
+	if worked+exited != n || exited == 0 {
+		t.Fatalf("retired %d working and %d exiting blocks, want %d in all, some exiting", worked, exited, n)
+	}
+	// About one read per µs until the raise did work; the rest read the
+	// raised flag (still one read each) and exit.
+	if hi := int(raise/DefaultHostReadLatency) + 132*8; worked > hi {
+		t.Errorf("%d blocks worked, want at most ~%d (reads done by the raise + a wave)", worked, hi)
+	}
+	if end := r.ends()[1]; end < time.Duration(n)*DefaultHostReadLatency*9/10 {
+		t.Errorf("ends at %v; every block still reads the flag once (%d reads)", end, n)
 	}
 }
 
@@ -501,7 +639,7 @@ func TestLaunchValidation(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	for _, c := range []Config{
-		{BlockMin: -1}, {Jitter: 0.7}, {Jitter: math.NaN()}, {Memory: -5}, {SamePriority: RoundRobin + 1},
+		{BlockMin: -1}, {HostReadLatency: -us}, {Jitter: 0.7}, {Jitter: math.NaN()}, {Memory: -5}, {SamePriority: RoundRobin + 1},
 		{Spec: gpu.Spec{Name: "x"}},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrConfig) {

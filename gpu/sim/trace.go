@@ -52,9 +52,13 @@ type TraceEvent struct {
 	// SMs are the SMs a Dispatch or Retire touched, ascending. The slice
 	// aliases the simulator's memory: it is valid only during the call.
 	SMs    []int16
-	Blocks int  // Dispatch, Retire: blocks per SM; Take: logical blocks taken
-	First  int  // Take: first logical block index
-	Exit   bool // Dispatch, Retire: blocks that exit without doing work
+	Blocks int // Dispatch, Retire: blocks per SM; Take: logical blocks taken
+	First  int // Take: first logical block index
+	// Exit: Dispatch, Retire: blocks that exit without doing work. Blocks
+	// that read the host flag directly (see Config.HostReadLatency) learn
+	// it only when their read is served: they are dispatched with Exit
+	// false and their Retire says whether they exited.
+	Exit bool
 }
 
 func (e TraceEvent) String() string {
