@@ -46,7 +46,7 @@ Examples:
 `
 
 func init() {
-	register(command{name: "probe", summary: "re-measure the §2 preemption physics table (GPU or simulator)", run: runProbe})
+	register(command{name: "probe", summary: "measure HP latency beside BE work under each preemption mechanism (docs/physics.md)", run: runProbe})
 }
 
 func parseFloats(s string) ([]float64, error) {
