@@ -256,7 +256,9 @@ func TestErrorClassification(t *testing.T) {
 }
 
 func TestMaxInFlightDropsInsteadOfWaiting(t *testing.T) {
-	f := &fakeOIP{delay: func(int) time.Duration { return 300 * time.Millisecond }}
+	// The server holds each request 1 s; drops happen within the 10 ms of
+	// scheduled sends, so anything near 1 s means the generator waited.
+	f := &fakeOIP{delay: func(int) time.Duration { return time.Second }}
 	c := f.start(t, ClientOptions{MaxInFlight: 2})
 	cfg := cfgFor(uniform(10, time.Millisecond))
 	cfg.MaxInFlight = 2
@@ -276,7 +278,7 @@ func TestMaxInFlightDropsInsteadOfWaiting(t *testing.T) {
 	}
 	// The dropped requests were due while the first two were outstanding,
 	// so the generator did not wait for them (open loop).
-	if res.Records[9].Done > 200*time.Millisecond {
+	if res.Records[9].Done > 600*time.Millisecond {
 		t.Errorf("request 9 dropped at %v: the generator blocked on the bound", res.Records[9].Done)
 	}
 }
