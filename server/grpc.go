@@ -473,35 +473,17 @@ func encodeContents(dt string, data []float64) *pb.InferTensorContents {
 	c := &pb.InferTensorContents{}
 	switch contentsField[dt] {
 	case "bool_contents":
-		c.BoolContents = make([]bool, len(data))
-		for i, v := range data {
-			c.BoolContents[i] = v != 0
-		}
+		c.BoolContents = convert(data, func(v float64) bool { return v != 0 })
 	case "int_contents":
-		c.IntContents = make([]int32, len(data))
-		for i, v := range data {
-			c.IntContents[i] = int32(v)
-		}
+		c.IntContents = convert(data, func(v float64) int32 { return int32(v) })
 	case "int64_contents":
-		c.Int64Contents = make([]int64, len(data))
-		for i, v := range data {
-			c.Int64Contents[i] = saturateInt64(v)
-		}
+		c.Int64Contents = convert(data, saturateInt64)
 	case "uint_contents":
-		c.UintContents = make([]uint32, len(data))
-		for i, v := range data {
-			c.UintContents[i] = uint32(v)
-		}
+		c.UintContents = convert(data, func(v float64) uint32 { return uint32(v) })
 	case "uint64_contents":
-		c.Uint64Contents = make([]uint64, len(data))
-		for i, v := range data {
-			c.Uint64Contents[i] = saturateUint64(v)
-		}
+		c.Uint64Contents = convert(data, saturateUint64)
 	case "fp32_contents":
-		c.Fp32Contents = make([]float32, len(data))
-		for i, v := range data {
-			c.Fp32Contents[i] = float32(v)
-		}
+		c.Fp32Contents = convert(data, func(v float64) float32 { return float32(v) })
 	case "fp64_contents":
 		c.Fp64Contents = append([]float64(nil), data...)
 	}
@@ -522,4 +504,13 @@ func saturateUint64(v float64) uint64 {
 		return math.MaxUint64
 	}
 	return uint64(v)
+}
+
+// convert maps each value of data through f.
+func convert[T any](data []float64, f func(float64) T) []T {
+	out := make([]T, len(data))
+	for i, v := range data {
+		out[i] = f(v)
+	}
+	return out
 }
