@@ -28,41 +28,9 @@ func TestDaemonEndToEnd(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	rn, err := models.NewResNet("e2e-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := server.NewEngine(context.Background(), server.EngineConfig{
-		Virtual: true, Seed: 3, Workers: 2,
-		Models: []server.EngineModel{{Name: "rn", Zoo: "resnet50", Model: &rn}},
-		Jobs:   []server.EngineJobModel{{Zoo: "resnet50-train"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.ShutdownTimeout = 5 * time.Second
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, cfg, eng, server.WithListener(ln), server.WithLogger(slog.New(slog.DiscardHandler)))
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("Run did not return after shutdown")
-		}
-	}()
-	u := "http://" + ln.Addr().String()
+	addr, stop := startE2E(t, []server.EngineJobModel{{Zoo: "resnet50-train"}})
+	defer stop()
+	u := "http://" + addr
 	c := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
 	defer c.CloseIdleConnections()
 	call := func(method, path string, body []byte) (int, []byte) {
@@ -166,5 +134,48 @@ func TestDaemonEndToEnd(t *testing.T) {
 		t.Error("/metrics lacks atoll_be_work_seconds_total")
 	} else if v, _ := strconv.ParseFloat(string(m[1]), 64); v <= 0 {
 		t.Errorf("BE work %v after a finished job", v)
+	}
+}
+
+// startE2E runs the daemon over the real engine — simulated GPU, virtual
+// time, a reduced ResNet served as "rn" — on a loopback listener, with the
+// given job models and extra run options (a gRPC listener, say). It returns
+// the HTTP address and a stop function that shuts the daemon down and
+// checks that Run returned cleanly.
+func startE2E(t *testing.T, jobs []server.EngineJobModel, opts ...server.RunOption) (addr string, stop func()) {
+	t.Helper()
+	rn, err := models.NewResNet("e2e-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := server.NewEngine(context.Background(), server.EngineConfig{
+		Virtual: true, Seed: 3, Workers: 2,
+		Models: []server.EngineModel{{Name: "rn", Zoo: "resnet50", Model: &rn}},
+		Jobs:   jobs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.ShutdownTimeout = 5 * time.Second
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts = append([]server.RunOption{server.WithListener(ln), server.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
+	go func() { done <- server.Run(ctx, cfg, eng, opts...) }()
+	return ln.Addr().String(), func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("Run did not return after shutdown")
+		}
 	}
 }

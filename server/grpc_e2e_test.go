@@ -3,11 +3,9 @@ package server_test
 import (
 	"context"
 	"encoding/binary"
-	"log/slog"
 	"math"
 	"net"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -15,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"atoll/models"
 	"atoll/server"
 	pb "atoll/server/inferencepb"
 )
@@ -27,47 +24,19 @@ func TestGRPCEndToEnd(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 
-	rn, err := models.NewResNet("e2e-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := server.NewEngine(context.Background(), server.EngineConfig{
-		Virtual: true, Seed: 3, Workers: 2,
-		Models: []server.EngineModel{{Name: "rn", Zoo: "resnet50", Model: &rn}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.ShutdownTimeout = 5 * time.Second
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, cfg, eng, server.WithListener(ln), server.WithGRPCListener(gln), server.WithLogger(slog.New(slog.DiscardHandler)))
-	}()
+	_, stop := startE2E(t, nil, server.WithGRPCListener(gln))
 	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	defer func() {
 		conn.Close()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run did not return")
-		}
+		stop()
 	}()
 	c := pb.NewGRPCInferenceServiceClient(conn)
 	bg := context.Background()
