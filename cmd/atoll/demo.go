@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -43,6 +45,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	var w workloadFlags
 	w.register(fs)
 	plotPath := fs.String("plot", "", "also draw the HP latency CDFs to this file (.svg, .png or .pdf)")
+	reports := fs.String("reports", "", "also write each policy's JSON report (the format 'atoll compare' reads) into this directory as <policy>.json")
 	only := fs.String("policies", strings.Join(policies.Names(), ","), "policies to run, comma-separated, in table order")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -71,8 +74,35 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "%d policies in %.1f s wall\n", len(rs), time.Since(start).Seconds())
+	if *reports != "" {
+		if err := writeReports(*reports, rs); err != nil {
+			return err
+		}
+	}
 	if *plotPath != "" {
 		return writePlot(*plotPath, rs)
+	}
+	return nil
+}
+
+// writeReports writes each report to dir/<policy>.json, creating dir.
+func writeReports(dir string, rs []*bench.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--reports: %w", err)
+	}
+	for _, r := range rs {
+		path := filepath.Join(dir, r.Policy+".json")
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("--reports: %w", err)
+		}
+		err = bench.WriteReport(f, r)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("--reports: %s: %w", path, err)
+		}
 	}
 	return nil
 }
