@@ -697,8 +697,9 @@ func (s spinDevice) Wait(ctx context.Context, until time.Duration) error {
 	return s.Device.Wait(ctx, min(until, s.Device.Now()+s.slice))
 }
 
-// runCell runs one mechanism on one BE job. Times are offset from the
-// device clock now, since the device lives across cells.
+// runCell runs one mechanism on one BE job. Arrivals and the BE start are
+// relative to the run's start: sched.Run moves them onto the device clock
+// (Trace.Start), which keeps running across cells.
 func runCell(ctx context.Context, dev gpu.Device, b *ProbeBinder, hp *profiles.Profile, be ProbeBE, name string, c ProbeConfig) ProbeCell {
 	cell := ProbeCell{Policy: name, TargetBlockUs: be.TargetBlockUs, BlockUs: be.BlockUs, BEForms: map[string]int{}}
 	start := time.Now()
@@ -709,7 +710,7 @@ func runCell(ctx context.Context, dev gpu.Device, b *ProbeBinder, hp *profiles.P
 		return cell
 	}
 	// BE gets a head start of a few BE kernels so HP meets a saturated GPU.
-	base := dev.Now() + time.Millisecond
+	base := time.Millisecond
 	lead := max(2*time.Duration(be.Profile.Kernels[0].DurationUs*float64(time.Microsecond)), 5*time.Millisecond)
 	n := c.Warmup + c.Requests
 	arr := make([]time.Duration, n)
@@ -735,6 +736,8 @@ func runCell(ctx context.Context, dev gpu.Device, b *ProbeBinder, hp *profiles.P
 				cell.BEForms[d.Launch.Form.String()]++
 				return
 			}
+			// Device times now; arrivals are added after the run, once
+			// its start on the device clock is known.
 			if req < n && d.Launch.Kernel == 0 {
 				first = append(first, dev.Now()-arr[req])
 			}
@@ -753,6 +756,12 @@ func runCell(ctx context.Context, dev gpu.Device, b *ProbeBinder, hp *profiles.P
 	if err != nil {
 		cell.Error = err.Error()
 		return cell
+	}
+	for i := range first {
+		first[i] -= tr.Start
+	}
+	for i := range last {
+		last[i] -= tr.Start
 	}
 	lat, svc := latencies(tr)
 	cell.HP, cell.HPService = Summarize(lat), Summarize(svc)

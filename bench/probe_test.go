@@ -348,9 +348,17 @@ func TestRunProbeOnSim(t *testing.T) {
 	lib := kernels.New(dev)
 	pool := NewBufferPool(dev, false, 1)
 	defer pool.Close()
+	t0 := dev.Now()
 	res, err := RunProbe(context.Background(), lib, pool, setup, c)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each cell's arrivals are relative to its own start: a cell must not
+	// wait out the device's age (a regression that made the GPU probe's
+	// cells double in length one after another).
+	perCell := time.Duration(c.Warmup+c.Requests)*c.Gap + time.Second
+	if span := dev.Now() - t0; span > time.Duration(len(c.Policies)*len(setup.BE))*perCell {
+		t.Errorf("the probe took %v of device time for %d cells, want at most %v each", span, len(c.Policies)*len(setup.BE), perCell)
 	}
 	if len(res.Cells) != len(c.Policies) {
 		t.Fatalf("%d cells for %d mechanisms", len(res.Cells), len(c.Policies))
@@ -366,6 +374,9 @@ func TestRunProbeOnSim(t *testing.T) {
 		}
 		if cell.HP.Count != c.Requests || len(cell.LatenciesUs) != c.Requests {
 			t.Errorf("%s: %d requests measured, want %d", cell.Policy, cell.HP.Count, c.Requests)
+		}
+		if lag := time.Duration(cell.FirstLaunchLag.P50 * float64(time.Microsecond)); lag < 0 || lag > 100*time.Millisecond {
+			t.Errorf("%s: first launch %v after its arrival (p50), want within [0, 100ms]", cell.Policy, lag)
 		}
 		cells[cell.Policy] = cell
 	}
