@@ -68,6 +68,17 @@ type ModuleSource struct {
 	Cubin []byte // a cubin for the device's architecture
 }
 
+// Compiler is implemented by devices whose modules are compiled from CUDA
+// source at run time (gpu/cuda, through NVRTC). Compile turns src into a
+// ModuleSource that LoadModule loads without compiling (Cubin set). Unlike
+// every other device call it may be made from any goroutine, concurrently
+// with the owner's use of the device: a scheduler compiles kernels it needs
+// later off its loop, so a compile (hundreds of milliseconds) never stalls
+// the launches of latency-critical work.
+type Compiler interface {
+	Compile(src ModuleSource) (ModuleSource, error)
+}
+
 // Device is the one interface between scheduling and hardware. It has two
 // implementations: gpu/sim, a discrete-event simulated GPU (the default and
 // the test bed) and gpu/cuda, the real GPU through the CUDA driver API.

@@ -8,7 +8,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"atoll/gpu"
 )
@@ -56,7 +58,29 @@ func (m fakeModule) Function(name string) (gpu.Func, error) {
 
 func (f *fakeDevice) LoadModule(src gpu.ModuleSource) (gpu.Module, error) {
 	f.sources = append(f.sources, src)
+	if src.CUDA == "" {
+		// compilingDevice's "cubin" is the source it compiled.
+		return fakeModule{f, string(src.Cubin)}, nil
+	}
 	return fakeModule{f, src.CUDA}, nil
+}
+
+// compilingDevice is a gpu.Compiler whose compiles wait for release and
+// fail with fail (if set).
+type compilingDevice struct {
+	*fakeDevice
+	release chan struct{}
+	fail    error
+	calls   atomic.Int32
+}
+
+func (c *compilingDevice) Compile(src gpu.ModuleSource) (gpu.ModuleSource, error) {
+	c.calls.Add(1)
+	<-c.release
+	if c.fail != nil {
+		return gpu.ModuleSource{}, c.fail
+	}
+	return gpu.ModuleSource{Name: src.Name, Cubin: []byte(src.CUDA)}, nil
 }
 
 func (f *fakeDevice) Alloc(n int64) (gpu.Ptr, error) {
@@ -386,6 +410,53 @@ func TestLaunchPadded(t *testing.T) {
 	}
 	if _, err := lib.LaunchPadded(hp, hb, Control{}, 0, be, bb, Control{}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("BE without control: %v", err)
+	}
+}
+
+// TestLaunchPaddedAsync: with AsyncPairs a missing pair kernel compiles
+// off the caller's goroutine — LaunchPadded answers ErrCompiling at once,
+// starts one compile however often it is asked, and launches once the
+// compile is done; a failed compile is reported, not retried forever
+// silently.
+func TestLaunchPaddedAsync(t *testing.T) {
+	for _, fail := range []error{nil, errors.New("nvrtc: boom")} {
+		dev := &compilingDevice{fakeDevice: newFake(), release: make(chan struct{}), fail: fail}
+		lib := New(dev)
+		lib.AsyncPairs = true
+		hp := GEMM{M: 256, N: 256, K: 64, In: BF16, Out: BF16}
+		be := LayerNorm{Rows: 1000, Cols: 256, In: F32}
+		hb, _ := Alloc(dev, hp, 1)
+		bb, _ := Alloc(dev, be, 2)
+		ctl := Control{Flag: gpu.HostWord{Index: 1, Dev: 0x1000}, Counter: 0x2000, Done: gpu.HostWord{Index: 2, Dev: 0x1004}, Workers: 40}
+		for range 3 {
+			if _, err := lib.LaunchPadded(hp, hb, Control{}, 0, be, bb, ctl); !errors.Is(err, ErrCompiling) {
+				t.Fatalf("before the compile is done: %v, want ErrCompiling", err)
+			}
+		}
+		close(dev.release)
+		var l *gpu.Launch
+		var err error
+		for range 1000 {
+			if l, err = lib.LaunchPadded(hp, hb, Control{}, 0, be, bb, ctl); !errors.Is(err, ErrCompiling) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if got := dev.calls.Load(); got != 1 {
+			t.Errorf("%d compiles of one pair, want 1", got)
+		}
+		if fail != nil {
+			if err == nil || !strings.Contains(err.Error(), "boom") || errors.Is(err, ErrCompiling) {
+				t.Errorf("failed compile: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Form != gpu.Padded || dev.funcs[l.Func] != PaddedFunc(hp.Kernel(), be.Kernel()) {
+			t.Errorf("launch %+v (func %q)", l, dev.funcs[l.Func])
+		}
 	}
 }
 

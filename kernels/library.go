@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 
 	"atoll/gpu"
 )
@@ -22,7 +24,28 @@ type Library struct {
 	epoch int32          // launch serial number, stamped into each Ctl
 	// Compiles counts modules loaded so far.
 	Compiles int
+	// AsyncPairs makes LaunchPadded compile a pair kernel it has not got
+	// off the owner's goroutine (on devices that are gpu.Compilers) and
+	// answer ErrCompiling until it is ready, instead of blocking for the
+	// compile. Schedulers set it: a first padded launch must not stall the
+	// latency-critical work for a compile (hundreds of ms with NVRTC).
+	AsyncPairs bool
+
+	amu   sync.Mutex
+	async map[string]*asyncModule // pair compiles started in the background, by module key
 }
+
+// asyncModule is one background compile: src is set (or err) once done is
+// closed.
+type asyncModule struct {
+	done chan struct{}
+	src  gpu.ModuleSource
+	err  error
+}
+
+// ErrCompiling says a launch needs a module that is still being compiled in
+// the background (Library.AsyncPairs); ask again later.
+var ErrCompiling = errors.New("kernels: module still compiling")
 
 // New returns a Library for dev. Nothing is compiled until needed.
 func New(dev gpu.Device) *Library {
@@ -33,10 +56,15 @@ func New(dev gpu.Device) *Library {
 func (l *Library) Device() gpu.Device { return l.dev }
 
 func (l *Library) module(key, src string) (gpu.Module, error) {
+	return l.load(key, gpu.ModuleSource{Name: key, CUDA: src})
+}
+
+// load loads the module key from ms unless it is loaded already.
+func (l *Library) load(key string, ms gpu.ModuleSource) (gpu.Module, error) {
 	if m, ok := l.mods[key]; ok {
 		return m, nil
 	}
-	m, err := l.dev.LoadModule(gpu.ModuleSource{Name: key, CUDA: src})
+	m, err := l.dev.LoadModule(ms)
 	if err != nil {
 		return nil, fmt.Errorf("kernels: compiling module %s: %w", key, err)
 	}
@@ -56,6 +84,11 @@ func (l *Library) function(key string, src func() string, name string) (gpu.Func
 	if err != nil {
 		return 0, err
 	}
+	return l.resolve(key, m, name)
+}
+
+// resolve looks name up in module key and caches it.
+func (l *Library) resolve(key string, m gpu.Module, name string) (gpu.Func, error) {
 	f, err := m.Function(name)
 	if err != nil {
 		return 0, fmt.Errorf("kernels: module %s has no function %s: %w", key, name, err)
@@ -237,6 +270,48 @@ func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.
 	return ln, nil
 }
 
+// functionAsync is function for a caller that must not block on a compile:
+// on a gpu.Compiler device a missing module is compiled on another
+// goroutine and ErrCompiling returned until it can be loaded (loading a
+// cubin is quick). Other devices compile in place, as function does.
+func (l *Library) functionAsync(key string, src func() string, name string) (gpu.Func, error) {
+	if f, ok := l.funcs[name]; ok {
+		return f, nil
+	}
+	c, ok := l.dev.(gpu.Compiler)
+	if !ok {
+		return l.function(key, src, name)
+	}
+	l.amu.Lock()
+	a := l.async[key]
+	if a == nil {
+		if l.async == nil {
+			l.async = map[string]*asyncModule{}
+		}
+		a = &asyncModule{done: make(chan struct{})}
+		l.async[key] = a
+		ms := gpu.ModuleSource{Name: key, CUDA: src()}
+		go func() {
+			a.src, a.err = c.Compile(ms)
+			close(a.done)
+		}()
+	}
+	l.amu.Unlock()
+	select {
+	case <-a.done:
+	default:
+		return 0, fmt.Errorf("%w: %s", ErrCompiling, key)
+	}
+	if a.err != nil {
+		return 0, fmt.Errorf("kernels: compiling module %s: %w", key, a.err)
+	}
+	m, err := l.load(key, a.src)
+	if err != nil {
+		return 0, err
+	}
+	return l.resolve(key, m, name)
+}
+
 // LaunchPadded returns one padded launch (REEF's dynamic kernel padding):
 // the HP op's logical blocks [hpCtl.Offset, hpCtl.Offset+hpBlocks) run with
 // plain indexing in the launch's first hpBlocks blocks (hpBlocks <= 0: all
@@ -296,7 +371,13 @@ func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks in
 	}
 	w = min(w, ceilDiv(bk.logical(), beCtl.Chunk))
 	pairName := PaddedFunc(hk.name, bk.name)
-	f, err := l.function(pairName, func() string { return pairSource(hk, bk) }, pairName)
+	pairSrc := func() string { return pairSource(hk, bk) }
+	var f gpu.Func
+	if l.AsyncPairs {
+		f, err = l.functionAsync(pairName, pairSrc, pairName)
+	} else {
+		f, err = l.function(pairName, pairSrc, pairName)
+	}
 	if err != nil {
 		return nil, err
 	}

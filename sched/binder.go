@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
 
 	"atoll/gpu"
@@ -36,6 +37,13 @@ type PadRequest struct {
 	Blocks int
 	Ctl    Control
 }
+
+// ErrNotReady is what a Binder answers (wrapped) for a padded launch whose
+// pair kernel is not ready yet (compiling in the background). The driver
+// then launches the HP kernel alone (Plain): the pad's BE kernel makes no
+// progress in that launch and resumes from its progress block later. Any
+// other form must bind or fail.
+var ErrNotReady = errors.New("sched: launch not ready yet")
 
 // Binder turns a launch decision into a complete gpu.Launch: function,
 // geometry, arguments (the preemption state included), cost and the form's

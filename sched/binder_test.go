@@ -2,6 +2,7 @@ package sched_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,5 +71,60 @@ func TestBinderReceivesPreemptionState(t *testing.T) {
 				t.Errorf("%s made no %s or padded launches: %v", name, want, rb.forms)
 			}
 		})
+	}
+}
+
+// notReadyBinder answers ErrNotReady for the first n padded requests, as
+// the kernel library does while a pair kernel compiles in the background.
+type notReadyBinder struct {
+	*sched.ProfileBinder
+	n     int
+	plain int // HP requests re-bound Plain after a refusal
+	last  bool
+}
+
+func (b *notReadyBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
+	if r.Form == gpu.Padded && b.n > 0 {
+		b.n--
+		b.last = true
+		return nil, fmt.Errorf("pair compiling: %w", sched.ErrNotReady)
+	}
+	if b.last {
+		if r.Form != gpu.Plain || r.Pad != nil || r.Client.Class != sched.HP {
+			return nil, fmt.Errorf("after a refused padded launch the driver asked for %s of %s (pad %v), want the HP kernel Plain", r.Form, r.Client, r.Pad)
+		}
+		b.plain++
+	}
+	b.last = false
+	return b.ProfileBinder.Bind(r)
+}
+
+// TestPaddedNotReadyRunsHPAlone: while a pair kernel is not ready the
+// driver launches the HP kernel alone; HP requests all complete, the BE
+// client still progresses, and the trace counts those launches apart.
+func TestPaddedNotReadyRunsHPAlone(t *testing.T) {
+	dev := newSim(t)
+	w := smallWorkload(t, 2*time.Millisecond, 20*time.Millisecond)
+	pb, err := sched.NewProfileBinder(dev, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &notReadyBinder{ProfileBinder: pb, n: 5}
+	p, err := policies.ByName("atoll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: p, Duration: 20 * time.Millisecond, Binder: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.n != 0 || b.plain != 5 || tr.UnpaddedLaunches != 5 {
+		t.Errorf("refusals left %d, HP re-bound plain %d times, trace counts %d unpadded; want 0, 5, 5", b.n, b.plain, tr.UnpaddedLaunches)
+	}
+	if tr.PaddedLaunches == 0 {
+		t.Errorf("no padded launch once the pair was ready")
+	}
+	if len(tr.Requests) < len(w.HP[0].Arrivals)-1 || tr.BEWork == 0 {
+		t.Errorf("%d of %d requests done, BE work %v", len(tr.Requests), len(w.HP[0].Arrivals), tr.BEWork)
 	}
 }

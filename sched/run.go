@@ -3,6 +3,7 @@ package sched
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -73,7 +74,10 @@ type Trace struct {
 	Preemptions    []PreemptionRecord
 	Launches       int // all launches of the run
 	PaddedLaunches int
-	Stats          Stats // the core's counters over the whole run
+	// UnpaddedLaunches are padded decisions launched as the HP kernel alone
+	// because the pair kernel was not ready (Binder answered ErrNotReady).
+	UnpaddedLaunches int
+	Stats            Stats // the core's counters over the whole run
 }
 
 // Window is the measured interval, Duration − Warmup.
@@ -104,6 +108,7 @@ type dflight struct {
 	ev       gpu.Event
 	done     gpu.HostWord // Resumable, Padded: this launch's done word
 	raisedAt time.Duration
+	unpadded bool // a Padded decision launched Plain: its pair kernel was not ready (ErrNotReady)
 }
 
 type driver struct {
@@ -558,6 +563,15 @@ func (d *driver) launch(l Launch) error {
 			Ctl: Control{Flag: d.zero, Counter: d.ctrs[l.Pad.Client.Index], Done: f.done}}
 	}
 	bound, err := d.binder.Bind(req)
+	if l.Form == gpu.Padded && errors.Is(err, ErrNotReady) {
+		// The pair kernel is not ready: run the HP blocks alone. The
+		// pad's done word stays 0, so the core sees its BE kernel
+		// preempted with no progress, and resumes it later.
+		req.Form, req.Pad = gpu.Plain, nil
+		bound, err = d.binder.Bind(req)
+		f.unpadded = true
+		d.trace.UnpaddedLaunches++
+	}
 	if err != nil {
 		if f.done.Valid() {
 			d.words = append(d.words, f.done)
@@ -566,6 +580,9 @@ func (d *driver) launch(l Launch) error {
 	}
 	gl := *bound
 	gl.Form = l.Form
+	if f.unpadded {
+		gl.Form, gl.Pad = gpu.Plain, nil
+	}
 	if err := d.dev.Launch(f.stream, &gl); err != nil {
 		if f.done.Valid() {
 			d.words = append(d.words, f.done)
@@ -584,7 +601,7 @@ func (d *driver) launch(l Launch) error {
 	}
 	d.queues[f.stream] = append(q, f)
 	d.trace.Launches++
-	if l.Form == gpu.Padded {
+	if l.Form == gpu.Padded && !f.unpadded {
 		d.trace.PaddedLaunches++
 	}
 	return nil

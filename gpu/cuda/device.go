@@ -478,7 +478,8 @@ func (d *Device) ClockUncertainty() time.Duration { return d.clockUn }
 func (d *Device) ContextAPI() string { return d.drv.ctxCreateName }
 
 // SetCacheDir sets where compiled CUDA C modules are cached ("" disables the
-// cache). The default is os.UserCacheDir()/atoll/kernels.
+// cache). The default is os.UserCacheDir()/atoll/kernels. Call it before
+// anything compiles: Compile reads it from other goroutines.
 func (d *Device) SetCacheDir(dir string) { d.cacheDir = dir }
 
 // Now is host monotonic time since Open.

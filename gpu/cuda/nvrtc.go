@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"atoll/gpu"
 )
 
 // nvrtcLibs are the NVRTC libraries tried, in order. Tests replace it.
@@ -220,6 +222,24 @@ var compileOptions = []string{"--std=c++17", "-default-device"}
 // compileCached compiles src for the device's architecture, through the
 // disk cache when one is set. A cache that cannot be read or written is
 // skipped, never an error.
+// Compile implements gpu.Compiler: it compiles src's CUDA source for this
+// device (through the disk cache) and returns it as a cubin. It reads only
+// what Open fixed (architecture, cache directory) and NVRTC serializes its
+// own compiles, so it is safe from any goroutine while the owner uses the
+// device.
+func (d *Device) Compile(src gpu.ModuleSource) (gpu.ModuleSource, error) {
+	if src.CUDA == "" {
+		return src, nil
+	}
+	img, err := d.compileCached(src.CUDA, src.Name)
+	if err != nil {
+		return gpu.ModuleSource{}, err
+	}
+	return gpu.ModuleSource{Name: src.Name, Cubin: img}, nil
+}
+
+var _ gpu.Compiler = (*Device)(nil)
+
 func (d *Device) compileCached(src, name string) ([]byte, error) {
 	ver, err := NVRTCVersion()
 	if err != nil {

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"errors"
 	"fmt"
 
 	"atoll/gpu"
@@ -34,7 +35,39 @@ func NewBinder(lib *kernels.Library, hp, be []*Instance) (*Binder, error) {
 			}
 		}
 	}
+	// Compile every kernel the scheduler may launch now, before the run:
+	// HP layers plain, BE layers in the three forms a policy picks from. A
+	// compile on the launch path stalls the HP request waiting on it.
+	// Padded pairs are too many to compile ahead (HP layers × BE layers):
+	// they compile in the background on first use (Library.AsyncPairs) and
+	// Bind answers sched.ErrNotReady until then.
+	for _, list := range []struct {
+		ins   []*Instance
+		forms []gpu.Form
+	}{{hp, []gpu.Form{gpu.Plain}}, {be, []gpu.Form{gpu.Plain, gpu.Reset, gpu.Resumable}}} {
+		for _, in := range list.ins {
+			if err := in.prepare(lib, list.forms); err != nil {
+				return nil, err
+			}
+		}
+	}
+	lib.AsyncPairs = true
 	return &Binder{lib: lib, hp: hp, be: be}, nil
+}
+
+// prepare compiles the kernels of in's runnable layers in forms.
+func (in *Instance) prepare(lib *kernels.Library, forms []gpu.Form) error {
+	for i, l := range in.layers {
+		if l.err != nil {
+			continue
+		}
+		for _, f := range forms {
+			if _, err := lib.Func(l.op, f); err != nil {
+				return fmt.Errorf("run: compiling %s layer %d (%s) %s: %w", in.g.Model, i, in.g.Layers[i].Name, f, err)
+			}
+		}
+	}
+	return nil
 }
 
 // ProgressBytes implements sched.Binder: the kernel library's control
@@ -85,6 +118,9 @@ func (b *Binder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 		l, err := b.lib.LaunchPadded(in.layers[r.Kernel].op, in.layers[r.Kernel].bufs, kernels.Control{}, 0,
 			be.layers[r.Pad.Kernel].op, be.layers[r.Pad.Kernel].bufs, pc)
 		if err != nil {
+			if errors.Is(err, kernels.ErrCompiling) {
+				err = fmt.Errorf("%w: %w", sched.ErrNotReady, err)
+			}
 			return nil, fmt.Errorf("run: %s layer %d (%s) padded with %s layer %d (%s): %w", in.g.Model, r.Kernel, in.g.Layers[r.Kernel].Name,
 				be.g.Model, r.Pad.Kernel, be.g.Layers[r.Pad.Kernel].Name, err)
 		}
