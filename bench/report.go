@@ -68,7 +68,11 @@ type Report struct {
 	PreemptLatency Latency `json:"preemptLatency"`
 	Padded         int     `json:"paddedLaunches"`
 	Launches       int     `json:"launches"`
-	WallSec        float64 `json:"wallSec"`
+	// HostUsPerLaunch is the driver's host time per launch (bind, launch,
+	// record), from the run's wall clock: the real cost on a GPU; on the
+	// simulator it is the Go code's own cost, not a model figure.
+	HostUsPerLaunch float64 `json:"hostUsPerLaunch"`
+	WallSec         float64 `json:"wallSec"`
 }
 
 // Finish fills the derived fields (overheads, normalized throughputs) from

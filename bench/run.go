@@ -263,6 +263,9 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.PreemptLatency = Summarize(pl)
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
+	if tr.Launches > 0 {
+		r.HostUsPerLaunch = round3(float64(tr.LaunchHost) / float64(tr.Launches) / 1e3)
+	}
 	r.Finish()
 	return r
 }

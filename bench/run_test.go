@@ -47,6 +47,9 @@ func TestSuiteRunsEveryPolicy(t *testing.T) {
 		if r.HP.P50 < r.Workload.SoloHPUs*0.99 {
 			t.Errorf("%s: HP p50 %.0f µs is faster than the solo latency %.0f µs", r.Policy, r.HP.P50, r.Workload.SoloHPUs)
 		}
+		if r.Launches == 0 || r.HostUsPerLaunch <= 0 {
+			t.Errorf("%s: %d launches, host time per launch %v µs: the driver's launch cost went unmeasured", r.Policy, r.Launches, r.HostUsPerLaunch)
+		}
 		if r.Policy == "dedicated" {
 			if *r.P99Overhead != 0 || r.BEWorkPerSec != 0 {
 				t.Errorf("dedicated must match itself and run no BE: %+v", r)

@@ -77,6 +77,11 @@ type Trace struct {
 	// UnpaddedLaunches are padded decisions launched as the HP kernel alone
 	// because the pair kernel was not ready (Binder answered ErrNotReady).
 	UnpaddedLaunches int
+	// LaunchHost is the host (wall) time the driver spent making launches
+	// — binding, the device's Launch and the event Record — over the whole
+	// run. On a real GPU, LaunchHost/Launches is the host cost of one
+	// launch (the simulator's HostLaunchCost models it).
+	LaunchHost time.Duration
 	Stats            Stats // the core's counters over the whole run
 }
 
@@ -542,6 +547,8 @@ func (d *driver) apply(dec Decision) error {
 
 func (d *driver) launch(l Launch) error {
 	what := func() string { return fmt.Sprintf("L%d %s k%d %s", l.ID, l.Client, l.Kernel, l.Form) }
+	t0 := time.Now()
+	defer func() { d.trace.LaunchHost += time.Since(t0) }()
 	f := &dflight{l: l, stream: d.stream(l.Stream), raisedAt: -1}
 	req := BindRequest{Client: l.Client, Kernel: l.Kernel, Form: l.Form}
 	var err error

@@ -30,6 +30,7 @@ type workloadFlags struct {
 	warmup   time.Duration
 	backend  string
 	quiet    bool
+	hostCost time.Duration
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
@@ -47,6 +48,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.warmup, "warmup", 500*time.Millisecond, "span before the measured one whose requests are discarded")
 	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU, any profiles) or cuda (the real GPU, measured profiles of it; models the kernel library can run)")
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
+	fs.DurationVar(&w.hostCost, "sim-launch-cost", 0, "simulator: host time each launch takes (the GPU runs meanwhile; models one host thread launching for every client — the GPU reports' hostUsPerLaunch is the measured figure, docs/fidelity.md)")
 }
 
 // config resolves the flags into a bench configuration.
@@ -87,9 +89,14 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	}
 	switch w.backend {
 	case "sim":
-		seed := w.seed
-		c.NewDevice = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: spec, Seed: seed}) }
+		seed, cost := w.seed, w.hostCost
+		c.NewDevice = func() (gpu.Device, error) {
+			return sim.New(sim.Config{Spec: spec, Seed: seed, HostLaunchCost: cost})
+		}
 	case "cuda":
+		if w.hostCost != 0 {
+			return nil, fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
+		}
 		// Profiles must be measured on this GPU kind (atoll profile);
 		// runs go one at a time, each owning the device.
 		if hp.Source == profiles.SourceEstimated {

@@ -19,6 +19,14 @@ type Config struct {
 	// LaunchLatency is the time from a host Launch (or Memset32) call to
 	// the op being eligible to run. Zero means Spec.LaunchLatency.
 	LaunchLatency time.Duration
+	// HostLaunchCost is host time each Launch call takes: the device clock
+	// moves on by it (kernels keep running) before Launch returns, as a
+	// real driver call plus the binder's argument packing occupy the
+	// calling thread. It matters when one host thread launches for every
+	// client — a burst of BE launches delays the next HP arrival's first
+	// launch. Zero (the default) means launches cost no host time; the GPU
+	// path measures the real figure (bench reports' hostUsPerLaunch).
+	HostLaunchCost time.Duration
 	// BlockMin is the shortest lifetime of any block: the time a block
 	// that exits at once (raised flag, nothing left to take) holds its
 	// slot, and the floor of every block's solo duration. Zero means
@@ -131,7 +139,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -221,7 +222,22 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 		k.parts[1].pending = l.Pad.Grid.Count()
 	}
 	d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
+	d.hostBusy(float64(d.cfg.HostLaunchCost))
 	return nil
+}
+
+// hostBusy moves the clock on by dt of host time: the device runs
+// meanwhile (kernels progress, events complete), as it does while a real
+// host thread sits in a driver call.
+func (d *Device) hostBusy(dt float64) {
+	if dt <= 0 {
+		return
+	}
+	for target := d.now + dt; d.now < target; {
+		if err := d.run(context.Background(), target); err != nil {
+			return
+		}
+	}
 }
 
 func (d *Device) newKernel() *kernel {

@@ -752,3 +752,32 @@ func TestDeterministicForSeed(t *testing.T) {
 		t.Error("different seeds with jitter gave the same trace")
 	}
 }
+
+// TestHostLaunchCost: each Launch moves the clock on by the host cost while
+// the device keeps running: the first kernel starts (and progresses)
+// during the later launches, each later kernel becomes eligible one host
+// cost after the one before.
+func TestHostLaunchCost(t *testing.T) {
+	const cost = 5 * us
+	r := newRig(t, Config{HostLaunchCost: cost})
+	s := r.stream(0)
+	for i := range 4 {
+		r.launch(s, plain("k", 132, 256, 20*us))
+		if got, want := r.d.Now(), time.Duration(i+1)*cost; got != want {
+			t.Fatalf("after launch %d the clock reads %v, want %v", i+1, got, want)
+		}
+	}
+	r.drain()
+	lat := gpu.H100SXM.LaunchLatency
+	st, en := r.starts(), r.ends()
+	if !near(st[1], lat, 1) {
+		t.Errorf("first kernel started at %v, want %v (during the later launches)", st[1], lat)
+	}
+	// One stream: kernel 4 runs after kernels 1-3 (each 20 µs > cost).
+	if want := lat + 4*20*us; !near(en[4], want, 2) {
+		t.Errorf("last kernel ended at %v, want %v", en[4], want)
+	}
+	if _, err := New(Config{HostLaunchCost: -us}); !errors.Is(err, ErrConfig) {
+		t.Errorf("negative host cost: %v", err)
+	}
+}
