@@ -35,7 +35,8 @@ type Config struct {
 	// Backend is "sim" (the simulated GPU, paced to the wall clock) or
 	// "cuda" (the real GPU 0).
 	Backend string `yaml:"backend"`
-	// GPU is the simulated GPU's spec name (gpu.Specs); ignored for cuda.
+	// GPU is the simulated GPU's spec name (gpu.Specs); ignored for cuda,
+	// which serves with the profiles of the GPU it finds.
 	GPU string `yaml:"gpu"`
 	// Policy is the scheduling policy's name (atoll policies).
 	Policy string `yaml:"policy"`

@@ -207,6 +207,15 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	if cfg.Backend != "sim" && cfg.Backend != "cuda" {
 		return nil, fmt.Errorf("%w: backend %q; use \"sim\" or \"cuda\"", ErrConfig, cfg.Backend)
 	}
+	if cfg.Backend == "cuda" {
+		// Profiles are per GPU kind: take the kind of the GPU served, never
+		// a default that would time this GPU with another's profiles.
+		name, err := cudaGPUName(cfg.Ordinal)
+		if err != nil {
+			return nil, fmt.Errorf("%w: backend cuda: %w (use backend sim without a GPU)", ErrConfig, err)
+		}
+		cfg.GPU = name
+	}
 	if cfg.GPU == "" {
 		cfg.GPU = "H100-SXM"
 	}
@@ -282,6 +291,9 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		if err != nil && cfg.Backend == "sim" {
 			return nil, fmt.Errorf("%w: %s: the simulator times %s from its profile: %w", ErrConfig, where, mc.Zoo, err)
 		}
+		if prof != nil && cfg.Backend == "cuda" && prof.Source == profiles.SourceEstimated {
+			return nil, fmt.Errorf("%w: %s: the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", ErrConfig, where, mc.Zoo, mc.Batch, spec.Name, mc.Zoo, mc.Batch)
+		}
 		if prof == nil {
 			// The scheduler needs the kernel sequence on cuda too.
 			return nil, fmt.Errorf("%w: %s: no profile of %s at batch %d for %s; run `atoll profile` first: %w", ErrConfig, where, mc.Zoo, mc.Batch, spec.Name, err)
@@ -332,6 +344,9 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		prof, err := profiles.Lookup(spec.Name, jc.Zoo, jc.Batch, "")
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		if cfg.Backend == "cuda" && prof.Source == profiles.SourceEstimated {
+			return nil, fmt.Errorf("%w: %s: the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", ErrConfig, where, jc.Zoo, jc.Batch, spec.Name, jc.Zoo, jc.Batch)
 		}
 		for _, o := range e.jobsM {
 			if o.zoo == jc.Zoo && o.batch == jc.Batch {
@@ -430,6 +445,21 @@ func engIntRange(g *models.Graph, name string) int {
 		}
 	}
 	return math.MaxInt32
+}
+
+// cudaGPUName is the name of CUDA device ordinal (NVML's inventory where
+// it answers, else the driver's, opening the device briefly). Tests
+// replace it.
+var cudaGPUName = func(ordinal int) (string, error) {
+	if inv, err := cuda.Inventory(); err == nil && ordinal < len(inv) {
+		return inv[ordinal].Name, nil
+	}
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	return dev.Info().Name, nil
 }
 
 // bindInstances runs in the owner goroutine once the device is open: it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -460,6 +461,8 @@ func TestEngineDeviceFailureIsInternal(t *testing.T) {
 
 func TestNewEngineConfigErrors(t *testing.T) {
 	leakCheck(t)
+	// "override" must fail on its own ground, not for want of a GPU here.
+	defer server.SetCUDAGPUName(func(int) (string, error) { return "NVIDIA H200", nil })()
 	r := tinyResNet(t)
 	for name, cfg := range map[string]server.EngineConfig{
 		"backend":  {Backend: "tpu", Models: []server.EngineModel{{Zoo: "resnet50"}}},
@@ -540,5 +543,21 @@ func TestEngineKeepsMaxJobs(t *testing.T) {
 	}
 	if _, ok := e.Job(ids[0]); ok {
 		t.Error("the oldest ended job is still listed")
+	}
+}
+
+// TestCUDAEngineUsesTheGPUsOwnProfiles: on cuda the engine takes the GPU
+// kind from the device, not from the (simulator's) GPU setting, and refuses
+// to serve a model whose only profile for that GPU is a roofline estimate.
+func TestCUDAEngineUsesTheGPUsOwnProfiles(t *testing.T) {
+	defer server.SetCUDAGPUName(func(int) (string, error) { return "", errors.New("cuda: no device") })()
+	_, err := server.NewEngine(context.Background(), server.EngineConfig{Backend: "cuda", Models: []server.EngineModel{{Zoo: "resnet50"}}})
+	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "no device") || !strings.Contains(err.Error(), "backend sim") {
+		t.Errorf("no GPU: %v", err)
+	}
+	server.SetCUDAGPUName(func(int) (string, error) { return "NVIDIA H100 80GB HBM3", nil })
+	_, err = server.NewEngine(context.Background(), server.EngineConfig{Backend: "cuda", GPU: "H200", Models: []server.EngineModel{{Zoo: "resnet50"}}})
+	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "H100-SXM") || !strings.Contains(err.Error(), "atoll profile --model resnet50 --batch 1") {
+		t.Errorf("H100 with estimated profiles only (GPU setting H200 ignored): %v", err)
 	}
 }
