@@ -12,6 +12,12 @@
 //	res, err := loadgen.Run(ctx, c, loadgen.Config{Model: "resnet50", Schedule: times, ...})
 //	rep := loadgen.Summarize(res)
 //
+// Tensor data goes as the binary tensor data extension by default
+// (Config.Data, DataBinary): each distinct body is encoded once, and the
+// sender writes the prepared bytes with only the request id spliced in.
+// DataJSON sends JSON numbers, which cost milliseconds per large tensor on
+// both ends.
+//
 // Open loop: every request is sent at its scheduled time whether or not the
 // earlier ones have finished, and its latency is its completion time minus
 // its SCHEDULED send time, so a generator that falls behind counts against

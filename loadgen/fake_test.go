@@ -1,8 +1,11 @@
 package loadgen
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +23,7 @@ type fakeOIP struct {
 	meta Metadata
 	// delay and fault see the request id (the generator's schedule index).
 	delay func(id int) time.Duration
-	fault func(id int) string // "", "400", "503", "500", "close", "garbage", "hang"
+	fault func(id int) string // "", "400", "503", "500", "close", "garbage", "shortbinary", "hang"
 	// serial makes the fake serve one request at a time, like a GPU.
 	serial bool
 
@@ -30,6 +33,8 @@ type fakeOIP struct {
 	served   atomic.Int64
 	conns    atomic.Int64 // connections opened
 	prios    sync.Map     // id -> priority parameter (float64) or nil
+
+	binaryReqs atomic.Int64 // requests with Inference-Header-Content-Length
 }
 
 func testModel() Metadata {
@@ -65,21 +70,60 @@ func (f *fakeOIP) handler() http.Handler {
 			ID         string         `json:"id"`
 			Parameters map[string]any `json:"parameters"`
 			Inputs     []struct {
-				Name     string    `json:"name"`
-				Shape    []int64   `json:"shape"`
-				Datatype string    `json:"datatype"`
-				Data     []float64 `json:"data"`
+				Name       string         `json:"name"`
+				Shape      []int64        `json:"shape"`
+				Datatype   string         `json:"datatype"`
+				Parameters map[string]int `json:"parameters"`
+				Data       []float64      `json:"data"`
 			} `json:"inputs"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		js, rest := body, []byte(nil)
+		if h := r.Header.Get("Inference-Header-Content-Length"); h != "" {
+			n, err := strconv.Atoi(h)
+			if err != nil || n < 0 || n > len(body) {
+				oipError(w, http.StatusBadRequest, "bad Inference-Header-Content-Length")
+				return
+			}
+			js, rest = body[:n], body[n:]
+			f.binaryReqs.Add(1)
+		}
+		if err := json.Unmarshal(js, &req); err != nil {
 			oipError(w, http.StatusBadRequest, "malformed JSON: "+err.Error())
 			return
 		}
 		id, err := strconv.Atoi(req.ID)
-		if err != nil || len(req.Inputs) != 1 || req.Inputs[0].Name != "x" || len(req.Inputs[0].Data) != 12 {
+		if err != nil || len(req.Inputs) != 1 || req.Inputs[0].Name != "x" {
 			oipError(w, http.StatusBadRequest, "bad input")
 			return
 		}
+		x := req.Inputs[0]
+		if size, ok := x.Parameters["binary_data_size"]; ok {
+			if size != len(rest) || x.Data != nil || x.Datatype != "FP32" {
+				oipError(w, http.StatusBadRequest, "bad binary input")
+				return
+			}
+			for i := 0; i+4 <= len(rest); i += 4 {
+				x.Data = append(x.Data, float64(math.Float32frombits(binary.LittleEndian.Uint32(rest[i:]))))
+			}
+		} else if len(rest) != 0 {
+			oipError(w, http.StatusBadRequest, "trailing bytes")
+			return
+		}
+		if len(x.Data) != 12 {
+			oipError(w, http.StatusBadRequest, "bad input")
+			return
+		}
+		for _, v := range x.Data {
+			if v < -1 || v >= 1 {
+				oipError(w, http.StatusBadRequest, "input value out of the generator's range")
+				return
+			}
+		}
+		binaryOut := req.Parameters["binary_data_output"] == true
 		f.prios.Store(id, req.Parameters["priority"])
 		n := f.inflight.Add(1)
 		defer f.inflight.Add(-1)
@@ -125,7 +169,18 @@ func (f *fakeOIP) handler() http.Handler {
 			}
 		case "garbage":
 			w.Write([]byte(`{"outputs": oops`))
+		case "shortbinary": // binary_data_size larger than what follows
+			js := []byte(`{"outputs":[{"name":"y","datatype":"FP32","shape":[1,2],"parameters":{"binary_data_size":8}}]}`)
+			w.Header().Set("Inference-Header-Content-Length", strconv.Itoa(len(js)))
+			w.Write(append(js, 0, 0, 0, 0))
 		default:
+			if binaryOut {
+				js := []byte(`{"model_name":"tiny","id":"` + req.ID + `","outputs":[{"name":"y","datatype":"FP32","shape":[1,2],"parameters":{"binary_data_size":8}}]}`)
+				w.Header().Set("Content-Type", "application/octet-stream")
+				w.Header().Set("Inference-Header-Content-Length", strconv.Itoa(len(js)))
+				w.Write(append(js, 0, 0, 0, 0, 0, 0, 0x80, 0x3f))
+				return
+			}
 			json.NewEncoder(w).Encode(map[string]any{
 				"model_name": f.meta.Name, "id": req.ID,
 				"outputs": []map[string]any{{"name": "y", "datatype": "FP32", "shape": []int{1, 2}, "data": []float64{0, 1}}},

@@ -219,11 +219,11 @@ func TestSLOAndGoodputMatchNaive(t *testing.T) {
 }
 
 func TestErrorClassification(t *testing.T) {
-	faults := []string{"", "400", "503", "500", "close", "garbage", "hang"}
-	want := map[string]string{"400": KindHTTP(400), "503": KindHTTP(503), "500": KindHTTP(500), "close": KindTransport, "garbage": KindBadResponse, "hang": KindTimeout}
+	faults := []string{"", "400", "503", "500", "close", "garbage", "shortbinary", "hang"}
+	want := map[string]string{"400": KindHTTP(400), "503": KindHTTP(503), "500": KindHTTP(500), "close": KindTransport, "garbage": KindBadResponse, "shortbinary": KindBadResponse, "hang": KindTimeout}
 	f := &fakeOIP{fault: func(id int) string { return faults[id%len(faults)] }}
 	c := f.start(t, ClientOptions{Timeout: time.Second})
-	const n = 35
+	const n = 40
 	res, err := Run(context.Background(), c, cfgFor(uniform(n, 3*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +449,7 @@ func TestNewBody(t *testing.T) {
 		{Name: "ids", Datatype: "INT64", Shape: []int64{-1, 3}},
 		{Name: "mask", Datatype: "BOOL", Shape: []int64{2}},
 	}}
-	b, err := NewBody(m, 4, 3, 9)
+	b, err := NewBody(m, 4, 3, 9, DataJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,11 +488,11 @@ func TestNewBody(t *testing.T) {
 			t.Errorf("FP16 value %v out of [-1, 1)", v)
 		}
 	}
-	b2, _ := NewBody(m, 4, 3, 9)
+	b2, _ := NewBody(m, 4, 3, 9, DataJSON)
 	if string(b2.Bytes(1)) != string(b.Bytes(1)) {
 		t.Error("same seed gave different bodies")
 	}
-	b3, _ := NewBody(m, 4, 0, 10)
+	b3, _ := NewBody(m, 4, 0, 10, DataJSON)
 	if string(b3.Bytes(1)) == string(b.Bytes(1)) || strings.Contains(string(b3.Bytes(1)), "priority") {
 		t.Error("seed or priority ignored")
 	}
@@ -500,11 +500,11 @@ func TestNewBody(t *testing.T) {
 		{Name: "m", Inputs: []TensorMeta{{Name: "s", Datatype: "BYTES", Shape: []int64{1}}}},
 		{Name: "m", Inputs: []TensorMeta{{Name: "s", Datatype: "FP32", Shape: []int64{1 << 20, 1 << 20}}}},
 	} {
-		if _, err := NewBody(bad, 1, 0, 1); !errors.Is(err, ErrConfig) {
+		if _, err := NewBody(bad, 1, 0, 1, DataJSON); !errors.Is(err, ErrConfig) {
 			t.Errorf("NewBody(%v): %v", bad.Inputs, err)
 		}
 	}
-	if _, err := NewBody(m, 0, 0, 1); !errors.Is(err, ErrConfig) {
+	if _, err := NewBody(m, 0, 0, 1, DataJSON); !errors.Is(err, ErrConfig) {
 		t.Errorf("batch 0: %v", err)
 	}
 }

@@ -55,7 +55,8 @@ type Report struct {
 	Arrival       string        `json:"arrival,omitempty"`
 	Seed          uint64        `json:"seed"`
 	Batch         int           `json:"batch"`
-	OfferedRate   float64       `json:"offeredPerSec"` // measured requests / measured window
+	Data          DataFormat    `json:"data,omitempty"` // binary or json tensor data
+	OfferedRate   float64       `json:"offeredPerSec"`  // measured requests / measured window
 	SpanSec       float64       `json:"spanSec"`
 	WarmupSec     float64       `json:"warmupSec"`
 	WindowSec     float64       `json:"windowSec"`
@@ -84,6 +85,7 @@ func Summarize(res *Result) *Report {
 		Model:        cfg.Model,
 		Seed:         cfg.Seed,
 		Batch:        cfg.Batch,
+		Data:         cfg.Data,
 		SpanSec:      cfg.Span.Seconds(),
 		WarmupSec:    cfg.Warmup.Seconds(),
 		WindowSec:    window.Seconds(),

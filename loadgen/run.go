@@ -85,7 +85,10 @@ type Config struct {
 	Classes []Class
 	// Batch replaces the variable (-1) dimensions of the inputs.
 	Batch int
-	Seed  uint64
+	// Data is how requests carry tensors: DataBinary (the zero value) or
+	// DataJSON.
+	Data DataFormat
+	Seed uint64
 	// MaxInFlight bounds the outstanding requests; a request due while
 	// the bound is reached is dropped (KindDropped), never delayed.
 	MaxInFlight int
@@ -177,6 +180,11 @@ func Run(ctx context.Context, c *Client, cfg Config) (*Result, error) {
 	if len(cfg.Classes) == 0 {
 		cfg.Classes = []Class{{Name: "all", Weight: 1}}
 	}
+	data, err := ParseDataFormat(string(cfg.Data))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Data = data
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -186,7 +194,7 @@ func Run(ctx context.Context, c *Client, cfg Config) (*Result, error) {
 	}
 	bodies := make([]*Body, len(cfg.Classes))
 	for i, cl := range cfg.Classes {
-		if bodies[i], err = NewBody(meta, cfg.Batch, cl.Priority, cfg.Seed+uint64(i)); err != nil {
+		if bodies[i], err = NewBody(meta, cfg.Batch, cl.Priority, cfg.Seed+uint64(i), cfg.Data); err != nil {
 			return nil, err
 		}
 	}
@@ -237,13 +245,13 @@ loop:
 			continue
 		}
 		wg.Add(1)
-		go func(r *Record, body []byte) {
+		go func(r *Record, body *Body, id int) {
 			defer wg.Done()
 			defer func() { <-slots }()
 			r.Sent = time.Since(start)
-			r.Kind = c.Infer(reqCtx, cfg.Model, body)
+			r.Kind = c.Infer(reqCtx, cfg.Model, body, id)
 			r.Done = time.Since(start)
-		}(&recs[i], bodies[recs[i].Class].Bytes(i))
+		}(&recs[i], bodies[recs[i].Class], i)
 	}
 	if interrupted {
 		cancel()

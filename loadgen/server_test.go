@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ type engine struct {
 
 	mu      sync.Mutex
 	classes map[string]server.Class
+	inputs  map[string][]float64 // request id -> its first input's values
 }
 
 func (e *engine) Models() []server.ModelInfo {
@@ -40,6 +42,9 @@ func (e *engine) Ready() bool { return true }
 func (e *engine) Infer(ctx context.Context, req *server.InferRequest) (*server.InferResult, error) {
 	e.mu.Lock()
 	e.classes[req.ID] = req.Class
+	if e.inputs != nil {
+		e.inputs[req.ID] = req.Inputs[0].Data
+	}
 	e.mu.Unlock()
 	if req.ID[len(req.ID)-1] == '9' {
 		return nil, server.ErrQueueFull
@@ -105,5 +110,56 @@ func TestAgainstDaemonHTTPLayer(t *testing.T) {
 	// An unknown model is the daemon's 404 with its message.
 	if _, err := c.Metadata(context.Background(), "bert"); !errors.Is(err, loadgen.ErrUnknownModel) || !strings.Contains(err.Error(), "served models") {
 		t.Errorf("unknown model: %v", err)
+	}
+}
+
+// Both tensor data formats pass the daemon's real parser over loopback,
+// the engine gets the same input values from either, and the binary
+// responses (binary outputs asked for) are taken as valid.
+func TestDataFormatsAgainstDaemonHTTPLayer(t *testing.T) {
+	got := map[loadgen.DataFormat]map[string][]float64{}
+	for _, data := range []loadgen.DataFormat{loadgen.DataBinary, loadgen.DataJSON} {
+		eng := &engine{classes: map[string]server.Class{}, inputs: map[string][]float64{}}
+		srv := httptest.NewServer(server.NewHandler(eng, server.Options{}))
+		c, err := loadgen.NewClient(srv.URL, loadgen.ClientOptions{MaxInFlight: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sched := make([]time.Duration, 9) // ids 0-8: none ends in 9
+		for i := range sched {
+			sched[i] = time.Duration(i) * 2 * time.Millisecond
+		}
+		res, err := loadgen.Run(context.Background(), c, loadgen.Config{
+			Model: "resnet50", Schedule: sched, Span: 20 * time.Millisecond, Batch: 3, Seed: 5,
+			MaxInFlight: 16, LateThreshold: time.Second, Data: data,
+		})
+		c.Close()
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res.Records {
+			if r.Kind != loadgen.KindOK {
+				t.Errorf("%s request %d: %s", data, i, r.Kind)
+			}
+		}
+		if len(eng.inputs) != 9 || len(eng.inputs["0"]) != 3*3*8*8 {
+			t.Fatalf("%s: engine saw %d requests, %d values in the first", data, len(eng.inputs), len(eng.inputs["0"]))
+		}
+		got[data] = eng.inputs
+	}
+	// FP32 input: JSON carries each float32's shortest decimal form, which
+	// the daemon keeps as float64; equal once rounded to float32.
+	f32 := func(vs []float64) []float32 {
+		out := make([]float32, len(vs))
+		for i, v := range vs {
+			out[i] = float32(v)
+		}
+		return out
+	}
+	for id, vals := range got[loadgen.DataJSON] {
+		if !slices.Equal(f32(vals), f32(got[loadgen.DataBinary][id])) {
+			t.Errorf("request %s: the engine got different values from binary and JSON bodies", id)
+		}
 	}
 }

@@ -54,6 +54,14 @@ type Config struct {
 	// ShutdownTimeout bounds each of the two drain phases: in-flight HTTP
 	// requests, then the engine's in-flight work.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Restarts is how many times the daemon reopens the device after the
+	// scheduler stopped on a device error, waiting RestartBackoff (doubled
+	// each time, at most 30 s) first; 0 never reopens it (the daemon then
+	// answers 500 until restarted). Requests in flight at the failure get
+	// errors; jobs running then fail.
+	Restarts int `yaml:"restarts"`
+	// RestartBackoff is the wait before the first reopen.
+	RestartBackoff time.Duration `yaml:"restart_backoff"`
 	// Log configures log/slog.
 	Log LogConfig `yaml:"log"`
 }
@@ -99,6 +107,8 @@ func DefaultConfig() Config {
 		BodyLimit:       64 << 20,
 		RequestTimeout:  60 * time.Second,
 		ShutdownTimeout: 15 * time.Second,
+		Restarts:        3,
+		RestartBackoff:  time.Second,
 		Log:             LogConfig{Level: "info", Format: "text"},
 	}
 }
@@ -232,6 +242,12 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return bad("shutdown_timeout", "%v; must be > 0 (e.g. 15s)", c.ShutdownTimeout)
 	}
+	if c.Restarts < 0 {
+		return bad("restarts", "%d; must be >= 0 (0: never reopen the device after a failure)", c.Restarts)
+	}
+	if c.Restarts > 0 && c.RestartBackoff <= 0 {
+		return bad("restart_backoff", "%v; must be > 0 when restarts > 0 (e.g. 1s)", c.RestartBackoff)
+	}
 	if _, err := c.Log.level(); err != nil {
 		return bad("log.level", "%v", err)
 	}
@@ -245,7 +261,8 @@ func (c *Config) Validate() error {
 
 // Engine is the engine configuration this daemon configuration asks for.
 func (c Config) Engine() EngineConfig {
-	ec := EngineConfig{Backend: c.Backend, GPU: c.GPU, Policy: c.Policy, Drain: c.ShutdownTimeout}
+	ec := EngineConfig{Backend: c.Backend, GPU: c.GPU, Policy: c.Policy, Drain: c.ShutdownTimeout,
+		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff}
 	for _, m := range c.Models {
 		zoo := m.Zoo
 		if zoo == "" {

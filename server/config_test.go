@@ -98,6 +98,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"body_limit", "body_limit: 10\n", []string{"body_limit"}},
 		{"request_timeout", "request_timeout: -1s\n", []string{"request_timeout"}},
 		{"shutdown_timeout", "shutdown_timeout: 0s\n", []string{"shutdown_timeout"}},
+		{"restarts", "restarts: -1\n", []string{"restarts", ">= 0"}},
+		{"restart_backoff", "restarts: 2\nrestart_backoff: 0s\n", []string{"restart_backoff"}},
 		{"log level", "log:\n  level: loud\n", []string{"log.level", "loud"}},
 		{"log format", "log:\n  format: xml\n", []string{"log.format", "text or json"}},
 	} {

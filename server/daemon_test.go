@@ -110,6 +110,7 @@ func TestMetricsExposition(t *testing.T) {
 		`atoll_be_work_seconds_total 1.5`,
 		`atoll_queue_depth 2`,
 		`atoll_ready 1`,
+		`atoll_engine_restarts_total 0`,
 		`atoll_engine_info{backend="sim",device="fake H100"} 1`,
 		`atoll_gpu_utilization_ratio{gpu="0",name="fake H100",uuid="GPU-1"} 0.42`,
 		`atoll_gpu_memory_total_bytes{gpu="0",name="fake H100",uuid="GPU-1"} 8.589934592e+10`,

@@ -41,6 +41,7 @@ var (
 	ErrBadInput     = errors.New("server: bad input")           // 400 (shape, datatype, data)
 	ErrQueueFull    = errors.New("server: queue full")          // 503, retry later
 	ErrShuttingDown = errors.New("server: shutting down")       // 503
+	ErrUnavailable  = errors.New("server: device reopening")    // 503, retry shortly (after a device failure)
 	ErrUnknownJob   = errors.New("server: unknown job")         // 404
 	ErrJobConflict  = errors.New("server: job not cancellable") // 409
 	ErrInternal     = errors.New("server: internal error")      // 500 (device failure)
@@ -141,4 +142,5 @@ type Stats struct {
 	BEIterations   uint64
 	BEWorkSeconds  float64 // profiled solo seconds of BE kernels completed
 	QueueDepth     int     // requests accepted and not yet finished
+	Restarts       uint64  // device reopens after failures
 }

@@ -68,6 +68,15 @@ type EngineConfig struct {
 	// WrapDevice, when set, wraps the opened device (fault injection in
 	// tests: gpu/faulty).
 	WrapDevice func(gpu.Device) gpu.Device
+	// Restarts is how many times the engine reopens the device after the
+	// scheduler loop stopped on a device error (0: never; the engine then
+	// stays failed until the daemon restarts). Requests and job runs in
+	// flight when the device failed get errors; the engine is not ready
+	// while it reopens, then serves again.
+	Restarts int
+	// RestartBackoff is the wait before the first reopen, doubled for each
+	// further one up to 30 s (default 1 s).
+	RestartBackoff time.Duration
 }
 
 // EngineModel is one served model.
@@ -107,21 +116,20 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (Engine, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	go func() {
-		_ = e.online.Run(runCtx)
-		e.onStopped()
-	}()
+	e.stopped = make(chan struct{})
+	first := e.loop()
+	go e.supervise(runCtx)
 	select {
-	case <-e.online.Started():
+	case <-first.Started():
 	case <-ctx.Done():
 		cancel()
-		<-e.online.Done()
+		<-e.stopped
 		e.stopWorkers()
 		return nil, fmt.Errorf("server: engine start: %w", ctx.Err())
 	}
-	if err := e.online.StartErr(); err != nil {
+	if err := first.StartErr(); err != nil {
 		cancel()
-		<-e.online.Done()
+		<-e.stopped
 		e.stopWorkers()
 		return nil, fmt.Errorf("server: engine start (%s): %w", e.backend, err)
 	}
@@ -171,12 +179,21 @@ type engRef struct {
 
 type engineImpl struct {
 	backend string
-	online  *sched.Online
+	online  atomic.Pointer[sched.Online] // the current scheduler loop (a new one after each restart)
+	open    func() (gpu.Device, error)
+	ocfg    sched.OnlineConfig
 	cancel  context.CancelFunc
-	models  []*engModel
-	byName  map[string]*engModel
-	jobsM   []*engJobModel
-	maxJobs int
+	stopped chan struct{} // closed when supervise returns
+
+	restarts    atomic.Int64 // device reopens so far
+	maxRestarts int
+	backoff     time.Duration
+	statsMu     sync.Mutex
+	past        Stats // counters of the loops that stopped (restarts)
+	models      []*engModel
+	byName      map[string]*engModel
+	jobsM       []*engJobModel
+	maxJobs     int
 
 	ready   atomic.Bool
 	closing atomic.Bool
@@ -385,12 +402,87 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 			return wrap(d), nil
 		}
 	}
-	e.online, err = sched.NewOnline(open, ocfg)
+	on, err := sched.NewOnline(open, ocfg)
 	if err != nil {
 		e.stopWorkers()
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	e.online.Store(on)
+	e.open, e.ocfg = open, ocfg
+	e.maxRestarts, e.backoff = max(cfg.Restarts, 0), cfg.RestartBackoff
+	if e.backoff <= 0 {
+		e.backoff = time.Second
+	}
 	return e, nil
+}
+
+// loop is the current scheduler loop.
+func (e *engineImpl) loop() *sched.Online { return e.online.Load() }
+
+// maxBackoff caps the wait between device reopens.
+const maxBackoff = 30 * time.Second
+
+// supervise runs the scheduler loop and, when it stops on a device error
+// while the engine is not closing, reopens the device with a new loop (up
+// to maxRestarts times, with doubling backoff). It returns when the engine
+// closes or gives up.
+func (e *engineImpl) supervise(ctx context.Context) {
+	defer close(e.stopped)
+	wait := e.backoff
+	for {
+		on := e.loop()
+		_ = on.Run(ctx)
+		e.onStopped(on)
+		if ctx.Err() != nil || e.closing.Load() || on.Err() == nil || e.restarts.Load() >= int64(e.maxRestarts) {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, maxBackoff)
+		next, err := sched.NewOnline(e.open, e.ocfg)
+		if err != nil {
+			e.fail(fmt.Errorf("reopening the device: %w", err))
+			return
+		}
+		e.keepStats(on)
+		e.online.Store(next)
+		e.restarts.Add(1)
+		go e.readyWhenStarted(next)
+	}
+}
+
+// readyWhenStarted marks the engine ready once a restarted loop has opened
+// the device and bound the models.
+func (e *engineImpl) readyWhenStarted(on *sched.Online) {
+	select {
+	case <-on.Started():
+	case <-on.Done():
+		return
+	}
+	if on.StartErr() == nil && e.loop() == on && !e.closing.Load() {
+		e.failed.Store(nil)
+		e.ready.Store(true)
+	}
+}
+
+func (e *engineImpl) fail(err error) { e.failed.Store(&err) }
+
+// keepStats adds the counters of a stopped loop to the engine's past ones,
+// so the /metrics counters never go back across a restart.
+func (e *engineImpl) keepStats(on *sched.Online) {
+	s := on.Stats()
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	e.past.Preemptions += uint64(s.Core.Preemptions)
+	e.past.PaddedLaunches += uint64(s.PaddedLaunches)
+	e.past.Launches += uint64(s.Launches)
+	e.past.BEIterations += uint64(s.Core.Iterations)
+	e.past.BEWorkSeconds += s.Core.BEWork.Seconds()
 }
 
 // engOnlyBatch is the batch of the only embedded profile of zoo on gpuName
@@ -574,10 +666,10 @@ func (e *engineImpl) stopWorkers() {
 	e.workers.Wait()
 }
 
-// onStopped runs when the scheduler loop has returned.
-func (e *engineImpl) onStopped() {
+// onStopped runs when a scheduler loop has returned.
+func (e *engineImpl) onStopped(on *sched.Online) {
 	e.ready.Store(false)
-	if err := e.online.Err(); err != nil {
+	if err := on.Err(); err != nil {
 		e.failed.Store(&err)
 	}
 }
@@ -598,6 +690,9 @@ func (e *engineImpl) Ready() bool { return e.ready.Load() && !e.closing.Load() }
 
 func (e *engineImpl) unavailable() error {
 	if p := e.failed.Load(); p != nil {
+		if e.restarts.Load() < int64(e.maxRestarts) && !e.closing.Load() {
+			return fmt.Errorf("%w: the device failed and is being reopened (restart %d of %d); retry shortly: %v", ErrUnavailable, e.restarts.Load()+1, e.maxRestarts, *p)
+		}
 		return fmt.Errorf("%w: the device failed; restart the daemon: %v", ErrInternal, *p)
 	}
 	return fmt.Errorf("%w: the engine is closing", ErrShuttingDown)
@@ -678,7 +773,7 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 	var res sched.OnlineResult
 	submitted := time.Now()
 	if class == HP {
-		ch, err := e.online.Submit(m.hp, call)
+		ch, err := e.loop().Submit(m.hp, call)
 		if err != nil {
 			return nil, e.mapErr(err)
 		}
@@ -750,7 +845,7 @@ func (e *engineImpl) runBE(ctx context.Context, m *engModel, call *engCall) (sch
 		}
 	}
 	start = time.Now()
-	id, err := e.online.StartBE(m.be, r)
+	id, err := e.loop().StartBE(m.be, r)
 	if err != nil {
 		return res, e.mapErr(err)
 	}
@@ -768,7 +863,7 @@ func (e *engineImpl) runBE(ctx context.Context, m *engModel, call *engCall) (sch
 		}
 		return res, nil
 	case <-ctx.Done():
-		_ = e.online.StopBE(m.be, id)
+		_ = e.loop().StopBE(m.be, id)
 		return res, ctx.Err()
 	case <-e.abort:
 		return res, fmt.Errorf("%w: the engine closed before the request finished", ErrShuttingDown)
@@ -909,7 +1004,7 @@ func (e *engineImpl) SubmitJob(spec JobSpec) (JobStatus, error) {
 	}
 	// Listed only once the run exists, so CancelJob always has its id
 	// (the callbacks update j itself under jmu, listed or not).
-	id, err := e.online.StartBE(jm.be, r)
+	id, err := e.loop().StartBE(jm.be, r)
 	if err != nil {
 		return JobStatus{}, e.mapErr(err)
 	}
@@ -975,7 +1070,7 @@ func (e *engineImpl) CancelJob(id string) (JobStatus, error) {
 	if st.State != JobQueued && st.State != JobRunning {
 		return st, fmt.Errorf("%w: job %s is %s", ErrJobConflict, id, st.State)
 	}
-	if err := e.online.StopBE(j.client, runID); err != nil {
+	if err := e.loop().StopBE(j.client, runID); err != nil {
 		return st, e.mapErr(err)
 	}
 	select {
@@ -988,17 +1083,22 @@ func (e *engineImpl) CancelJob(id string) (JobStatus, error) {
 
 // Stats implements Engine.
 func (e *engineImpl) Stats() Stats {
-	s := e.online.Stats()
+	on := e.loop()
+	s := on.Stats()
+	e.statsMu.Lock()
+	p := e.past
+	e.statsMu.Unlock()
 	return Stats{
 		Backend:        e.backend,
 		Device:         s.Device,
-		Preemptions:    uint64(s.Core.Preemptions),
-		PreemptLatency: e.online.TakePreemptionLatencies(),
-		PaddedLaunches: uint64(s.PaddedLaunches),
-		Launches:       uint64(s.Launches),
-		BEIterations:   uint64(s.Core.Iterations),
-		BEWorkSeconds:  s.Core.BEWork.Seconds(),
+		Preemptions:    p.Preemptions + uint64(s.Core.Preemptions),
+		PreemptLatency: on.TakePreemptionLatencies(),
+		PaddedLaunches: p.PaddedLaunches + uint64(s.PaddedLaunches),
+		Launches:       p.Launches + uint64(s.Launches),
+		BEIterations:   p.BEIterations + uint64(s.Core.Iterations),
+		BEWorkSeconds:  p.BEWorkSeconds + s.Core.BEWork.Seconds(),
 		QueueDepth:     int(e.depth.Load()),
+		Restarts:       uint64(e.restarts.Load()),
 	}
 }
 
@@ -1007,7 +1107,7 @@ func (e *engineImpl) Close(ctx context.Context) error {
 	e.closing.Store(true)
 	e.cancel()
 	select {
-	case <-e.online.Done():
+	case <-e.stopped:
 	case <-ctx.Done():
 		e.abortMu.Do(func() { close(e.abort) })
 		return fmt.Errorf("server: engine close: %w", ctx.Err())
@@ -1024,7 +1124,7 @@ func (e *engineImpl) Close(ctx context.Context) error {
 		e.abortMu.Do(func() { close(e.abort) })
 		return fmt.Errorf("server: engine close (CPU outputs): %w", ctx.Err())
 	}
-	if err := e.online.Err(); err != nil {
+	if err := e.loop().Err(); err != nil {
 		return fmt.Errorf("%w: the scheduler loop stopped with: %w", ErrInternal, err)
 	}
 	return nil

@@ -3,10 +3,12 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -517,11 +519,20 @@ func TestEngineInstancesOnSim(t *testing.T) {
 			t.Fatalf("%s: %d outputs, %d values (want %d), service %v", class, len(res.Outputs), len(res.Outputs[0].Data), n, res.Service)
 		}
 	}
-	// A model no kernel sequence can run is refused at start.
+	// A model whose kernels cannot be loaded on the device is refused at
+	// start, with the driver's error, and nothing is left running. (Every
+	// zoo inference model now has a kernel for each layer, so the device
+	// is made to refuse instead.)
 	b := tinyBERT(t)
-	if _, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Instances: true,
-		Models: []server.EngineModel{{Name: "tinybert", Zoo: "distilbert", Model: &b}}}); !errors.Is(err, server.ErrConfig) {
-		t.Errorf("unrunnable model: %v, want ErrConfig", err)
+	_, err = server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Instances: true,
+		Models: []server.EngineModel{{Name: "tinybert", Zoo: "distilbert", Model: &b}},
+		WrapDevice: func(d gpu.Device) gpu.Device {
+			fd := faulty.New(d)
+			_ = fd.FailMethod("LoadModule", 1)
+			return fd
+		}})
+	if err == nil || !strings.Contains(err.Error(), "LoadModule") {
+		t.Errorf("a model the device cannot load: %v, want the start to fail naming LoadModule", err)
 	}
 }
 
@@ -559,5 +570,87 @@ func TestCUDAEngineUsesTheGPUsOwnProfiles(t *testing.T) {
 	_, err = server.NewEngine(context.Background(), server.EngineConfig{Backend: "cuda", GPU: "H200", Models: []server.EngineModel{{Zoo: "resnet50"}}})
 	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "H100-SXM") || !strings.Contains(err.Error(), "atoll profile --model resnet50 --batch 1") {
 		t.Errorf("H100 with estimated profiles only (GPU setting H200 ignored): %v", err)
+	}
+}
+
+// TestEngineReopensTheDeviceAfterAFailure: with Restarts, a device failure
+// fails the requests in flight, the engine is unready while it reopens the
+// device, then serves again — and its counters carry across. A device that
+// keeps failing exhausts the restarts and leaves the engine failed.
+func TestEngineReopensTheDeviceAfterAFailure(t *testing.T) {
+	for _, always := range []bool{false, true} {
+		t.Run(fmt.Sprintf("always=%v", always), func(t *testing.T) {
+			leakCheck(t)
+			var opened atomic.Int32
+			e := newTestEngine(t, func(c *server.EngineConfig) {
+				c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
+				c.WrapDevice = func(d gpu.Device) gpu.Device {
+					if opened.Add(1) > 1 && !always {
+						return d
+					}
+					fd := faulty.New(d)
+					_ = fd.FailMethod("Launch", 30)
+					return fd
+				}
+			})
+			req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+			var err error
+			for range 100 {
+				if _, err = e.Infer(context.Background(), req); err != nil {
+					break
+				}
+			}
+			if !errors.Is(err, server.ErrInternal) && !errors.Is(err, server.ErrUnavailable) {
+				t.Fatalf("request during the device failure: %v, want ErrInternal or ErrUnavailable", err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			if always {
+				// Each reopened device fails too: drive each to its failure.
+				for k := int32(2); k <= 3; k++ {
+					for (opened.Load() < k || !e.Ready()) && time.Now().Before(deadline) {
+						time.Sleep(time.Millisecond)
+					}
+					for range 100 {
+						if _, err = e.Infer(context.Background(), req); err != nil {
+							break
+						}
+					}
+				}
+				for e.Ready() && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrInternal) || !strings.Contains(err.Error(), "restart the daemon") {
+					t.Errorf("after the restarts ran out: %v, want ErrInternal saying to restart the daemon", err)
+				}
+				if n := opened.Load(); n != 3 {
+					t.Errorf("device opened %d times, want 3 (first + 2 restarts)", n)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := e.Close(ctx); !errors.Is(err, server.ErrInternal) {
+					t.Errorf("Close after the restarts ran out: %v, want ErrInternal", err)
+				}
+				return
+			}
+			for !e.Ready() && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if !e.Ready() {
+				t.Fatal("not ready again after the device was reopened")
+			}
+			before := e.Stats()
+			if _, err := e.Infer(context.Background(), req); err != nil {
+				t.Fatalf("request after the reopen: %v", err)
+			}
+			after := e.Stats()
+			if after.Restarts != 1 || after.Launches <= before.Launches || before.Launches < 29 {
+				t.Errorf("restarts %d, launches %d then %d: want 1 restart and counters kept across it", after.Restarts, before.Launches, after.Launches)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := e.Close(ctx); err != nil {
+				t.Errorf("Close after a recovered failure: %v", err)
+			}
+		})
 	}
 }

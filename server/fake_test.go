@@ -50,6 +50,11 @@ func newFakeEngine() *fakeEngine {
 			{Name: "nilresult", Platform: "atoll", DefaultClass: HP, Ready: true},
 			{Name: "nan", Platform: "atoll", DefaultClass: HP, Ready: true},
 			{Name: "bools", Platform: "atoll", DefaultClass: HP, Ready: true},
+			{
+				Name: "resnet50", Platform: "atoll", DefaultClass: HP, Ready: true,
+				Inputs:  []TensorInfo{{Name: "input", Datatype: "FP32", Shape: []int64{-1, 3, 224, 224}}},
+				Outputs: []TensorInfo{{Name: "logits", Datatype: "FP32", Shape: []int64{-1, 1000}}},
+			},
 		},
 		closed: make(chan struct{}),
 	}
@@ -85,6 +90,11 @@ func (f *fakeEngine) Infer(ctx context.Context, req *InferRequest) (*InferResult
 		return &InferResult{Outputs: []Tensor{{Name: "x", Datatype: "FP32", Shape: []int64{1}, Data: []float64{nanValue()}}}}, nil
 	case "bools":
 		return &InferResult{Outputs: []Tensor{{Name: "b", Datatype: "BOOL", Shape: []int64{2}, Data: []float64{1, 0}}}}, nil
+	case "resnet50": // ResNet-50's shapes: 1000 logits per image, the first few inputs echoed
+		n := req.Inputs[0].Shape[0]
+		logits := make([]float64, n*1000)
+		copy(logits, req.Inputs[0].Data)
+		return &InferResult{Outputs: []Tensor{{Name: "logits", Datatype: "FP32", Shape: []int64{n, 1000}, Data: logits}}}, nil
 	}
 	if f.block != nil {
 		if f.entered != nil {

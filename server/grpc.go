@@ -77,7 +77,7 @@ func grpcCode(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, ErrJobConflict):
 		return codes.FailedPrecondition
-	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrShuttingDown):
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
@@ -308,7 +308,7 @@ func grpcTensor(i int, in *pb.ModelInferRequest_InferInputTensor, useRaw bool, r
 	}
 	where = fmt.Sprintf("input %q", in.GetName())
 	dt := in.GetDatatype()
-	rng, ok := datatypes[dt]
+	_, ok := datatypes[dt]
 	switch {
 	case dt == "":
 		return Tensor{}, badInput("%s has no datatype; use one of %s", where, knownDatatypes)
@@ -337,21 +337,16 @@ func grpcTensor(i int, in *pb.ModelInferRequest_InferInputTensor, useRaw bool, r
 		if in.GetContents() != nil {
 			return Tensor{}, badInput("%s has contents and the request has raw_input_contents; send every input one way", where)
 		}
-		data, err = decodeRaw(dt, n, raw)
+		data, err = decodeRaw(dt, n, raw, true)
 	} else {
 		data, err = decodeContents(dt, n, in.GetContents())
 	}
 	if err != nil {
 		return Tensor{}, badInput("%s: %v", where, err)
 	}
-	for j, v := range data {
-		switch {
-		case math.IsNaN(v) || math.IsInf(v, 0):
-			return Tensor{}, badInput("%s: value %d is %v; send finite values", where, j, v)
-		case rng.integral && v != math.Trunc(v):
-			return Tensor{}, badInput("%s: value %d: %v is not an integer, and the datatype is %s", where, j, v, dt)
-		case v < rng.min || v > rng.max:
-			return Tensor{}, badInput("%s: value %d: %v is out of range for %s", where, j, v, dt)
+	if !useRaw { // decodeRaw checked raw values already
+		if err := checkValues(dt, data); err != nil {
+			return Tensor{}, badInput("%s: %v", where, err)
 		}
 	}
 	if shape == nil {
@@ -442,16 +437,8 @@ func encodeOutputs(resp *pb.ModelInferResponse, outs []Tensor, raw bool) error {
 			shape = []int64{int64(len(t.Data))}
 		}
 		o := &pb.ModelInferResponse_InferOutputTensor{Name: t.Name, Datatype: t.Datatype, Shape: shape}
-		rng, known := datatypes[t.Datatype]
-		if !known {
-			return fmt.Errorf("%w: output %q has datatype %q, which the protocol cannot carry", ErrInternal, t.Name, t.Datatype)
-		}
-		if rng.integral {
-			for j, v := range t.Data {
-				if v != math.Trunc(v) || v < rng.min || v > rng.max {
-					return fmt.Errorf("%w: output %q value %d is %v, which %s cannot hold", ErrInternal, t.Name, j, v, t.Datatype)
-				}
-			}
+		if err := checkOutput(t); err != nil {
+			return err
 		}
 		if raw {
 			b, err := encodeRaw(t.Datatype, t.Data)

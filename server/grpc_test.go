@@ -320,7 +320,7 @@ func TestGRPCInferRaw(t *testing.T) {
 			if o.GetContents() != nil {
 				t.Errorf("output0 has both contents and raw contents")
 			}
-			got, err := decodeRaw(o.GetDatatype(), int64(len(tc.in)), b)
+			got, err := decodeRaw(o.GetDatatype(), int64(len(tc.in)), b, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -335,7 +335,7 @@ func TestGRPCInferRaw(t *testing.T) {
 				}
 			}
 			s, sb := output(t, r, "sum")
-			sum, err := decodeRaw(s.GetDatatype(), 1, sb)
+			sum, err := decodeRaw(s.GetDatatype(), 1, sb, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -210,7 +210,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrJobConflict):
 		return http.StatusConflict
-	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrShuttingDown):
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
@@ -231,7 +231,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		msg = fmt.Sprintf("%v: the request body is over the limit of %d bytes; send a smaller request or raise body_limit", ErrBadInput, mb.Limit)
 	case errors.Is(err, ErrQueueFull):
 		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, ErrShuttingDown):
+	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
 		w.Header().Set("Retry-After", "5")
 	case code == http.StatusGatewayTimeout:
 		msg = fmt.Sprintf("the request did not finish within request_timeout (%v); retry later or raise request_timeout: %v", h.opt.RequestTimeout, err)
@@ -250,7 +250,7 @@ func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serverMetadata(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, serverMetadataJSON{Name: "atoll", Version: h.opt.Version, Extensions: []string{"priority", "jobs", "metrics"}})
+	writeJSON(w, http.StatusOK, serverMetadataJSON{Name: "atoll", Version: h.opt.Version, Extensions: []string{"binary_tensor_data", "priority", "jobs", "metrics"}})
 }
 
 func (h *Handler) live(w http.ResponseWriter, r *http.Request) {
@@ -328,6 +328,46 @@ func (h *Handler) modelReady(w http.ResponseWriter, r *http.Request) {
 
 // readBody reads the whole body under the configured limit.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return h.readBodyInto(w, r, nil)
+}
+
+// bodyPool recycles the buffers of large infer bodies (a ResNet-50 request
+// is 600 KB as binary tensor data): allocating and clearing one per request
+// is garbage-collector work on the latency path. Safe because nothing
+// parsed from a body refers to its bytes (names and ids are copied, values
+// decoded into fresh slices); serveInfer returns the buffer once parsed.
+var bodyPool sync.Pool // of *[]byte
+
+const (
+	poolMinBody = 64 << 10 // smaller bodies are cheap to allocate
+	poolMaxBody = 16 << 20 // larger ones are not kept
+)
+
+// pooledBody returns an empty buffer of capacity at least n: a pooled one
+// when n is large enough to be worth it.
+func pooledBody(n int64) []byte {
+	if n >= poolMinBody && n <= poolMaxBody {
+		if p, ok := bodyPool.Get().(*[]byte); ok {
+			if int64(cap(*p)) >= n {
+				return (*p)[:0]
+			}
+			bodyPool.Put(p)
+		}
+	}
+	return make([]byte, 0, n)
+}
+
+// releaseBody hands a body's buffer back for reuse; the caller must not
+// touch it afterwards.
+func releaseBody(b []byte) {
+	if cap(b) >= poolMinBody && cap(b) <= poolMaxBody {
+		bodyPool.Put(&b)
+	}
+}
+
+// readBodyInto is readBody reading into a buffer from pooledBody when pool
+// is set (serveInfer), else a fresh one.
+func (h *Handler) readBodyInto(w http.ResponseWriter, r *http.Request, pool func(n int64) []byte) ([]byte, error) {
 	if r.ContentLength > h.opt.BodyLimit {
 		return nil, &http.MaxBytesError{Limit: h.opt.BodyLimit}
 	}
@@ -336,7 +376,12 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if n < 0 || n > 1<<20 {
 		n = 512
 	}
-	buf := make([]byte, 0, n+1)
+	var buf []byte
+	if pool != nil && r.ContentLength >= 0 {
+		buf = pool(r.ContentLength + 1)
+	} else {
+		buf = make([]byte, 0, n+1)
+	}
 	for {
 		m, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+m]
@@ -376,11 +421,23 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 	if h.draining.Load() {
 		return h.writeError(w, r, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown))
 	}
-	body, err := h.readBody(w, r)
+	body, err := h.readBodyInto(w, r, pooledBody)
 	if err != nil {
 		return h.writeError(w, r, err)
 	}
-	req, id, cl, err := parseInfer(body, m, h.opt.Priority)
+	var req *InferRequest
+	var modes outputModes
+	var id string
+	var cl Class
+	switch hl := r.Header.Values(inferHeaderLength); len(hl) {
+	case 0:
+		req, modes, id, cl, err = parseInferJSON(body, m, h.opt.Priority)
+	case 1:
+		req, modes, id, cl, err = parseInferBinary(body, hl[0], m, h.opt.Priority)
+	default:
+		err = badInput("the request has %d %s headers; send one, the length of the JSON part of the body", len(hl), inferHeaderLength)
+	}
+	releaseBody(body) // nothing parsed refers to it; body is not used below
 	*class = cl
 	if err != nil {
 		return h.writeError(w, r, err)
@@ -407,11 +464,19 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 		ID:           id,
 		Parameters:   responseParams{Class: req.Class, QueueNs: res.Queue.Nanoseconds(), ServiceNs: res.Service.Nanoseconds()},
 	}
-	b, err := appendResponse(make([]byte, 0, 256+len(body)), &resp, res.Outputs)
+	b, jsonLen, binary, err := appendBinaryResponse(make([]byte, 0, responseSizeHint(res.Outputs, modes)), &resp, res.Outputs, modes)
 	if err != nil {
+		if errors.Is(err, ErrInternal) {
+			return h.writeError(w, r, err)
+		}
 		return h.writeError(w, r, fmt.Errorf("%w: the outputs cannot be sent as JSON: %v", ErrInternal, err))
 	}
-	w.Header().Set("Content-Type", "application/json")
+	if binary {
+		w.Header().Set("Content-Type", binaryContentType)
+		w.Header().Set(inferHeaderLength, strconv.Itoa(jsonLen))
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(b) //nolint:errcheck // the client may be gone

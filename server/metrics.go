@@ -172,6 +172,7 @@ type engineCollector struct {
 	beWork     *prometheus.Desc
 	queueDepth *prometheus.Desc
 	ready      *prometheus.Desc
+	restarts   *prometheus.Desc
 }
 
 func newEngineCollector(eng Engine, lat prometheus.Histogram) *engineCollector {
@@ -185,12 +186,13 @@ func newEngineCollector(eng Engine, lat prometheus.Histogram) *engineCollector {
 		beIters:    prometheus.NewDesc("atoll_be_iterations_total", "Best-effort job iterations completed.", nil, nil),
 		beWork:     prometheus.NewDesc("atoll_be_work_seconds_total", "Profiled solo seconds of BE kernels completed (BE throughput in solo-GPU seconds).", nil, nil),
 		queueDepth: prometheus.NewDesc("atoll_queue_depth", "Requests accepted by the engine and not yet finished.", nil, nil),
-		ready:      prometheus.NewDesc("atoll_ready", "1 when the engine accepts requests, 0 while starting or draining.", nil, nil),
+		ready:      prometheus.NewDesc("atoll_ready", "1 when the engine accepts requests, 0 while starting, reopening the device or draining.", nil, nil),
+		restarts:   prometheus.NewDesc("atoll_engine_restarts_total", "Times the device was reopened after a device failure.", nil, nil),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.preempts, c.padded, c.launches, c.beIters, c.beWork, c.queueDepth, c.ready} {
+	for _, d := range []*prometheus.Desc{c.info, c.preempts, c.padded, c.launches, c.beIters, c.beWork, c.queueDepth, c.ready, c.restarts} {
 		ch <- d
 	}
 	c.preemptLat.Describe(ch)
@@ -213,6 +215,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.beWork, prometheus.CounterValue, s.BEWorkSeconds)
 	ch <- prometheus.MustNewConstMetric(c.queueDepth, prometheus.GaugeValue, float64(s.QueueDepth))
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready)
+	ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(s.Restarts))
 	c.preemptLat.Collect(ch)
 }
 

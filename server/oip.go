@@ -182,6 +182,9 @@ func (in *inputJSON) tensor(i int) (Tensor, error) {
 		n *= s
 	}
 	if len(in.Data) == 0 {
+		if _, ok := in.Parameters["binary_data_size"]; ok {
+			return Tensor{}, badInput("%s has \"binary_data_size\" but the request has no %s header; send the header with the length of the JSON part (docs/api.md, binary tensor data)", where, inferHeaderLength)
+		}
 		return Tensor{}, badInput("%s has no \"data\"; send %d values (the product of shape %v)", where, n, in.Shape)
 	}
 	// Every value takes at least two bytes ("0,"), so the data cannot hold
@@ -377,12 +380,36 @@ func shapeFits(want, got []int64) bool {
 // class from the priority mapping. On an error, req is nil and id and
 // class are what could be read before it ("" if nothing).
 func parseInfer(body []byte, info ModelInfo, prio PriorityConfig) (*InferRequest, string, Class, error) {
+	req, _, id, class, err := parseInferJSON(body, info, prio)
+	return req, id, class, err
+}
+
+// parseInferJSON is parseInfer that also reads which outputs the request
+// wants as binary data (the binary tensor data extension's output
+// parameters, which a plain JSON request may carry too).
+func parseInferJSON(body []byte, info ModelInfo, prio PriorityConfig) (*InferRequest, outputModes, string, Class, error) {
 	if rj, vals, ok := fastDecode(body); ok {
 		if req, id, class, err := buildInfer(rj, vals, info, prio); err == nil {
-			return req, id, class, nil
+			modes, err := outputModesOf(rj)
+			if err != nil {
+				return nil, modes, id, class, err
+			}
+			return req, modes, id, class, nil
 		}
 	}
-	return parseInferSlow(body, info, prio)
+	rj, err := decodeInfer(body)
+	if err != nil {
+		return nil, outputModes{}, "", "", err
+	}
+	req, id, class, err := buildInfer(rj, nil, info, prio)
+	if err != nil {
+		return nil, outputModes{}, id, class, err
+	}
+	modes, err := outputModesOf(rj)
+	if err != nil {
+		return nil, modes, id, class, err
+	}
+	return req, modes, id, class, nil
 }
 
 // parseInferSlow is parseInfer through encoding/json alone: the reference
@@ -401,6 +428,21 @@ var errFallback = errors.New("server: fast path declined")
 // buildInfer checks a decoded request and builds the InferRequest. vals,
 // when set, are the inputs' values from fastDecode.
 func buildInfer(rj *inferRequestJSON, vals []fastData, info ModelInfo, prio PriorityConfig) (*InferRequest, string, Class, error) {
+	return buildInferWith(rj, func(i int) (Tensor, error) {
+		if vals != nil {
+			t, ok := rj.Inputs[i].tensorFast(vals[i])
+			if !ok {
+				return Tensor{}, errFallback
+			}
+			return t, nil
+		}
+		return rj.Inputs[i].tensor(i)
+	}, info, prio)
+}
+
+// buildInferWith is buildInfer with each input's tensor from tensorOf:
+// JSON data (fast or slow path) or the binary extension's raw bytes.
+func buildInferWith(rj *inferRequestJSON, tensorOf func(i int) (Tensor, error), info ModelInfo, prio PriorityConfig) (*InferRequest, string, Class, error) {
 	p, err := priorityParam(rj.Parameters)
 	if err != nil {
 		return nil, rj.ID, "", err
@@ -419,16 +461,7 @@ func buildInfer(rj *inferRequestJSON, vals []fastData, info ModelInfo, prio Prio
 	req := &InferRequest{ID: rj.ID, Model: info.Name, Class: class, Inputs: make([]Tensor, len(rj.Inputs))}
 	seen := make(map[string]bool, len(rj.Inputs))
 	for i := range rj.Inputs {
-		var t Tensor
-		var err error
-		if vals != nil {
-			var ok bool
-			if t, ok = rj.Inputs[i].tensorFast(vals[i]); !ok {
-				err = errFallback
-			}
-		} else {
-			t, err = rj.Inputs[i].tensor(i)
-		}
+		t, err := tensorOf(i)
 		if err != nil {
 			return nil, rj.ID, class, err
 		}
@@ -457,6 +490,13 @@ func buildInfer(rj *inferRequestJSON, vals []fastData, info ModelInfo, prio Prio
 // integers as integers, FP16/BF16/FP32 as their shortest float32 form,
 // BOOL as true/false. NaN and Inf have no JSON form and are an error.
 func appendResponse(b []byte, r *inferResponseJSON, outs []Tensor) ([]byte, error) {
+	return appendResponseBinary(b, r, outs, nil)
+}
+
+// appendResponseBinary is appendResponse where output i with bin[i] set
+// (bin may be nil: none) carries "parameters": {"binary_data_size": N}
+// instead of "data"; the caller appends the N raw bytes after the JSON.
+func appendResponseBinary(b []byte, r *inferResponseJSON, outs []Tensor, bin []bool) ([]byte, error) {
 	b = append(b, `{"model_name":`...)
 	b = appendString(b, r.ModelName)
 	if r.ModelVersion != "" {
@@ -493,6 +533,12 @@ func appendResponse(b []byte, r *inferResponseJSON, outs []Tensor) ([]byte, erro
 		}
 		b = append(b, `],"datatype":`...)
 		b = appendString(b, t.Datatype)
+		if bin != nil && bin[i] {
+			b = append(b, `,"parameters":{"binary_data_size":`...)
+			b = strconv.AppendInt(b, int64(len(t.Data))*rawSize[t.Datatype], 10)
+			b = append(b, "}}"...)
+			continue
+		}
 		b = append(b, `,"data":[`...)
 		rng, known := datatypes[t.Datatype]
 		for j, v := range t.Data {

@@ -111,7 +111,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		policy      = fs.String("policy", def.Policy, "scheduling `policy` (atoll policies)")
 		levels      = fs.Int("priority-levels", def.Priority.Levels, "number of request priority levels (1 is the highest)")
 		hpMax       = fs.Int("hp-max", def.Priority.HPMax, "priorities 1..`N` are HP, the rest BE")
-		bodyLimit   = fs.Int64("body-limit", def.BodyLimit, "largest request body, in `bytes`")
+		bodyLimit   = fs.Int64("body-limit", def.BodyLimit, "largest request body, in `bytes` (the whole body: JSON part and binary tensor data)")
 		reqTimeout  = fs.Duration("request-timeout", def.RequestTimeout, "bound on one inference request")
 		shutTimeout = fs.Duration("shutdown-timeout", def.ShutdownTimeout, "bound on each drain phase at shutdown")
 		logLevel    = fs.String("log-level", def.Log.Level, "debug, info, warn or error")
