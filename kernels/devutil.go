@@ -26,6 +26,7 @@ type runner struct {
 	done2  gpu.HostWord
 	// counter: two int32 words; counter2: another pair; watch: 2 uint64.
 	counter, counter2, watch gpu.Ptr
+	only                     string // Options.Only
 	allocs                   []gpu.Ptr
 }
 

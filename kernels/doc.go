@@ -1,7 +1,10 @@
 // Package kernels is atoll's GPU kernel library: real kernels (tensor-core
-// GEMM, implicit-GEMM convolution and its two backward passes, depthwise
+// GEMM, implicit-GEMM convolution and its two backward passes, a strided
+// batched GEMM for multi-head attention over a fused QKV tensor, depthwise
 // convolution, elementwise with bias and activation, SGD, layernorm,
-// softmax, pooling, reductions, gathers) written once in CUDA C
+// softmax, pooling, reductions, gathers, and the training kernels of
+// train.go: batch norm with batch statistics, cross-entropy, pooling
+// backward, split-K wgrad sums) written once in CUDA C
 // (cuda/*.cu, embedded) against a logical block index and compiled at run
 // time in four forms (gpu.Plain, gpu.Reset, gpu.Resumable, gpu.Padded).
 //
@@ -19,4 +22,7 @@
 // the gpu.Device a caller hands it, from the caller's goroutine. Kernels
 // must never read the mapped host flag once per logical block (such reads
 // serialise GPU-wide); they go through the flag relay in cuda/common.cuh.
+// Kernels must never accumulate across logical blocks with atomics: a
+// logical block run again after a preemption must store the same bytes
+// (reductions write per-block partials that a second kernel finishes).
 package kernels

@@ -19,6 +19,7 @@ var (
 	gpuQuick  = flag.Bool("gpu.quick", false, "SelfTest on the GPU: correctness checks only")
 	gpuTrials = flag.Int("gpu.trials", 100, "SelfTest on the GPU: latency trials per form and block length")
 	gpuSeed   = flag.Uint64("gpu.seed", uint64(time.Now().UnixNano()), "SelfTest on the GPU: input seed (fresh by default)")
+	gpuOnly   = flag.String("gpu.only", "", "SelfTest on the GPU: only kernels whose name contains one of these comma-separated substrings (no measurements)")
 )
 
 // TestGPUSelfTest runs kernels.SelfTest on GPU 0 through gpu/cuda. Without
@@ -30,7 +31,7 @@ func TestGPUSelfTest(t *testing.T) {
 		var err error
 		t.Logf("device: %s, %s", d.Info().Name, d.Info().Driver)
 		rep, err = kernels.SelfTest(context.Background(), d, kernels.Options{
-			Seed: *gpuSeed, Out: os.Stdout, Quick: *gpuQuick, LatencyTrials: *gpuTrials,
+			Seed: *gpuSeed, Out: os.Stdout, Quick: *gpuQuick, LatencyTrials: *gpuTrials, Only: *gpuOnly,
 		})
 		return err
 	})

@@ -46,11 +46,12 @@ const (
 	ActReLU
 	ActGELU
 	ActReLU6
+	ActTanh
 )
 
 func (a Act) String() string {
-	if int(a) < 4 {
-		return [...]string{"none", "relu", "gelu", "relu6"}[a]
+	if int(a) < 5 {
+		return [...]string{"none", "relu", "gelu", "relu6", "tanh"}[a]
 	}
 	return fmt.Sprintf("act(%d)", a)
 }
@@ -184,6 +185,12 @@ type Conv2D struct {
 	Residual       bool // adds a residual input of the output's shape before the activation
 	BackwardData   bool // the dX pass of training (same GEMM shape, transposed roles)
 	BackwardFilter bool // the dW pass of training: M = OutC, N = R·S·C, K = N·OH·OW
+	// Split > 0 (BackwardFilter only; N a multiple of Split) splits dW's
+	// sum over the images into Split partial sums (split-K: grid z = Split,
+	// K = (N/Split)·OH·OW each), written as f32 [Split][R][S][C][OutC] and
+	// added up by SplitSum: layers with few output tiles and a long K
+	// (early ResNet stages) then fill the GPU. Split 1 is one f32 partial.
+	Split int
 }
 
 // Out is the output's spatial size.
@@ -203,6 +210,9 @@ func (c Conv2D) gemm() GEMM {
 		m, n, k = c.N*c.H*c.W, c.C, c.R*c.S*c.OutC
 	case c.BackwardFilter:
 		m, n, k = c.R*c.S*c.C, c.OutC, c.N*oh*ow
+		if c.Split > 0 {
+			return GEMM{M: m, N: n, K: c.N / c.Split * oh * ow, Batch: c.Split, In: c.In, Out: F32}
+		}
 	}
 	return GEMM{M: m, N: n, K: k, In: c.In, Out: c.In, Bias: c.Bias, Act: c.Act}
 }
@@ -213,6 +223,8 @@ func (c Conv2D) Kernel() string {
 	switch {
 	case c.BackwardData:
 		kind = "conv2d_dgrad"
+	case c.BackwardFilter && c.Split > 0:
+		kind = "conv2d_wgrad_split"
 	case c.BackwardFilter:
 		kind = "conv2d_wgrad"
 	}
@@ -234,6 +246,9 @@ func (c Conv2D) Bytes() float64 {
 	e := float64(c.In.Size())
 	in := float64(c.N*c.H*c.W*c.C) * e
 	w := float64(c.OutC*c.R*c.S*c.C) * e
+	if c.BackwardFilter && c.Split > 0 {
+		w = float64(c.Split*c.OutC*c.R*c.S*c.C) * 4 // f32 partial dW
+	}
 	out := float64(c.N*oh*ow*c.OutC) * e
 	b := in + w + out
 	if c.Residual {
@@ -247,7 +262,11 @@ func (c Conv2D) Bytes() float64 {
 
 func (c Conv2D) Shape() string {
 	oh, ow := c.Out()
-	return fmt.Sprintf("N=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d", c.N, c.H, c.W, c.C, oh, ow, c.OutC, c.R, c.S, max(c.Stride, 1))
+	sh := fmt.Sprintf("N=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d", c.N, c.H, c.W, c.C, oh, ow, c.OutC, c.R, c.S, max(c.Stride, 1))
+	if c.BackwardFilter && c.Split > 0 {
+		sh += fmt.Sprintf(" split=%d", c.Split)
+	}
+	return sh
 }
 
 // Depthwise is a depthwise convolution in NHWC: one thread per output
@@ -288,7 +307,7 @@ func (d Depthwise) Shape() string {
 //
 // Names the library runs: "bias_act" (out = act(a + bias[i mod Cols])),
 // "add" (out = act(a + b)), "act", "relu", "gelu", "relu6" (out = act(a)),
-// "sgd" (m' = Momentum·m + g; w' = w − LR·m'). Other names describe ops for
+// "tanh" (out = tanh(a)), "sgd" (m' = Momentum·m + g; w' = w − LR·m'). Other names describe ops for
 // costing only; Library.Launch rejects them with ErrUnsupported.
 type Elementwise struct {
 	Name    string // "bias_act", "add", "sgd", "adam", "gelu", ...

@@ -36,6 +36,8 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 		switch {
 		case o.BackwardData:
 			return [][]float64{refConvDgrad(c, in(0), in(1))}, nil
+		case o.BackwardFilter && o.Split > 0:
+			return [][]float64{refConvWgradSplit(c, o.Split, in(0), in(1))}, nil // train.go
 		case o.BackwardFilter:
 			return [][]float64{refConvWgrad(c, in(0), in(1))}, nil
 		}
@@ -203,6 +205,16 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 		}
 		return [][]float64{out}, nil
 	}
+	if o, ok := op.(StridedGEMM); ok {
+		var bias []float64
+		if o.Bias {
+			bias = in(3)
+		}
+		return [][]float64{refStrided(o, in(0), in(1), bias)}, nil
+	}
+	if out, ok, err := trainReference(op, in); ok { // training ops: train.go
+		return out, err
+	}
 	return nil, fmt.Errorf("%w: no reference for %T", ErrUnsupported, op)
 }
 
@@ -216,6 +228,8 @@ func act(x float64, a Act) float64 {
 		return 0.5 * x * (1 + math.Tanh(0.7978845608028654*(x+0.044715*x*x*x)))
 	case ActReLU6:
 		return math.Min(math.Max(x, 0), 6)
+	case ActTanh:
+		return math.Tanh(x)
 	}
 	return x
 }

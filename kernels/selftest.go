@@ -37,6 +37,11 @@ type Options struct {
 	// GEMMSize is the side of the square bf16 GEMM whose TFLOP/s is
 	// measured; 0 means 4096.
 	GEMMSize int
+	// Only, when set, limits the correctness and bit-identity checks to
+	// kernels whose name contains one of its comma-separated substrings
+	// (e.g. "bn_,xent") and skips the latency and performance
+	// measurements.
+	Only string
 }
 
 // Check is one correctness check: a kernel in a form against the CPU.
@@ -108,7 +113,7 @@ var ErrSelfTest = errors.New("kernels: self-test failed")
 // checkOps are the correctness cases: every kernel family, both GEMM tiles,
 // vector and scalar load paths, all dtypes the kernels take.
 func checkOps() []Op {
-	return []Op{
+	return append([]Op{
 		GEMM{M: 200, N: 136, K: 72, Batch: 2, In: BF16, Out: BF16, Bias: true, Act: ActGELU},
 		GEMM{M: 1536, N: 1536, K: 96, In: F16, Out: F32, Act: ActReLU},
 		GEMM{M: 1664, N: 1408, K: 136, In: BF16, Out: BF16, Bias: true},
@@ -129,7 +134,8 @@ func checkOps() []Op {
 		Reduce{Name: "mean", Rows: 70, Cols: 490, In: BF16},
 		Reduce{Name: "sum", Rows: 33, Cols: 100, In: F32},
 		Gather{Rows: 50, Cols: 72, In: BF16, Vocab: 500},
-	}
+		Elementwise{Name: "tanh", Elems: 3000, Inputs: 1, In: BF16},
+	}, slices.Concat(sgemmCheckOps(), trainCheckOps())...)
 }
 
 // SelfTest checks every kernel and form on dev against the CPU references,
@@ -151,6 +157,7 @@ func SelfTest(ctx context.Context, dev gpu.Device, opts Options) (Report, error)
 		return rep, fmt.Errorf("kernels: selftest setup: %w", err)
 	}
 	defer r.close()
+	r.only = opts.Only
 	seed := opts.Seed
 	next := func() uint64 { seed = seed*6364136223846793005 + 1442695040888963407; return seed }
 
@@ -167,10 +174,12 @@ func SelfTest(ctx context.Context, dev gpu.Device, opts Options) (Report, error)
 			return rep, err
 		}
 		printIdentity(opts.Out, rep.Identity)
-		if err := r.measure(&rep, opts, next); err != nil {
-			return rep, err
+		if opts.Only == "" {
+			if err := r.measure(&rep, opts, next); err != nil {
+				return rep, err
+			}
+			printPerf(opts.Out, rep)
 		}
-		printPerf(opts.Out, rep)
 	}
 	for _, c := range rep.Checks {
 		if !c.OK {
@@ -234,6 +243,9 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 	defer ewBufs.Free(r.dev)
 
 	for _, op := range checkOps() {
+		if !r.selected(op) {
+			continue
+		}
 		b, err := Alloc(r.dev, op, next())
 		if err != nil {
 			return err
@@ -384,7 +396,13 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 // ---- preempt and resume: bit identity ----------------------------------------
 
 func (r *runner) identity(rep *Report, minPreempt int, next func() uint64) error {
+	if err := r.trainIdentity(rep, minPreempt, next); err != nil {
+		return err
+	}
 	gemm := GEMM{M: 4096, N: 4096, K: 1024, In: BF16, Out: BF16, Bias: true, Act: ActGELU}
+	if !r.selected(gemm) {
+		return nil
+	}
 	if err := r.identityOne(rep, gemm, nil, 8, minPreempt, next); err != nil {
 		return err
 	}

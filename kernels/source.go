@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-//go:embed cuda/common.cuh cuda/gemm.cu cuda/misc.cu
+//go:embed cuda/common.cuh cuda/gemm.cu cuda/misc.cu cuda/attention.cu cuda/train.cu
 var cudaFS embed.FS
 
 func mustRead(name string) string {
@@ -19,7 +19,11 @@ func mustRead(name string) string {
 
 var (
 	srcCommon = mustRead("common.cuh")
-	srcFamily = map[string]string{"gemm": mustRead("gemm.cu"), "misc": mustRead("misc.cu")}
+	srcFamily = map[string]string{"gemm": mustRead("gemm.cu"), "misc": mustRead("misc.cu"), "attn": mustRead("attention.cu"),
+		"train": mustRead("train.cu")}
+	// familyDeps are the families a family's source builds on (included
+	// before it, once per module).
+	familyDeps = map[string][]string{"attn": {"gemm"}, "train": {"misc"}}
 )
 
 // Kernel function names of the forms. Every module also holds WatchFunc.
@@ -42,10 +46,11 @@ extern "C" __global__ void atoll_flag_watch(const volatile u32* flag, u64* seen,
 `
 
 // minBlocks is the blocks per SM the kernel's register allocation must
-// allow: 2 for the GEMM family (128 registers for 256 threads), full
+// allow: 2 for the GEMM family (128 registers for 256 threads) and the
+// strided GEMM (attn: 128 threads, up to 255 registers), full
 // occupancy (2048 threads per SM) for the rest.
 func (k *kspec) minBlocks() int {
-	if k.family == "gemm" {
+	if k.family == "gemm" || k.family == "attn" {
 		return 2
 	}
 	return max(1, min(2048/k.threads, 32))
@@ -67,12 +72,20 @@ func header(families ...string) string {
 	fmt.Fprintf(&b, "#define GEMM_BK %d\n#define GEMM_STAGES %d\n", gemmBK, gemmStages)
 	b.WriteString(srcCommon)
 	seen := map[string]bool{}
-	for _, f := range families {
-		if !seen[f] {
-			seen[f] = true
-			b.WriteString("\n// ---- " + f + " ----\n")
-			b.WriteString(srcFamily[f])
+	var add func(f string)
+	add = func(f string) {
+		if seen[f] {
+			return
 		}
+		seen[f] = true
+		for _, d := range familyDeps[f] {
+			add(d)
+		}
+		b.WriteString("\n// ---- " + f + " ----\n")
+		b.WriteString(srcFamily[f])
+	}
+	for _, f := range families {
+		add(f)
 	}
 	b.WriteString(watchSrc)
 	return b.String()

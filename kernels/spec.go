@@ -100,7 +100,7 @@ func positive(vals ...int) bool {
 
 func validFloat(d DType) bool { return d == F32 || d == F16 || d == BF16 }
 func valid16(d DType) bool    { return d == F16 || d == BF16 }
-func validAct(a Act) bool     { return a <= ActReLU6 }
+func validAct(a Act) bool     { return a <= ActTanh }
 
 // Elementwise op codes (cuda/misc.cu EW_*).
 const (
@@ -124,10 +124,12 @@ func ewCode(e Elementwise) (code int, act Act, err error) {
 		return ewAct, ActGELU, nil
 	case "relu6":
 		return ewAct, ActReLU6, nil
+	case "tanh":
+		return ewAct, ActTanh, nil
 	case "sgd":
 		return ewSGD, ActNone, nil
 	}
-	return 0, 0, fmt.Errorf("%w: elementwise %q has no kernel (have bias_act, add, act, relu, gelu, relu6, sgd)", ErrUnsupported, e.Name)
+	return 0, 0, fmt.Errorf("%w: elementwise %q has no kernel (have bias_act, add, act, relu, gelu, relu6, tanh, sgd)", ErrUnsupported, e.Name)
 }
 
 func (e Elementwise) lrMomentum() (float32, float32) {
@@ -246,6 +248,9 @@ func spec(op Op) (*kspec, error) {
 		if o.BackwardData && o.BackwardFilter {
 			return nil, shapeErr(op, "BackwardData and BackwardFilter are exclusive")
 		}
+		if o.Split < 0 || (o.Split > 0 && (!o.BackwardFilter || o.N%o.Split != 0)) {
+			return nil, shapeErr(op, "Split %d: only BackwardFilter splits, into a divisor of the batch N", o.Split)
+		}
 		g := o.gemm()
 		bm, bn, th := gemmTile(g.M, g.N)
 		st := max(o.Stride, 1)
@@ -263,6 +268,17 @@ func spec(op Op) (*kspec, error) {
 				q := base
 				q.a, q.b, q.c, q.vecA = p[0], p[1], p[2], o.OutC%8 == 0
 				q.pack(a, o.In)
+			}
+		case o.BackwardFilter && o.Split > 0: // split-K over the images: f32 partial dW per split
+			k.body = gemmBody("ProbConvWgradSplit", o.In, bm, bn, th)
+			x.Role, y.Name, y.Role = Input, "dY", Input
+			w.Name, w.Role, w.DType, w.Elems = "dW_partial", Output, F32, o.Split*w.Elems
+			k.tensors = []TensorSpec{x, y, w}
+			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+				q := base
+				q.a, q.b, q.c, q.vecB = p[0], p[1], p[2], o.OutC%8 == 0
+				q.batch, q.sB, q.sC = o.Split, int64(g.K)*int64(g.N), int64(g.M)*int64(g.N)
+				q.pack(a, F32)
 			}
 		case o.BackwardFilter:
 			k.body = gemmBody("ProbConvWgrad", o.In, bm, bn, th)
@@ -416,6 +432,10 @@ func spec(op Op) (*kspec, error) {
 		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 			a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(b2i(o.Name == "mean"))
 		}
+	case StridedGEMM:
+		if err := sgemmSpec(o, k); err != nil {
+			return nil, err
+		}
 	case Gather:
 		if !positive(o.Rows, o.Cols) || o.Vocab < 0 || !validFloat(o.In) {
 			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
@@ -431,6 +451,12 @@ func spec(op Op) (*kspec, error) {
 			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(v))
 		}
 	default:
+		if ok, err := trainSpec(op, k); ok { // training ops: train.go
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
 		return nil, fmt.Errorf("%w: op type %T", ErrUnsupported, op)
 	}
 	if k.grid.Count() <= 0 || k.threads <= 0 {

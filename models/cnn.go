@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -199,53 +200,65 @@ func (u cbn) outElems() (elems, pixels int) {
 	return u.conv.N * oh * ow * u.conv.OutC, u.conv.N * oh * ow
 }
 
-// cbnForward adds conv, BN statistics and BN apply; the conv writes
-// name.conv, the statistics name.bn.partials (per-channel partial sums),
-// the apply kernel name. It records x and short in u and returns name.
+// cbnForward adds conv and batch norm with batch statistics: the conv
+// writes name.conv; BN's partial sums (name.bn.partials, one pair per
+// kernels.BNChunk pixels and channel) are finished into name.bn.stats
+// (mean, rstd); the apply kernel (with the shortcut add and the ReLU)
+// writes name. It returns name.
 func (b *builder) cbnForward(u cbn, x, short string) string {
-	elems, pixels := u.outElems()
+	_, pixels := u.outElems()
 	oh, ow := u.conv.Out()
-	inputs := 1
-	if u.residual {
-		inputs = 2
-	}
+	c := u.conv.OutC
 	l := b.add(u.name, u.conv, ConvParams(u.conv))
-	conv := b.act(u.name+".conv", bf16, u.conv.N, oh, ow, u.conv.OutC)
-	l.In, l.W, l.Out = []string{x}, []string{b.weight(u.name+".weight", bf16, u.conv.R, u.conv.S, u.conv.C, u.conv.OutC)}, []string{conv}
-	stats := columnReduce("bn_stats", u.conv.OutC, pixels)
-	part := b.act(u.name+".bn.partials", kernels.F32, stats.Rows)
+	conv := b.act(u.name+".conv", bf16, u.conv.N, oh, ow, c)
+	l.In, l.W, l.Out = []string{x}, []string{b.weight(u.name+".weight", bf16, u.conv.R, u.conv.S, u.conv.C, c)}, []string{conv}
+	stats := kernels.BNStats{Pixels: pixels, C: c, In: bf16}
+	part := b.act(u.name+".bn.partials", kernels.F32, stats.Partials())
 	b.op(u.name+".bn.stats", stats, 0, []string{conv}, nil, []string{part})
-	in := []string{conv, part}
+	st := b.act(u.name+".bn.stats", kernels.F32, 2, c)
+	b.op(u.name+".bn.finalize", kernels.BNFinalize{Pixels: pixels, C: c}, 0, []string{part}, nil, []string{st})
+	in := []string{conv, st}
 	if u.residual {
 		in = append(in, short)
 	}
-	out := b.act(u.name, bf16, u.conv.N, oh, ow, u.conv.OutC)
-	b.op(u.name+".bn.apply", kernels.Elementwise{Name: "bn_apply", Elems: elems, Inputs: inputs, Outputs: 1, In: bf16, Act: u.act}, 2*u.conv.OutC,
-		in, []string{b.weight(u.name+".bn.weight", kernels.F32, u.conv.OutC), b.weight(u.name+".bn.bias", kernels.F32, u.conv.OutC)}, []string{out})
+	out := b.act(u.name, bf16, u.conv.N, oh, ow, c)
+	b.op(u.name+".bn.apply", kernels.BNApply{Pixels: pixels, C: c, In: bf16, Act: u.act, Residual: u.residual}, 2*c,
+		in, []string{b.weight(u.name+".bn.weight", kernels.F32, c), b.weight(u.name+".bn.bias", kernels.F32, c)}, []string{out})
 	return out
 }
 
 // cbnBackward adds the backward pass of a cbn unit: dy is the gradient of
 // its output; dx the name to write the input's gradient to (ignored for
-// the first unit) and dshort the shortcut's share (residual units).
+// the first unit) and dshort the shortcut's share (residual units). BN's
+// weight gradients (Σdz·x̂ and Σdz per channel, the ReLU mask applied)
+// are partial sums finished into grad:name.bn.weight and grad:name.bn.bias;
+// then BN's data gradient and the conv's dgrad and wgrad.
 func (b *builder) cbnBackward(u cbn, dy, dx, dshort string) {
-	elems, pixels := u.outElems()
-	outs := 1
-	if u.residual {
-		outs = 2 // also the gradient that flows to the shortcut
+	_, pixels := u.outElems()
+	c := u.conv.OutC
+	conv, st := u.name+".conv", u.name+".bn.stats"
+	wg := kernels.BNStats{Pixels: pixels, C: c, In: bf16, Backward: true, Act: u.act}
+	in := []string{conv, dy}
+	if u.act == kernels.ActReLU {
+		in = append(in, u.name)
 	}
-	conv, part := u.name+".conv", u.name+".bn.partials"
-	// dγ, dβ (Σdy and Σdy·x̂ per channel, ReLU mask applied), then dx of BN.
-	wg := columnReduce("bn_bwd", u.conv.OutC, pixels)
-	dpart := b.tensor(GradName(part), KindGradient, kernels.F32, wg.Rows)
-	b.op(u.name+".bn.wgrad", wg, 0, []string{dy, conv, u.name}, nil, []string{dpart})
+	in = append(in, st)
+	dpart := b.tensor(GradName(u.name+".bn.partials"), KindGradient, kernels.F32, wg.Partials())
+	b.op(u.name+".bn.wgrad", wg, 0, in, nil, []string{dpart})
+	dgamma, dbeta := b.grad(u.name+".bn.weight"), b.grad(u.name+".bn.bias")
+	b.op(u.name+".bn.wgrad.finalize", kernels.BNFinalize{Pixels: pixels, C: c, Grad: true}, 0, []string{dpart}, nil, []string{dgamma, dbeta})
 	dconv := b.grad(conv)
 	out := []string{dconv}
 	if u.residual {
 		out = append(out, dshort)
 	}
-	b.op(u.name+".bn.dgrad", kernels.Elementwise{Name: "bn_bwd", Elems: elems, Inputs: 3, Outputs: outs, In: bf16}, 0,
-		[]string{dy, conv, dpart}, []string{u.name + ".bn.weight"}, out)
+	din := []string{dy}
+	if u.act == kernels.ActReLU {
+		din = append(din, u.name)
+	}
+	din = append(din, conv, st, dgamma, dbeta)
+	b.op(u.name+".bn.dgrad", kernels.BNBackward{Pixels: pixels, C: c, In: bf16, Act: u.act, Residual: u.residual}, 0,
+		din, []string{u.name + ".bn.weight"}, out)
 	if !u.first {
 		d := u.conv
 		d.BackwardData = true
@@ -253,7 +266,36 @@ func (b *builder) cbnBackward(u cbn, dy, dx, dshort string) {
 	}
 	w := u.conv
 	w.BackwardFilter = true
-	b.op(u.name+".wgrad", w, 0, []string{u.x, dconv}, nil, []string{b.grad(u.name + ".weight")})
+	b.wgrad(u.name, w, u.x, dconv, u.name+".weight")
+}
+
+// wgrad adds a convolution's weight gradient from its input x and output
+// gradient dy into grad:weight: a wgrad split over the images where one
+// launch would leave the GPU idle (few output tiles, a long sum over the
+// images), writing f32 partial sums (grad:weight.split), and a SplitSum
+// that adds them up in order. Every batch size gets both layers (split 1
+// at small batches), so the launch sequence does not depend on the batch.
+func (b *builder) wgrad(name string, w kernels.Conv2D, x, dy, weight string) {
+	w.Split = wgradSplit(w)
+	t := b.list[b.tensors[weight]]
+	part := b.tensor(GradName(weight)+".split", KindGradient, kernels.F32, w.Split*t.Elems())
+	b.op(name+".wgrad", w, 0, []string{x, dy}, nil, []string{part})
+	b.op(name+".wgrad.sum", kernels.SplitSum{Parts: w.Split, Elems: t.Elems(), Out: t.DType}, 0, []string{part}, nil, []string{b.grad(weight)})
+}
+
+// wgradSplit is the split of a wgrad over the images: doubled while the
+// launch has fewer tiles than two waves of blocks on a 132-SM GPU (two
+// blocks per SM), the images still divide, and each split still sums over
+// at least 512 output pixels.
+func wgradSplit(w kernels.Conv2D) int {
+	w.Split = 0
+	tiles := w.Geometry().Grid.Count()
+	oh, ow := w.Out()
+	s := 1
+	for s < 32 && tiles*s < 2*2*132 && w.N%(2*s) == 0 && w.N/(2*s)*oh*ow >= 512 {
+		s *= 2
+	}
+	return s
 }
 
 // resnetTraining is one SGD-with-momentum step of ResNet v1.5 with batch
@@ -306,15 +348,28 @@ func resnetTraining(b *builder, n int, cfg ResNetConfig) {
 			h, c = oh, out
 		}
 	}
-	logits, fc := resnetHead(b, n, cfg, x, h, c)
-	loss := b.lossForward(n, cfg.Classes, logits)
-	b.output = loss
+	// Head: the global average pool as a pool over the whole feature map
+	// and the classifier as a 1x1 convolution over [n, 1, 1, c] (its weight
+	// [c, classes] is the conv's [1, 1, c, classes]), so that the conv's
+	// dgrad and wgrad kernels give its backward pass.
+	gap := kernels.Pool{N: n, H: h, W: h, C: c, R: h, S: h, Stride: 1, In: bf16}
+	pooled := b.act("avgpool", bf16, n, c)
+	b.op("avgpool", gap, 0, []string{x}, nil, []string{pooled})
+	fc := kernels.Conv2D{N: n, H: 1, W: 1, C: c, OutC: cfg.Classes, R: 1, S: 1, Stride: 1, In: bf16, Bias: true}
+	logits := b.op("fc", fc, ConvParams(fc), []string{pooled},
+		[]string{b.weight("fc.weight", bf16, c, cfg.Classes), b.weight("fc.bias", kernels.F32, cfg.Classes)},
+		[]string{b.act("fc", bf16, n, cfg.Classes)}).Out[0]
+	b.output = b.lossForward(n, cfg.Classes, logits)
 
 	// Backward.
 	b.lossBackward(n, cfg.Classes, logits)
-	b.linearBackward("fc", fc, "avgpool")
-	b.op("avgpool.bwd", kernels.Elementwise{Name: "avgpool_bwd", Elems: n * h * h * c, Inputs: 1, Outputs: 1, In: bf16}, 0,
-		[]string{GradName("avgpool")}, nil, []string{b.grad(x)})
+	b.op("fc.bgrad", kernels.ColumnSum{Rows: n, Cols: cfg.Classes, In: bf16}, 0, []string{GradName(logits)}, nil, []string{b.grad("fc.bias")})
+	fd, fw := fc, fc
+	fd.Bias, fd.BackwardData = false, true
+	fw.Bias, fw.BackwardFilter = false, true
+	b.op("fc.dgrad", fd, 0, []string{GradName(logits)}, []string{"fc.weight"}, []string{b.grad(pooled)})
+	b.wgrad("fc", fw, pooled, GradName(logits), "fc.weight")
+	b.op("avgpool.bwd", kernels.PoolBackward{Pool: gap}, 0, []string{GradName(pooled)}, nil, []string{b.grad(x)})
 	for i := len(bl) - 1; i >= 0; i-- {
 		k := bl[i]
 		u := k.units
@@ -341,26 +396,46 @@ func resnetTraining(b *builder, n int, cfg ResNetConfig) {
 		b.op(p+".grad_add", kernels.Elementwise{Name: "add", Elems: k.in, Inputs: 2, Outputs: 1, In: bf16}, 0,
 			[]string{main, other}, nil, []string{b.grad(k.x)})
 	}
-	b.op("maxpool.bwd", kernels.Elementwise{Name: "maxpool_bwd", Elems: n * (cfg.Image / 2) * (cfg.Image / 2) * cfg.Width, Inputs: 2, Outputs: 1, In: bf16}, 0,
-		[]string{GradName("maxpool"), "conv1"}, nil, []string{b.grad("conv1")})
+	sh, _ := stem.conv.Out()
+	mp := kernels.Pool{N: n, H: sh, W: sh, C: cfg.Width, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: bf16}
+	b.op("maxpool.bwd", kernels.PoolBackward{Pool: mp}, 0, []string{GradName("maxpool"), "conv1"}, nil, []string{b.grad("conv1")})
 	b.cbnBackward(stem, GradName("conv1"), "", "")
-	b.optimizer("optimizer.sgd_momentum", "sgd", 3, 2, "momentum")
+	b.sgd("optimizer.sgd", "momentum")
 }
 
-// lossForward adds softmax and cross-entropy over logits [n, classes]
-// against the labels input; it returns the loss tensor.
+// sgd adds one SGD-with-momentum update per weight, in order of first use
+// (PyTorch's per-parameter loop): the weight in its own type (bf16 conv
+// and classifier weights, fp32 BN parameters and biases), its gradient
+// grad:w, and fp32 momentum state:w, updated in place. name prefixes the
+// layers (name.<weight>).
+func (b *builder) sgd(name, state string) {
+	for _, t := range slices.Clone(b.list) {
+		if t.Kind != KindWeight {
+			continue
+		}
+		g := GradName(t.Name)
+		m := b.tensor(state+":"+t.Name, KindState, kernels.F32, t.Shape...)
+		b.op(name+"."+t.Name, kernels.SGD{Elems: t.Elems(), In: t.DType}, 0, []string{g, m}, []string{t.Name}, []string{t.Name, m})
+	}
+}
+
+// lossForward adds softmax (kept for the backward pass) and the
+// cross-entropy per sample from the logits [n, classes] against the labels
+// input (int32 in [0, classes)); it returns the loss tensor [n] f32, whose
+// mean is the batch loss.
 func (b *builder) lossForward(n, classes int, logits string) string {
 	labels := b.input("labels", kernels.I32, n)
 	probs := b.act("loss.softmax", bf16, n, classes)
 	b.op("loss.softmax", kernels.Softmax{Rows: n, Cols: classes, In: bf16}, 0, []string{logits}, nil, []string{probs})
 	loss := b.act("loss", kernels.F32, n)
-	b.op("loss.xent", kernels.Reduce{Name: "xent", Rows: n, Cols: classes, In: bf16}, 0, []string{probs, labels}, nil, []string{loss})
+	b.op("loss.xent", kernels.XentLoss{Rows: n, Classes: classes, In: bf16}, 0, []string{logits, labels}, nil, []string{loss})
 	return loss
 }
 
-// lossBackward adds d(logits) = softmax − onehot(labels).
+// lossBackward adds d(logits) = (softmax − onehot(labels)) / n, the
+// gradient of the batch-mean loss.
 func (b *builder) lossBackward(n, classes int, logits string) {
-	b.op("loss.xent.bwd", kernels.Elementwise{Name: "xent_bwd", Elems: n * classes, Inputs: 2, Outputs: 1, In: bf16}, 0,
+	b.op("loss.xent.bwd", kernels.XentBackward{Rows: n, Classes: classes, In: bf16}, 0,
 		[]string{"loss.softmax", "labels"}, nil, []string{b.grad(logits)})
 }
 
@@ -527,4 +602,29 @@ const reduceSplit = 2048
 func columnReduce(name string, rows, cols int) kernels.Reduce {
 	s := (cols + reduceSplit - 1) / reduceSplit
 	return kernels.Reduce{Name: name, Rows: rows * s, Cols: (cols + s - 1) / s, In: bf16}
+}
+
+// ErrLabels: a training input's label outside [0, classes) (the loss
+// kernel would write NaN for it).
+var ErrLabels = errors.New("models: label out of range")
+
+// checkLabels verifies that the labels a cross-entropy loss of g reads lie
+// in [0, classes) (CheckBundle calls it for inputs).
+func checkLabels(g *Graph, b *Bundle) error {
+	for _, l := range g.Layers {
+		x, ok := l.Op.(kernels.XentLoss)
+		if !ok || len(l.In) < 2 {
+			continue
+		}
+		d, ok := b.Get(l.In[1])
+		if !ok || d.DType != kernels.I32 {
+			continue // CheckBundle reports it
+		}
+		for i, v := range d.Values() {
+			if v < 0 || int(v) >= x.Classes {
+				return fmt.Errorf("%w: %s: %s[%d] = %d, want a class in [0, %d)", ErrLabels, g.Model, l.In[1], i, int(v), x.Classes)
+			}
+		}
+	}
+	return nil
 }

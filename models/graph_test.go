@@ -54,9 +54,20 @@ func TestGraphDataflow(t *testing.T) {
 				}
 			}
 			if m.Phase() == models.PhaseTraining {
-				opt := g.Layers[len(g.Layers)-1]
-				if len(opt.W) != len(g.Weights()) {
-					t.Errorf("optimizer updates %d weights of %d", len(opt.W), len(g.Weights()))
+				// The optimizer: the layers that write weights (one
+				// multi-tensor launch, or one per weight).
+				var opt models.Layer
+				updated := map[string]bool{}
+				for _, l := range g.Layers {
+					for _, o := range l.Out {
+						if tt, _ := g.Tensor(o); tt.Kind == models.KindWeight {
+							updated[o] = true
+							opt.In = append(opt.In, l.In...)
+						}
+					}
+				}
+				if len(updated) != len(g.Weights()) {
+					t.Errorf("optimizer updates %d weights of %d", len(updated), len(g.Weights()))
 				}
 				grads := 0
 				for _, in := range opt.In {

@@ -42,6 +42,11 @@ func Reference(g *Graph, weights, inputs *Bundle) (Activations, error) {
 	for _, d := range inputs.Tensors() {
 		vals[d.Name] = d.Values()
 	}
+	for _, t := range g.Tensors {
+		if t.Kind == KindState { // optimizer state: zero at the first step, as on the device
+			vals[t.Name] = make([]float64, t.Elems())
+		}
+	}
 	for i, l := range g.Layers {
 		outs, err := ReferenceLayer(g, l, vals)
 		if err != nil {

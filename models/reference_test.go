@@ -328,15 +328,72 @@ func softmaxRows(x []float64, cols int) []float64 {
 	return y
 }
 
-// Training graphs have no CPU reference; the error says which layer.
-func TestReferenceTrainingRefused(t *testing.T) {
+// A ResNet training step runs on the CPU reference: the loss is finite,
+// every weight moves, and a second step on the same batch (from the
+// updated weights and momentum) lowers the loss — the gradients point
+// downhill through every layer. Labels outside [0, classes) are refused.
+func TestReferenceTraining(t *testing.T) {
 	cfg := tinyResNet
 	cfg.Train = true
 	m, err := models.NewResNet("tiny-train", cfg)
+	g := graphOf(t, m, err, 4)
+	w, in := models.InitWeights(g, 1), models.InitInputs(g, 2)
+	vals, err := models.Reference(g, w, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mean := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	loss1 := mean(vals[g.Output])
+	if math.IsNaN(loss1) || math.IsInf(loss1, 0) || loss1 <= 0 {
+		t.Fatalf("loss %v", loss1)
+	}
+	// Second step: the updated weights and momentum as the new state.
+	w2 := &models.Bundle{Metadata: w.Metadata}
+	for _, d := range w.Tensors() {
+		if models.RelErr(vals[d.Name], d.Values()) == 0 {
+			t.Errorf("weight %s did not change", d.Name)
+		}
+		w2.Add(models.NewData(d.Name, d.DType, d.Shape, vals[d.Name]))
+	}
+	vals2, err := models.Reference(g, w2, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loss2 := mean(vals2[g.Output]); !(loss2 < loss1) {
+		t.Errorf("loss after one SGD step %.5f, before %.5f: want lower", loss2, loss1)
+	}
+	// Bad labels.
+	labels, _ := in.Get("labels")
+	bad := &models.Bundle{}
+	v := labels.Values()
+	v[1] = float64(cfg.Classes)
+	for _, d := range in.Tensors() {
+		if d.Name == "labels" {
+			d = models.NewData(d.Name, d.DType, d.Shape, v)
+		}
+		bad.Add(d)
+	}
+	if _, err := models.Reference(g, w, bad); !errors.Is(err, models.ErrLabels) {
+		t.Errorf("Reference with label %d of %d classes: %v, want ErrLabels", cfg.Classes, cfg.Classes, err)
+	}
+}
+
+// BERT's training step still has layers without a reference (attention
+// backward glue, Adam); the error says which layer.
+func TestReferenceTrainingRefused(t *testing.T) {
+	cfg := tinyBERT
+	cfg.Labels = 2
+	m, err := models.NewBERT("tiny-bert-train", cfg)
 	g := graphOf(t, m, err, 1)
 	w, in := models.InitWeights(g, 1), models.InitInputs(g, 1)
 	if _, err := models.Reference(g, w, in); !errors.Is(err, models.ErrNoReference) {
-		t.Errorf("Reference of a training step = %v, want ErrNoReference", err)
+		t.Errorf("Reference of a BERT training step = %v, want ErrNoReference", err)
 	}
 }
 

@@ -178,6 +178,8 @@ func (g *Graph) intRange(name string) int {
 			return o.Vocab
 		case kernels.Reduce:
 			return o.Cols
+		case kernels.XentLoss:
+			return o.Classes
 		}
 	}
 	return 1
@@ -206,6 +208,11 @@ func CheckBundle(g *Graph, b *Bundle, kind Kind) error {
 		}
 		if len(d.Raw) != d.Elems()*d.DType.Size() {
 			return fmt.Errorf("%w: %s: tensor %q holds %d bytes, its shape needs %d", ErrSafetensors, g.Model, t.Name, len(d.Raw), d.Elems()*d.DType.Size())
+		}
+	}
+	if kind == KindInput {
+		if err := checkLabels(g, b); err != nil {
+			return err
 		}
 	}
 	if b.Len() != len(want) {

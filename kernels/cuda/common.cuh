@@ -82,12 +82,13 @@ __device__ __forceinline__ void store_dt(void* p, long long i, int dt, float v) 
 }
 
 // ---- activations (same formulas as the Go references) -----------------------
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_RELU6 = 3 };
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2, ACT_RELU6 = 3, ACT_TANH = 4 };
 __device__ __forceinline__ float apply_act(float x, int act) {
   switch (act) {
   case ACT_RELU: return x > 0.f ? x : 0.f;
   case ACT_GELU: return 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
   case ACT_RELU6: return fminf(fmaxf(x, 0.f), 6.f);
+  case ACT_TANH: return tanhf(x);
   }
   return x;
 }

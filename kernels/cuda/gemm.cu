@@ -138,6 +138,33 @@ struct ProbConvWgrad {
   }
 };
 
+// Backward filter split over the images (split-K; Go: Conv2D.Split): batch
+// entry b sums over images [b·n/S, (b+1)·n/S) only. k is local to the chunk
+// (K = (n/S)·OH·OW, global k = b·K + k, so B rows start at b·sB = b·K·OC)
+// and C + b·sC receives the chunk's partial dW (f32), added up in a fixed
+// order by a second kernel (train.cu body_splitsum).
+struct ProbConvWgradSplit {
+  static const bool kLinA = false, kLinB = true;
+  static __device__ __forceinline__ const u16* a_base(const GemmP& p, int) { return p.A; }
+  static __device__ __forceinline__ const u16* b_base(const GemmP& p, int b) { return p.B + b * p.sB; }
+  static __device__ __forceinline__ const u16* a_ptr8(const GemmP&, int, int, int) { return 0; }
+  static __device__ __forceinline__ u16 a_at(const GemmP& p, int b, int m, int k) {
+    if (m >= p.M || k >= p.K) return 0;
+    const int kg = b * p.K + k;
+    const int ch = m % p.c, rs = m / p.c, sx = rs % p.s, ry = rs / p.s;
+    const int ox = kg % p.ow, t = kg / p.ow, oy = t % p.oh, img = t / p.oh;
+    const int iy = oy * p.stride - p.pad + ry, ix = ox * p.stride - p.pad + sx;
+    if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) return 0;
+    return p.A[(((long long)img * p.h + iy) * p.w + ix) * p.c + ch];
+  }
+  static __device__ __forceinline__ const u16* b_ptr8(const GemmP& p, int b, int k, int n) {
+    return ProbGemm::b_ptr8(p, b, k, n);
+  }
+  static __device__ __forceinline__ u16 b_at(const GemmP& p, int b, int k, int n) {
+    return ProbGemm::b_at(p, b, k, n);
+  }
+};
+
 __device__ __forceinline__ u32 smem_u32(const void* p) {
   return (u32)__cvta_generic_to_shared(p);
 }

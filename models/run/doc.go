@@ -10,8 +10,10 @@
 // shapes and buffer wiring, and the GPU tests compare outputs with the CPU
 // reference (models.Reference) and with PyTorch (tools/torchref).
 //
-// Layers the kernel library cannot launch as the model describes them are
-// refused by default; Options.Substitute binds the ones that have an
+// Glue layers whose layout the library's strided GEMM expresses (BERT's
+// attention scores and context over the fused QKV tensor, the pooler over
+// the [CLS] rows) are bound to it. Layers the kernel library cannot launch
+// as the model describes them are refused by default; Options.Substitute binds the ones that have an
 // equivalent library kernel to it (Instance.Substitutions lists them), and
 // RunHybrid computes the rest on the host between GPU segments for
 // end-to-end checks.

@@ -127,8 +127,9 @@ func TestEmulatedForward(t *testing.T) {
 	}
 }
 
-// RunHybrid on the simulator runs the GPU segments and does the glue layers
-// on the host, naming them.
+// RunHybrid on the simulator runs the GPU segments and does the layers the
+// library lacks on the host, naming them: in BERT only the embedding add
+// (its attention and pooler glue launch the strided GEMM).
 func TestRunHybrid(t *testing.T) {
 	dev := newSim(t)
 	m, err := models.NewBERT("tiny-bert", tinyBERT)
@@ -137,7 +138,7 @@ func TestRunHybrid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"embeddings.add", "encoder.0.attention.scores", "encoder.0.attention.context", "pooler.dense", "pooler.tanh"}
+	want := []string{"embeddings.add"}
 	if !slices.Equal(host, want) {
 		t.Errorf("host layers %v, want %v", host, want)
 	}

@@ -117,8 +117,7 @@ func NewWith(dev gpu.Device, lib *kernels.Library, g *models.Graph, weights, inp
 	in.layers = make([]layer, len(g.Layers))
 	in.runnablePrefix = -1
 	for i, l := range g.Layers {
-		in.layers[i].op = l.Op
-		in.layers[i].bufs, in.layers[i].err = in.bind(l, weights)
+		in.layers[i] = in.bindLayer(l, weights)
 		if in.layers[i].err != nil && opt.Substitute {
 			if sub, ok, err := in.substitute(l, weights); err != nil {
 				_ = in.Close()
