@@ -90,6 +90,8 @@ type OnlineResult struct {
 	End     time.Duration // last kernel completed
 	Queue   time.Duration // Start − Arrival
 	Service time.Duration // End − Start
+	Input   time.Duration // host time in the BeforeRequest hook (inputs uploaded)
+	Output  time.Duration // host time in the AfterRequest hook (outputs read back)
 	Err     error
 }
 
@@ -149,6 +151,7 @@ type onReq struct {
 	tag     any
 	out     chan OnlineResult
 	arrival time.Duration
+	input   time.Duration // host time of its BeforeRequest hook
 }
 
 type beCtl struct {
@@ -713,7 +716,10 @@ func (l *onlineLoop) injectHP(draining bool) error {
 			r := l.hpPend[c][0]
 			l.hpPend[c] = l.hpPend[c][1:]
 			if h := l.o.cfg.Hooks.BeforeRequest; h != nil {
-				if err := h(c, r.id, r.tag); err != nil {
+				t0 := time.Now()
+				err := h(c, r.id, r.tag)
+				r.input = time.Since(t0)
+				if err != nil {
 					l.finish(r, OnlineResult{Err: fmt.Errorf("sched: before request %d of %s: %w", r.id, l.o.cfg.HP[c].Name, err)})
 					continue
 				}
@@ -799,9 +805,12 @@ func (l *onlineLoop) apply(dec Decision) error {
 			return fmt.Errorf("%w: request %d of %s done, but it is not the one in flight", ErrEvent, rec.ID, rec.Client)
 		}
 		l.hpCur[c] = nil
-		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service()}
+		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service(), Input: r.input}
 		if h := l.o.cfg.Hooks.AfterRequest; h != nil {
-			if err := h(c, r.id, r.tag); err != nil {
+			t0 := time.Now()
+			err := h(c, r.id, r.tag)
+			res.Output = time.Since(t0)
+			if err != nil {
 				res.Err = fmt.Errorf("sched: after request %d of %s: %w", r.id, l.o.cfg.HP[c].Name, err)
 			}
 		}

@@ -97,6 +97,7 @@ func recv(t *testing.T, ch <-chan sched.OnlineResult) sched.OnlineResult {
 
 func TestOnlineServesConcurrentRequests(t *testing.T) {
 	defer goleak.VerifyNone(t)
+	const hookTime = 200 * time.Microsecond
 	cfg := onlineConfig(t, "atoll")
 	var mu sync.Mutex
 	inFlight := map[int]uint64{} // client -> request between Before and After
@@ -109,6 +110,7 @@ func TestOnlineServesConcurrentRequests(t *testing.T) {
 			_ = prev
 		}
 		inFlight[c] = id
+		time.Sleep(hookTime) // host work the result must account for
 		return nil
 	}
 	cfg.Hooks.AfterRequest = func(c int, id uint64, _ any) error {
@@ -118,6 +120,7 @@ func TestOnlineServesConcurrentRequests(t *testing.T) {
 			hookErr = errors.New("AfterRequest for a request that is not in flight")
 		}
 		delete(inFlight, c)
+		time.Sleep(hookTime)
 		return nil
 	}
 	o, err := sched.NewOnline(simOpener(nil), cfg)
@@ -150,6 +153,9 @@ func TestOnlineServesConcurrentRequests(t *testing.T) {
 		}
 		if r.Service <= 0 || r.Start < r.Arrival || r.End <= r.Start || r.Queue != r.Start-r.Arrival {
 			t.Errorf("request %d: bad times %+v", r.ID, r)
+		}
+		if r.Input < hookTime || r.Output < hookTime {
+			t.Errorf("request %d: hook times %v / %v, want at least the %v each hook slept", r.ID, r.Input, r.Output, hookTime)
 		}
 		if r.Tag.(int)%2 != r.Client {
 			t.Errorf("request %d: tag %v came back for client %d", r.ID, r.Tag, r.Client)

@@ -97,8 +97,12 @@ type InferRequest struct {
 // InferResult is a finished request.
 type InferResult struct {
 	Outputs []Tensor
-	Queue   time.Duration // arrival to first kernel start
+	Queue   time.Duration // arrival to first kernel start (Decode and Input included)
 	Service time.Duration // first kernel start to last kernel end (device clock)
+	// The parts of a request's life, like Triton's per-request durations:
+	Decode time.Duration // the protocol layer's arrival to submission (body read, parsed, checked)
+	Input  time.Duration // inputs uploaded to the device (0 where outputs come from the CPU)
+	Output time.Duration // outputs read back from the device
 }
 
 // JobSpec describes a best-effort job: N iterations of a model's training

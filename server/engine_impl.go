@@ -808,11 +808,12 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 		out = ref.out
 	}
 	o := m.info.Outputs[0]
-	result := &InferResult{Queue: res.Queue, Service: res.Service}
+	result := &InferResult{Queue: res.Queue, Service: res.Service, Input: res.Input, Output: res.Output}
 	if !req.Arrived.IsZero() {
 		// Time between the HTTP layer's arrival and the submission (the
 		// device clock measures the rest).
-		result.Queue += max(0, submitted.Sub(req.Arrived))
+		result.Decode = max(0, submitted.Sub(req.Arrived))
+		result.Queue += result.Decode
 	}
 	if len(req.Outputs) == 0 || slices.Contains(req.Outputs, o.Name) {
 		result.Outputs = []Tensor{{Name: o.Name, Datatype: o.Datatype, Shape: slices.Clone(o.Shape), Data: out}}

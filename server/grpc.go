@@ -173,24 +173,24 @@ func (s *GRPCService) ModelInfer(ctx context.Context, req *pb.ModelInferRequest)
 	name := req.GetModelName()
 	done := h.opt.Metrics.begin(name)
 	defer done()
-	resp, class, queue, err := s.infer(ctx, req, arrived)
+	resp, class, res, err := s.infer(ctx, req, arrived)
 	code := http.StatusOK
 	if err != nil {
 		code = statusOf(err)
 		err = h.grpcError("ModelInfer", err)
 	}
-	h.opt.Metrics.observe(name, class, code, time.Since(arrived), queue)
+	h.opt.Metrics.observe(name, class, code, time.Since(arrived), res)
 	return resp, err
 }
 
-func (s *GRPCService) infer(ctx context.Context, req *pb.ModelInferRequest, arrived time.Time) (*pb.ModelInferResponse, Class, time.Duration, error) {
+func (s *GRPCService) infer(ctx context.Context, req *pb.ModelInferRequest, arrived time.Time) (*pb.ModelInferResponse, Class, *InferResult, error) {
 	h := s.h
 	m, err := h.grpcModel(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", nil, err
 	}
 	if h.draining.Load() {
-		return nil, "", 0, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown)
+		return nil, "", nil, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown)
 	}
 	ir, err := grpcInferRequest(req, m, h.opt.Priority)
 	if err != nil {
@@ -198,7 +198,7 @@ func (s *GRPCService) infer(ctx context.Context, req *pb.ModelInferRequest, arri
 		if ir != nil {
 			class = ir.Class
 		}
-		return nil, class, 0, err
+		return nil, class, nil, err
 	}
 	ir.Arrived = arrived
 	if ir.ID == "" {
@@ -211,7 +211,7 @@ func (s *GRPCService) infer(ctx context.Context, req *pb.ModelInferRequest, arri
 		err = fmt.Errorf("%w: the engine returned no result and no error", ErrInternal)
 	}
 	if err != nil {
-		return nil, ir.Class, 0, err
+		return nil, ir.Class, nil, err
 	}
 	resp := &pb.ModelInferResponse{
 		ModelName:    m.Name,
@@ -224,9 +224,9 @@ func (s *GRPCService) infer(ctx context.Context, req *pb.ModelInferRequest, arri
 		},
 	}
 	if err := encodeOutputs(resp, res.Outputs, len(req.GetRawInputContents()) > 0); err != nil {
-		return nil, ir.Class, res.Queue, err
+		return nil, ir.Class, res, err
 	}
-	return resp, ir.Class, res.Queue, nil
+	return resp, ir.Class, res, nil
 }
 
 // grpcPriority reads the request's "priority" parameter (an int64_param):

@@ -407,13 +407,13 @@ func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 	done := h.opt.Metrics.begin(name)
 	defer done()
 	var class Class
-	var queue time.Duration
-	code := h.serveInfer(w, r, arrived, &class, &queue)
-	h.opt.Metrics.observe(name, class, code, time.Since(arrived), queue)
+	var res *InferResult
+	code := h.serveInfer(w, r, arrived, &class, &res)
+	h.opt.Metrics.observe(name, class, code, time.Since(arrived), res)
 }
 
 // serveInfer answers one infer request exactly once and returns the code.
-func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived time.Time, class *Class, queue *time.Duration) int {
+func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived time.Time, class *Class, out **InferResult) int {
 	m, version, err := h.model(r)
 	if err != nil {
 		return h.writeError(w, r, err)
@@ -457,7 +457,7 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 	if err != nil {
 		return h.writeError(w, r, err)
 	}
-	*queue = res.Queue
+	*out = res
 	resp := inferResponseJSON{
 		ModelName:    m.Name,
 		ModelVersion: version,

@@ -16,6 +16,7 @@ type Metrics struct {
 	failures   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	queue      *prometheus.HistogramVec
+	phase      *prometheus.HistogramVec
 	inFlight   *prometheus.GaugeVec
 	preemptLat prometheus.Histogram
 	engine     *engineCollector
@@ -84,6 +85,11 @@ func NewMetrics(eng Engine, gpus GPUSource) *Metrics {
 			Help:    "Inference request queue time, arrival to first kernel start, by model and class.",
 			Buckets: latencyBuckets,
 		}, mc),
+		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "atoll_request_phase_seconds",
+			Help:    "Successful inference requests' time by phase: decode (protocol layer: body read and parsed), compute_input (inputs uploaded), queue (waiting in the scheduler), compute_infer (first kernel start to last kernel end), compute_output (outputs read back).",
+			Buckets: latencyBuckets,
+		}, append(append([]string(nil), mc...), "phase")),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "atoll_requests_in_flight",
 			Help: "Inference requests being served now, by model.",
@@ -107,7 +113,7 @@ func NewMetrics(eng Engine, gpus GPUSource) *Metrics {
 
 // Collectors are what the daemon registers.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.requests, m.failures, m.latency, m.queue, m.inFlight, m.engine}
+	cs := []prometheus.Collector{m.requests, m.failures, m.latency, m.queue, m.phase, m.inFlight, m.engine}
 	if m.gpu != nil {
 		cs = append(cs, m.gpu)
 	}
@@ -142,7 +148,7 @@ func (m *Metrics) begin(model string) func() {
 }
 
 // observe records one answered inference request.
-func (m *Metrics) observe(model string, class Class, code int, total, queue time.Duration) {
+func (m *Metrics) observe(model string, class Class, code int, total time.Duration, res *InferResult) {
 	if m == nil {
 		return
 	}
@@ -157,7 +163,18 @@ func (m *Metrics) observe(model string, class Class, code int, total, queue time
 		return
 	}
 	m.latency.WithLabelValues(ml, cl).Observe(total.Seconds())
-	m.queue.WithLabelValues(ml, cl).Observe(queue.Seconds())
+	if res == nil {
+		return
+	}
+	m.queue.WithLabelValues(ml, cl).Observe(res.Queue.Seconds())
+	// The scheduler's own wait: the queue less decode and upload.
+	wait := max(0, res.Queue-res.Decode-res.Input)
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"decode", res.Decode}, {"compute_input", res.Input}, {"queue", wait}, {"compute_infer", res.Service}, {"compute_output", res.Output}} {
+		m.phase.WithLabelValues(ml, cl, p.name).Observe(p.d.Seconds())
+	}
 }
 
 // engineCollector turns Engine.Stats into metrics at scrape time.
