@@ -21,48 +21,55 @@ import (
 // residual from the wrong block — changes the output.
 func emulate(t *testing.T, dev gpu.Device, in *run.Instance) {
 	t.Helper()
+	for i := range in.Graph().Layers {
+		emulateLayer(t, dev, in, i)
+	}
+}
+
+// emulateLayer is emulate's step for layer i.
+func emulateLayer(t *testing.T, dev gpu.Device, in *run.Instance, i int) {
+	t.Helper()
 	g := in.Graph()
-	for i, l := range g.Layers {
-		bufs, err := in.Buffers(i)
-		if err != nil {
-			vals := models.Activations{}
-			for _, n := range slices.Concat(l.In, l.W) {
-				if vals[n], err = in.Read(n); err != nil {
-					t.Fatal(err)
-				}
-			}
-			outs, err := models.ReferenceLayer(g, l, vals)
-			if err != nil {
-				t.Fatalf("layer %s: %v", l.Name, err)
-			}
-			for j, n := range l.Out {
-				tt, _ := g.Tensor(n)
-				p, _ := in.Ptr(n)
-				if err := dev.CopyToDevice(p, kernels.Encode(tt.DType, outs[j])); err != nil {
-					t.Fatal(err)
-				}
-			}
-			continue
-		}
-		for j := range bufs.T {
-			tb := &bufs.T[j]
-			if tb.Role == kernels.Output {
-				continue
-			}
-			raw := make([]byte, tb.Bytes())
-			if err := dev.CopyFromDevice(raw, tb.Ptr); err != nil {
+	l := g.Layers[i]
+	bufs, err := in.Buffers(i)
+	if err != nil {
+		vals := models.Activations{}
+		for _, n := range slices.Concat(l.In, l.W) {
+			if vals[n], err = in.Read(n); err != nil {
 				t.Fatal(err)
 			}
-			tb.Host = kernels.Decode(tb.DType, raw)
 		}
-		outs, err := kernels.Reference(in.Op(i), bufs)
+		outs, err := models.ReferenceLayer(g, l, vals)
 		if err != nil {
 			t.Fatalf("layer %s: %v", l.Name, err)
 		}
-		for j, o := range bufs.Outputs() {
-			if err := dev.CopyToDevice(o.Ptr, kernels.Encode(o.DType, outs[j])); err != nil {
+		for j, n := range l.Out {
+			tt, _ := g.Tensor(n)
+			p, _ := in.Ptr(n)
+			if err := dev.CopyToDevice(p, kernels.Encode(tt.DType, outs[j])); err != nil {
 				t.Fatal(err)
 			}
+		}
+		return
+	}
+	for j := range bufs.T {
+		tb := &bufs.T[j]
+		if tb.Role == kernels.Output {
+			continue
+		}
+		raw := make([]byte, tb.Bytes())
+		if err := dev.CopyFromDevice(raw, tb.Ptr); err != nil {
+			t.Fatal(err)
+		}
+		tb.Host = kernels.Decode(tb.DType, raw)
+	}
+	outs, err := kernels.Reference(in.Op(i), bufs)
+	if err != nil {
+		t.Fatalf("layer %s: %v", l.Name, err)
+	}
+	for j, o := range bufs.Outputs() {
+		if err := dev.CopyToDevice(o.Ptr, kernels.Encode(o.DType, outs[j])); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -3,6 +3,9 @@ package run_test
 import (
 	"context"
 	"errors"
+	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"atoll/kernels"
@@ -165,5 +168,192 @@ func TestTrainingStepRuns(t *testing.T) {
 	}
 	if in.LastRun() <= 0 {
 		t.Errorf("LastRun %v", in.LastRun())
+	}
+}
+
+// The per-layer check of TestGPUTrainStep (checkedStep) finds nothing on a
+// step whose layers compute exactly their CPU references (the simulator,
+// each layer emulated from its device inputs; the only difference is the
+// rounding of bf16 outputs, at most half an ulp, 2⁻⁹ relative) — the
+// sampled convolutions included (forward, data and weight gradients), which
+// validates their layouts against kernels.Reference — and names exactly the layers whose outputs were
+// corrupted: a split weight gradient missing one split's images, an SGD
+// update with one wrong element, BN statistics (the first in the second
+// half of the step: a backward one) off in one channel.
+func TestCheckedTrainingStep(t *testing.T) {
+	dev := newSim(t)
+	m := tinyTrain(t)
+	g, err := m.Graph(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := map[string]func(v []float64){}
+	for i, l := range g.Layers {
+		switch o := l.Op.(type) {
+		case kernels.Conv2D:
+			if _, ok := corrupt["split"]; !ok && o.Split > 1 {
+				per := o.R * o.S * o.C * o.OutC
+				corrupt[l.Name] = func(v []float64) { clear(v[per : 2*per]) }
+				corrupt["split"] = nil
+			}
+		case kernels.SGD:
+			if _, ok := corrupt["sgd"]; !ok && o.Elems > 100 {
+				corrupt[l.Name] = func(v []float64) { v[len(v)/2] += 10 * (math.Abs(v[len(v)/2]) + 1) }
+				corrupt["sgd"] = nil
+			}
+		case kernels.BNStats:
+			if _, ok := corrupt["bn"]; !ok && i > len(g.Layers)/2 {
+				corrupt[l.Name] = func(v []float64) {
+					for j := 0; j < len(v); j += o.C {
+						v[j] *= 1.5
+					}
+				}
+				corrupt["bn"] = nil
+			}
+		}
+	}
+	if len(corrupt) != 6 {
+		t.Fatalf("found %d of the layers to corrupt", len(corrupt)/2)
+	}
+	pick := func(i int) refFn {
+		if _, ok := g.Layers[i].Op.(kernels.Conv2D); ok {
+			return sampledConv(64)
+		}
+		return fullRef
+	}
+	for _, bad := range []bool{false, true} {
+		in := instance(t, dev, kernels.New(dev), m, nil, 4)
+		exec := func(i int) error {
+			emulateLayer(t, dev, in, i)
+			f := corrupt[g.Layers[i].Name]
+			if !bad || f == nil {
+				return nil
+			}
+			bufs, err := in.Buffers(i)
+			if err != nil {
+				return err
+			}
+			o := bufs.Outputs()[0]
+			v, _, err := kernels.Read(dev, o)
+			if err != nil {
+				return err
+			}
+			f(v)
+			return dev.CopyToDevice(o.Ptr, kernels.Encode(o.DType, v))
+		}
+		errs, err := checkedStep(dev, in, exec, pick)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(errs); n < len(g.Layers) {
+			t.Errorf("%d outputs checked for %d layers", n, len(g.Layers))
+		}
+		_, over := worstLayers(errs, 5, 4e-3)
+		var names []string
+		for _, e := range over {
+			names = append(names, e.layer)
+		}
+		slices.Sort(names)
+		var want []string
+		if bad {
+			for n, f := range corrupt {
+				if f != nil {
+					want = append(want, n)
+				}
+			}
+			slices.Sort(want)
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("corrupted %v: layers above 4e-3 %v, want %v", bad, over[:min(len(over), 10)], want)
+		}
+	}
+}
+
+// perturbUlp moves every nonzero bf16 input by exactly one bf16 ulp (and
+// leaves zeros and integer inputs alone), and the tiny GPU step's
+// reference measurably moves with it (ulpSpread, which TestGPUTrainStep
+// bounds the device by); compareStep of the reference with itself is 0.
+func TestTrainingULPSpread(t *testing.T) {
+	m, err := models.NewResNet("tiny-resnet-train", tinyGPUTrain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Graph(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
+	p := perturbUlp(inputs, 1)
+	for _, d := range inputs.Tensors() {
+		e, _ := p.Get(d.Name)
+		a, b := d.Values(), e.Values()
+		for i := range a {
+			if d.DType != kernels.BF16 || a[i] == 0 {
+				if a[i] != b[i] {
+					t.Fatalf("%s[%d]: %v moved to %v", d.Name, i, a[i], b[i])
+				}
+				continue
+			}
+			ba, bb := int(kernels.F32ToBF16(float32(a[i]))), int(kernels.F32ToBF16(float32(b[i])))
+			if ba-bb != 1 && bb-ba != 1 {
+				t.Fatalf("%s[%d]: %v (%#04x) moved to %v (%#04x), not one ulp", d.Name, i, a[i], ba, b[i], bb)
+			}
+		}
+	}
+	ref, err := models.Reference(g, w, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := compareStep(g, ref, func(n string) ([]float64, error) { return ref[n], nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self.loss != 0 || self.worst != 0 {
+		t.Errorf("reference vs itself: %v", self)
+	}
+	s, err := ulpSpread(g, w, inputs, ref, spreadRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s batch %d, inputs moved one bf16 ulp: %v", g.Model, g.Batch, s)
+	if !(s.loss > 0 && s.median > 0 && s.worst >= s.median) || math.IsInf(s.worst, 0) {
+		t.Errorf("spread %v: want finite, nonzero, worst ≥ median", s)
+	}
+}
+
+// TestGPUTrainStep's check of the reduced step passes on a step computed
+// by the kernels' CPU references (the simulator, emulated layer by layer),
+// and fails on one whose split weight gradient lost an image.
+func TestTinyTrainCheckEmulated(t *testing.T) {
+	dev := newSim(t)
+	var b strings.Builder
+	emu := func(in *run.Instance) func(int) error {
+		return func(i int) error { emulateLayer(t, dev, in, i); return nil }
+	}
+	if err := tinyTrainCheck(dev, kernels.New(dev), &b, emu); err != nil {
+		t.Errorf("emulated: %v", err)
+	}
+	t.Logf("\n%s", b.String())
+	lost := func(in *run.Instance) func(int) error {
+		return func(i int) error {
+			emulateLayer(t, dev, in, i)
+			c, ok := in.Op(i).(kernels.Conv2D)
+			if !ok || c.Split < 2 {
+				return nil
+			}
+			bufs, _ := in.Buffers(i)
+			o := bufs.Outputs()[0]
+			v, _, err := kernels.Read(dev, o)
+			if err != nil {
+				return err
+			}
+			clear(v[len(v)-len(v)/c.N:]) // the last image's share... of the last split
+			return dev.CopyToDevice(o.Ptr, kernels.Encode(o.DType, v))
+		}
+	}
+	b.Reset()
+	err := tinyTrainCheck(dev, kernels.New(dev), &b, lost)
+	if err == nil || !strings.Contains(err.Error(), "wgrad") {
+		t.Errorf("split weight gradients without their last split: %v, want the wgrad layers named\n%s", err, b.String())
 	}
 }
