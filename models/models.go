@@ -67,6 +67,25 @@ type Layer struct {
 	GlueNote string
 }
 
+// InPlace reports whether the layer writes a tensor it also reads (Out
+// names one of In or W): an optimizer update. Re-running it after a partial
+// or complete run is not the same as running it once.
+func (l Layer) InPlace() bool {
+	for _, o := range l.Out {
+		for _, r := range l.In {
+			if o == r {
+				return true
+			}
+		}
+		for _, r := range l.W {
+			if o == r {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Model is one entry of the zoo.
 type Model struct {
 	name        string

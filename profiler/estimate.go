@@ -137,6 +137,9 @@ func estimateKernel(spec gpu.Spec, l models.Layer) (profiles.Kernel, error) {
 		SMsNeeded:  spec.SMsNeeded(blocks, perSM),
 	}
 	k.Class = Classify(k.ComputePct, k.MemoryPct)
+	if l.InPlace() {
+		k.Tags = append(k.Tags, profiles.TagInPlace)
+	}
 	for _, n := range scalingSMs(spec) {
 		k.Scaling = append(k.Scaling, profiles.Point{SMs: n, DurationUs: round(dur(n), 1e3)})
 	}

@@ -624,6 +624,9 @@ func (mt *meter) kernel(i int, l models.Layer, durs []float64, peaks *Peaks, spe
 	if substituted {
 		k.Tags = []string{"substituted"}
 	}
+	if l.InPlace() {
+		k.Tags = append(k.Tags, profiles.TagInPlace)
+	}
 	return k, nil
 }
 

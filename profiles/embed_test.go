@@ -50,6 +50,11 @@ func TestEmbeddedMatchModels(t *testing.T) {
 					t.Errorf("kernel %d named %q, layer is %q", i, p.Kernels[i].Name, l.Name)
 					break
 				}
+				// A scheduler relies on the tag to keep an optimizer
+				// update out of Reset form: it must match the model.
+				if i < len(p.Kernels) && p.Kernels[i].InPlace() != l.InPlace() {
+					t.Errorf("kernel %d (%s): in-place tag %v, the layer updates in place: %v", i, l.Name, p.Kernels[i].InPlace(), l.InPlace())
+				}
 			}
 		})
 	}

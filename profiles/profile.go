@@ -74,6 +74,23 @@ type Point struct {
 	DurationUs float64 `json:"durationUs"`
 }
 
+// TagInPlace marks a kernel that updates operands in place (an optimizer
+// step): running it twice, or re-running it after part of it ran, changes
+// the result. Schedulers must never launch it in Reset form, nor where a
+// cut of an earlier launch would make it run again (sched enforces both).
+// The profiler sets it from the model (models.Layer.InPlace).
+const TagInPlace = "in-place"
+
+// InPlace reports whether the kernel carries TagInPlace.
+func (k *Kernel) InPlace() bool {
+	for _, t := range k.Tags {
+		if t == TagInPlace {
+			return true
+		}
+	}
+	return false
+}
+
 // Duration is the kernel's median solo duration.
 func (k *Kernel) Duration() time.Duration {
 	return time.Duration(k.DurationUs * float64(time.Microsecond))

@@ -128,3 +128,61 @@ func TestPaddedNotReadyRunsHPAlone(t *testing.T) {
 		t.Errorf("%d of %d requests done, BE work %v", len(tr.Requests), len(w.HP[0].Arrivals), tr.BEWork)
 	}
 }
+
+// TestInPlaceKernelsRunOnce: an optimizer update (tagged in-place) is never
+// launched in Reset form nor behind an in-flight Reset launch, so however
+// often HP cuts the BE client, each iteration launches it exactly once —
+// under reef, which asks for Reset everywhere, and atoll.
+func TestInPlaceKernelsRunOnce(t *testing.T) {
+	for _, name := range []string{"reef", "atoll"} {
+		t.Run(name, func(t *testing.T) {
+			dev := newSim(t)
+			w := smallWorkload(t, 1500*time.Microsecond, 60*time.Millisecond)
+			w.BE = w.BE[:1]
+			w.BE[0].Profile = mustProfile(t, "train", `
+fwd dur=400us grid=4224 block=256 class=compute
+bwd dur=300us grid=132 block=256 class=compute
+sgd dur=120us grid=132 block=256 class=memory tags=in-place
+tail dur=200us grid=132 block=256 class=compute
+`)
+			pb, err := sched.NewProfileBinder(dev, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := policies.ByName(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			launches, resets := 0, 0
+			opt := sched.Options{Policy: p, Duration: 60 * time.Millisecond, Binder: pb,
+				OnDecision: func(d sched.Decision) {
+					if d.Kind != sched.DecLaunch || d.Launch.Client.Class != sched.BE {
+						return
+					}
+					if d.Launch.Form == gpu.Reset {
+						resets++
+					}
+					if d.Launch.Kernel == 2 {
+						launches++
+						if d.Launch.Form == gpu.Reset {
+							t.Errorf("in-place kernel launched in Reset form")
+						}
+					}
+				}}
+			tr, err := sched.Run(context.Background(), dev, w, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := tr.Stats
+			t.Logf("%s: %d BE reset launches, %d cuts, %d iterations, in-place kernel launched %d times", name, resets, st.Cuts, st.Iterations, launches)
+			if name == "reef" && (resets == 0 || st.Cuts == 0) {
+				t.Fatalf("reef made %d reset launches, %d cuts: the scenario does not exercise cuts", resets, st.Cuts)
+			}
+			// Each started iteration launches the update once (the last may
+			// be cut off by the end of the run before reaching it).
+			if it := st.Iterations; launches < it || launches > it+1 {
+				t.Errorf("in-place kernel launched %d times over %d completed iterations: a cut re-ran it", launches, it)
+			}
+		})
+	}
+}

@@ -82,7 +82,7 @@ type Trace struct {
 	// run. On a real GPU, LaunchHost/Launches is the host cost of one
 	// launch (the simulator's HostLaunchCost models it).
 	LaunchHost time.Duration
-	Stats            Stats // the core's counters over the whole run
+	Stats      Stats // the core's counters over the whole run
 }
 
 // Window is the measured interval, Duration − Warmup.

@@ -341,10 +341,16 @@ func (s *State) PadHP(c *HPClient, b *BEClient, blocks int) (LaunchID, bool) {
 }
 
 // LaunchForm is the form LaunchBE would use for b's next kernel when asked
-// for want: a kernel with saved progress continues in Resumable form.
+// for want: a kernel with saved progress continues in Resumable form, and
+// an in-place kernel (profiles.TagInPlace: an optimizer update) asked for in
+// Reset form runs Plain — a cut would leave part of it applied and the
+// re-run would apply that part twice.
 func (s *State) LaunchForm(b *BEClient, want gpu.Form) gpu.Form {
 	if b.issued == b.head && b.started {
 		return gpu.Resumable
+	}
+	if want == gpu.Reset && b.issued < len(b.prof.Kernels) && b.prof.Kernels[b.issued].InPlace() {
+		return gpu.Plain
 	}
 	return want
 }
@@ -352,6 +358,12 @@ func (s *State) LaunchForm(b *BEClient, want gpu.Form) gpu.Form {
 // CanLaunchBE reports whether LaunchBE(b, form) would launch.
 func (s *State) CanLaunchBE(b *BEClient, form gpu.Form) bool {
 	if !b.ready || s.stopping || b.issued >= len(b.prof.Kernels) || b.nPads > 0 {
+		return false
+	}
+	// An in-place kernel waits for the client's Reset launches to drain: a
+	// cut of one of them voids every launch behind it, which would run the
+	// in-place kernel again.
+	if b.nReset > 0 && b.prof.Kernels[b.issued].InPlace() {
 		return false
 	}
 	switch s.LaunchForm(b, form) {

@@ -227,6 +227,8 @@ func ParseProfile(name, text string) (*profiles.Profile, error) {
 				k.Class = val
 			case "sms":
 				k.SMsNeeded, err = strconv.Atoi(val)
+			case "tags":
+				k.Tags = strings.Split(val, ",")
 			case "scale":
 				for _, pt := range strings.Split(val, ",") {
 					a, b, _ := strings.Cut(pt, ":")
