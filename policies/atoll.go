@@ -31,13 +31,12 @@ const DefaultBEWindow = 2
 //     selector finds a class-compatible BE head kernel that fits beside it;
 //   - while no HP request is in flight (and HP has been idle ResumeAfter),
 //     BE runs freely, each kernel in the form Form chooses from its
-//     profile, one Resumable launch or up to BEWindow Plain or Reset
-//     launches per client;
-//   - when an HP request arrives, BE clients with a Resumable or Reset
-//     launch in flight are preempted (flag raised; a Resumable launch exits
-//     between logical blocks, progress kept; a Reset launch is cut and
-//     re-runs later); Plain launches, short by construction or in-place,
-//     run out; then BE kernels that Orion's rule admits beside the HP kernel
+//     profile, one Resumable launch or up to BEWindow Plain launches per
+//     client;
+//   - when an HP request arrives, BE clients with a Resumable launch in
+//     flight are preempted (flag raised; the launch exits between logical
+//     blocks, progress kept); Plain launches, short by construction, run
+//     out; then BE kernels that Orion's rule admits beside the HP kernel
 //     running (class-compatible, SM need <= SMThreshold, under the
 //     duration cap) still launch, in Plain form, one per client;
 //   - when HP has been idle for ResumeAfter, flags are lowered and
@@ -104,27 +103,25 @@ func (p *Atoll) Start(st *sched.State) error {
 //
 //   - Plain if its solo duration is at most plainBound: waiting for it is
 //     cheaper than preempting it;
-//   - Reset if its grid fits in one wave of resident blocks: a persistent
-//     worker would hold one logical block each, so the flag could only be
-//     seen after all the work is done — Resumable would cut nothing. Such a
-//     kernel is killed and re-run instead (REEF), losing the work done.
-//     On the H200's measured profiles these are most of the BE time at
-//     small batch (ResNet-152 bs1 80 %, VGG-19 bs1 90 %, the ResNet-50
-//     training step 45 %, kernels up to 1.9 ms) — waiting for them is what
-//     made atoll's HP p99 trail reef's (docs/results.md). An in-place
-//     kernel (an optimizer update) cannot be re-run: the core launches it
-//     Plain;
+//   - Plain if its grid fits in one wave of resident blocks: a persistent
+//     worker then holds one logical block each, so the flag could only be
+//     seen after all the work is done — Resumable would add overhead and
+//     cut nothing. Reset cuts nothing either: its blocks read the flag as
+//     they start, and a one-wave kernel's blocks have all started. (Tried
+//     on the H200: Reset for these kernels left preemption latency p99 at
+//     1.5–1.7 ms on the ResNet-50 training step — the kernels' own length
+//     — and re-ran the work; docs/results.md.) At small batch most BE time
+//     is in such kernels (measured H200 profiles: ResNet-152 bs1 80 %,
+//     VGG-19 bs1 90 %, ResNet-50 training bs32 45 %, up to 1.9 ms), so HP
+//     waits for them: only finer kernels (more, shorter blocks) would help;
 //   - Resumable otherwise: preemption then waits for at most one logical
-//     block per worker (about duration / waves), and no work is lost.
+//     block per worker (about duration / waves).
 //
 // A kernel with progress saved always continues Resumable (the core
 // enforces it).
 func Form(spec gpu.Spec, k *profiles.Kernel, plainBound time.Duration) gpu.Form {
-	switch {
-	case k.Duration() <= plainBound:
+	if k.Duration() <= plainBound || sched.Waves(spec, k) <= 1 {
 		return gpu.Plain
-	case sched.Waves(spec, k) <= 1:
-		return gpu.Reset
 	}
 	return gpu.Resumable
 }
@@ -175,7 +172,7 @@ func (p *Atoll) launchFree(st *sched.State, b *sched.BEClient) {
 			return
 		}
 		form := st.LaunchForm(b, Form(st.Spec(), k, p.PlainBound))
-		if form != gpu.Resumable && b.InFlight() >= p.BEWindow {
+		if form == gpu.Plain && b.InFlight() >= p.BEWindow {
 			return
 		}
 		if _, ok := st.LaunchBE(b, form); !ok {

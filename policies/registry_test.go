@@ -58,7 +58,7 @@ func TestFormRule(t *testing.T) {
 	}{
 		{k(20, 100000), gpu.Plain},    // short: cheaper to wait for
 		{k(31.6, 100000), gpu.Plain},  // at the bound
-		{k(500, 1056), gpu.Reset},     // one wave (132 SMs x 8 blocks): cut and re-run
+		{k(500, 1056), gpu.Plain},     // one wave (132 SMs x 8 blocks)
 		{k(500, 1057), gpu.Resumable}, // two waves
 		{k(40, 5000), gpu.Resumable},
 	} {
