@@ -75,11 +75,33 @@ type ModelInfo struct {
 
 // Tensor is a request or response tensor. Data holds the values in row-major
 // order as float64 (integers are exact up to 2^53).
+//
+// A request input may instead carry Raw (Raw != nil, Data nil): the values
+// in Datatype's raw form (grpc_raw.go's layout: row-major, little-endian,
+// fixed size), exactly the bytes a model whose storage type is Datatype
+// uploads. The protocol layer sends Raw only to an engine that implements
+// RawInputs, only for FP32, FP16, BF16 and INT32, and only where Datatype is
+// the model input's datatype; Raw values are then not checked yet (the
+// engine checks them: finite floats, integer ranges). Ownership: the Tensor
+// owns Raw. The engine may keep it after Infer returns (a request that timed
+// out can still be queued for the device), so Raw never aliases a buffer the
+// caller reuses (the REST API's pooled bodies are copied out), and nobody
+// writes to it once it is passed to Infer.
 type Tensor struct {
 	Name     string
 	Datatype string
 	Shape    []int64
 	Data     []float64
+	Raw      []byte
+}
+
+// RawInputs is an optional interface of an Engine: an engine that
+// implements it with AcceptsRaw true takes request inputs as Tensor.Raw
+// (binary tensor data and gRPC raw_input_contents whose datatype is the
+// model input's), checks their values itself, and uploads the bytes without
+// a float64 round trip. Other engines get Data, as before.
+type RawInputs interface {
+	AcceptsRaw() bool
 }
 
 // InferRequest is one inference request, already parsed and checked for

@@ -641,6 +641,9 @@ func (e *engineImpl) refWorker() {
 	}
 }
 
+// engReference computes a request's outputs on the CPU (simulator). It is
+// the only place request inputs become float64 on the raw fast path:
+// models.Reference decodes the bundle's bytes (Data.Values) itself.
 func engReference(c *engCall) (out []float64, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -895,10 +898,18 @@ func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
 		for _, d := range ti.Shape {
 			n *= int(d)
 		}
+		gt, _ := m.graph.Tensor(t.Name)
+		if t.Raw != nil {
+			d, err := m.checkRaw(t, gt, n)
+			if err != nil {
+				return nil, err
+			}
+			b.Add(d)
+			continue
+		}
 		if len(t.Data) != n {
 			return nil, fmt.Errorf("%w: input %q has %d values; shape %v needs %d", ErrBadInput, t.Name, len(t.Data), ti.Shape, n)
 		}
-		gt, _ := m.graph.Tensor(t.Name)
 		if bound, isInt := m.intMax[t.Name]; isInt {
 			for i, v := range t.Data {
 				if v != math.Trunc(v) || v < 0 || v >= float64(bound) {
@@ -925,6 +936,37 @@ func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
 		}
 	}
 	return b, nil
+}
+
+// AcceptsRaw implements RawInputs: check takes raw inputs in the model
+// input's storage type and the bundle keeps their bytes.
+func (e *engineImpl) AcceptsRaw() bool { return true }
+
+// checkRaw is check for an input that came as raw bytes in the model
+// input's datatype (Tensor.Raw, the raw fast path): the values are checked
+// on their bit patterns (finite floats; integer inputs in [0, bound)) with
+// the messages the decoding path gives, and the bundle takes the bytes as
+// they are (they are what the device gets; the simulator's CPU reference
+// decodes them itself, engReference). The caller has matched the name,
+// datatype and shape.
+func (m *engModel) checkRaw(t Tensor, gt models.Tensor, n int) (*models.Data, error) {
+	size := gt.DType.Size()
+	if len(t.Raw) != n*size {
+		return nil, fmt.Errorf("%w: input %q has %d bytes; shape %v of %s needs %d × %d = %d", ErrBadInput, t.Name, len(t.Raw), t.Shape, t.Datatype, n, size, n*size)
+	}
+	if bound, isInt := m.intMax[t.Name]; isInt {
+		if i := firstOutOfRange(t.Raw, bound); i >= 0 {
+			return nil, fmt.Errorf("%w: input %q value %d is %v; it must be an integer in [0, %d)", ErrBadInput, t.Name, i, rawValue(t.Datatype, t.Raw, i), bound)
+		}
+	} else if i := firstNonFinite(t.Datatype, t.Raw); i >= 0 {
+		// The decoding path's words (decodeRaw, via badInput).
+		return nil, badInput("input %q: %v", t.Name, nonFinite(i, rawValue(t.Datatype, t.Raw, i)))
+	}
+	d, err := models.DataFromRaw(t.Name, gt.DType, gt.Shape, t.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: input %q: %w", ErrBadInput, t.Name, err)
+	}
+	return d, nil
 }
 
 func engFind(ts []TensorInfo, name string) (TensorInfo, bool) {

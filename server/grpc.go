@@ -192,7 +192,7 @@ func (s *GRPCService) infer(ctx context.Context, req *pb.ModelInferRequest, arri
 	if h.draining.Load() {
 		return nil, "", nil, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown)
 	}
-	ir, err := grpcInferRequest(req, m, h.opt.Priority)
+	ir, err := grpcInferRequest(req, m, h.opt.Priority, h.rawIn)
 	if err != nil {
 		class := Class("")
 		if ir != nil {
@@ -245,8 +245,11 @@ func grpcPriority(params map[string]*pb.InferParameter) (int64, error) {
 
 // grpcInferRequest checks a gRPC request as buildInfer checks a JSON one
 // and builds the InferRequest. On an error after the class is known, the
-// returned request is non-nil and carries only the class.
-func grpcInferRequest(req *pb.ModelInferRequest, info ModelInfo, prio PriorityConfig) (*InferRequest, error) {
+// returned request is non-nil and carries only the class. With acceptsRaw
+// (the engine implements RawInputs), a raw_input_contents entry whose
+// datatype is the model input's storage type (rawFast) goes to the engine
+// as Tensor.Raw, a copy: nothing returned refers to req.
+func grpcInferRequest(req *pb.ModelInferRequest, info ModelInfo, prio PriorityConfig, acceptsRaw bool) (*InferRequest, error) {
 	p, err := grpcPriority(req.GetParameters())
 	if err != nil {
 		return nil, err
@@ -274,7 +277,8 @@ func grpcInferRequest(req *pb.ModelInferRequest, info ModelInfo, prio PriorityCo
 		if len(raw) > 0 {
 			rawData = raw[i]
 		}
-		t, err := grpcTensor(i, in, len(raw) > 0, rawData)
+		keep := len(raw) > 0 && rawFast(acceptsRaw, info, in.GetName(), in.GetDatatype())
+		t, err := grpcTensor(i, in, len(raw) > 0, rawData, keep)
 		if err != nil {
 			return fail(err)
 		}
@@ -300,8 +304,10 @@ func grpcInferRequest(req *pb.ModelInferRequest, info ModelInfo, prio PriorityCo
 }
 
 // grpcTensor checks one input for well-formedness, as inputJSON.tensor
-// does, and decodes its values from contents or, when useRaw, from raw.
-func grpcTensor(i int, in *pb.ModelInferRequest_InferInputTensor, useRaw bool, raw []byte) (Tensor, error) {
+// does, and decodes its values from contents or, when useRaw, from raw;
+// with keep (useRaw only) it copies raw into Tensor.Raw unchecked instead
+// (the raw fast path: the engine checks the values).
+func grpcTensor(i int, in *pb.ModelInferRequest_InferInputTensor, useRaw bool, raw []byte, keep bool) (Tensor, error) {
 	where := fmt.Sprintf("inputs[%d]", i)
 	if in.GetName() == "" {
 		return Tensor{}, badInput("%s has no name", where)
@@ -336,6 +342,16 @@ func grpcTensor(i int, in *pb.ModelInferRequest_InferInputTensor, useRaw bool, r
 	if useRaw {
 		if in.GetContents() != nil {
 			return Tensor{}, badInput("%s has contents and the request has raw_input_contents; send every input one way", where)
+		}
+		if keep {
+			size := rawSize[dt]
+			if int64(len(raw)) != n*size {
+				return Tensor{}, badInput("%s: shape needs %d values of %d bytes (%d bytes), raw_input_contents has %d bytes", where, n, size, n*size, len(raw))
+			}
+			if shape == nil {
+				shape = []int64{}
+			}
+			return Tensor{Name: in.GetName(), Datatype: dt, Shape: shape, Raw: ownRaw(raw)}, nil
 		}
 		data, err = decodeRaw(dt, n, raw, true)
 	} else {

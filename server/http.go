@@ -47,6 +47,7 @@ type Handler struct {
 	draining atomic.Bool
 	inflight inflight
 	nextID   atomic.Uint64
+	rawIn    bool // eng takes raw inputs (RawInputs)
 }
 
 // NewHandler builds the API over eng.
@@ -67,6 +68,9 @@ func NewHandler(eng Engine, opt Options) *Handler {
 	h := &Handler{eng: eng, opt: opt, models: map[string]ModelInfo{}, mux: http.NewServeMux()}
 	for _, m := range eng.Models() {
 		h.models[m.Name] = m
+	}
+	if ri, ok := eng.(RawInputs); ok {
+		h.rawIn = ri.AcceptsRaw()
 	}
 	mux := h.mux
 	mux.HandleFunc("GET /v2", h.serverMetadata)
@@ -335,7 +339,8 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 // is 600 KB as binary tensor data): allocating and clearing one per request
 // is garbage-collector work on the latency path. Safe because nothing
 // parsed from a body refers to its bytes (names and ids are copied, values
-// decoded into fresh slices); serveInfer returns the buffer once parsed.
+// decoded into fresh slices, raw inputs copied by ownRaw); serveInfer
+// returns the buffer once parsed.
 var bodyPool sync.Pool // of *[]byte
 
 const (
@@ -433,11 +438,11 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 	case 0:
 		req, modes, id, cl, err = parseInferJSON(body, m, h.opt.Priority)
 	case 1:
-		req, modes, id, cl, err = parseInferBinary(body, hl[0], m, h.opt.Priority)
+		req, modes, id, cl, err = parseInferBinaryRaw(body, hl[0], m, h.opt.Priority, h.rawIn)
 	default:
 		err = badInput("the request has %d %s headers; send one, the length of the JSON part of the body", len(hl), inferHeaderLength)
 	}
-	releaseBody(body) // nothing parsed refers to it; body is not used below
+	releaseBody(body) // nothing parsed refers to it (raw inputs are copies); body is not used below
 	*class = cl
 	if err != nil {
 		return h.writeError(w, r, err)

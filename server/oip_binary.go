@@ -52,8 +52,18 @@ func splitBinary(body []byte, header string) (js, rest []byte, err error) {
 
 // parseInferBinary parses a request in the binary extension's form: the
 // JSON part (strictly, as decodeInfer does), then each binary input's
-// bytes, which must add up to exactly the bytes after the JSON part.
+// bytes, which must add up to exactly the bytes after the JSON part. Every
+// input is decoded to Data.
 func parseInferBinary(body []byte, header string, info ModelInfo, prio PriorityConfig) (*InferRequest, outputModes, string, Class, error) {
+	return parseInferBinaryRaw(body, header, info, prio, false)
+}
+
+// parseInferBinaryRaw is parseInferBinary for an engine that takes raw
+// inputs (acceptsRaw, RawInputs): a binary input whose datatype is the
+// model input's storage type (rawFast) is copied once out of body into
+// Tensor.Raw, unchecked (the engine checks it), instead of being decoded.
+// Nothing returned refers to body.
+func parseInferBinaryRaw(body []byte, header string, info ModelInfo, prio PriorityConfig, acceptsRaw bool) (*InferRequest, outputModes, string, Class, error) {
 	js, rest, err := splitBinary(body, header)
 	if err != nil {
 		return nil, outputModes{}, "", "", err
@@ -88,7 +98,8 @@ func parseInferBinary(body []byte, header string, info ModelInfo, prio PriorityC
 	}
 	req, id, class, err := buildInferWith(rj, func(i int) (Tensor, error) {
 		if isRaw[i] {
-			return rj.Inputs[i].binaryTensor(i, raw[i])
+			in := &rj.Inputs[i]
+			return in.binaryTensor(i, raw[i], rawFast(acceptsRaw, info, in.Name, in.Datatype))
 		}
 		return rj.Inputs[i].tensor(i)
 	}, info, prio)
@@ -126,8 +137,9 @@ func binaryDataSize(params map[string]json.RawMessage) (size int64, ok bool, err
 // binaryTensor is tensor for an input whose values are raw bytes: the same
 // header checks, then the size against shape × datatype, then the raw
 // decoder the gRPC API uses (decodeRaw, which also refuses NaN, infinities
-// and BOOL bytes other than 0 and 1).
-func (in *inputJSON) binaryTensor(i int, raw []byte) (Tensor, error) {
+// and BOOL bytes other than 0 and 1). With keep, the bytes are copied into
+// Tensor.Raw as they are (the raw fast path; the engine checks them).
+func (in *inputJSON) binaryTensor(i int, raw []byte, keep bool) (Tensor, error) {
 	where := inputWhere(i, in.Name)
 	if in.Name == "" {
 		return Tensor{}, badInput("%s has no \"name\"", where)
@@ -159,6 +171,9 @@ func (in *inputJSON) binaryTensor(i int, raw []byte) (Tensor, error) {
 	}
 	if int64(len(raw)) != n*size {
 		return Tensor{}, badInput("%s: binary_data_size is %d bytes but shape %v of %s needs %d × %d = %d bytes", where, len(raw), in.Shape, in.Datatype, n, size, n*size)
+	}
+	if keep {
+		return Tensor{Name: in.Name, Datatype: in.Datatype, Shape: in.Shape, Raw: ownRaw(raw)}, nil
 	}
 	data, err := decodeRaw(in.Datatype, n, raw, true) // checks the values too
 	if err != nil {
