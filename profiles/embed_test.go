@@ -80,7 +80,7 @@ func TestLookup(t *testing.T) {
 		{"H100-SXM", "resnet50", 3, "", "embedded: "},
 		{"H100-SXM", "resnet50", 3, "", "H100-SXM/resnet50-bs1"},
 		{"A100-SXM", "resnet50", 1, "", "looked for A100-SXM/resnet50-bs1.json"},
-		{"H200", "bert-base-384", 1, "", "looked for H200/bert-base-384-bs1.json"},
+		{"H200", "resnet50-train", 8, "", "looked for H200/resnet50-train-bs8.json"},
 		{"B200", "resnet50", 1, "", `unknown GPU "B200"`},
 		{"H100-SXM", "resnet50", 1, "serving", `unknown phase "serving"`},
 		{"H100-SXM", "resnet50-train", 32, profiles.PhaseInference, "is a training step"},

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# GPU session 6: the daemon's phases again after the raw input path
+# (same traces as session 4), the BERT-base seq-384 profile, and three
+# repeats of the MobileNetV2 + ResNet-152 pair (run-to-run spread).
+set -u
+R=$PWD; OUT=${OUT:-/tmp/out}; W=/tmp/work6; rm -rf $W; mkdir -p $W
+A=$R/bin/atoll
+log() { echo "== $(date +%T) $*" | tee -a $W/steps.log; }
+log serve
+$A serve --backend cuda --model resnet50 --listen 127.0.0.1:8000 --log-format json > $W/serve.log 2>&1 &
+SP=$!
+for i in $(seq 1 180); do curl -sf 127.0.0.1:8000/v2/health/ready > /dev/null && break; kill -0 $SP 2>/dev/null || break; sleep 1; done
+log "ready after ${i}s"
+for r in 20 250; do
+  timeout 40 $A load --model resnet50 --trace tools/gpu/trace-${r}rps-15s.txt --warmup 1s --slo 10ms \
+    --out $W/load-$r.json > $W/load-$r.txt 2>&1
+  curl -s 127.0.0.1:8000/metrics | grep -E "^atoll_request_(phase|queue|duration)_seconds_(sum|count)" > $W/metrics-$r.txt
+done
+kill -TERM $SP; wait $SP
+log profile
+mkdir -p $W/H200
+timeout 90 $A profile --model bert-base-384 --batch 1 --substitute --out $W/H200/bert-base-384-bs1.json > $W/profile.txt 2>&1
+echo "profile rc=$?" >> $W/steps.log
+for n in 1 2 3; do
+  log "pair2 repeat $n"
+  timeout 120 $A demo --backend cuda --gpu H200 --hp mobilenetv2 --be resnet152 --be-batch 1 \
+    --duration 2s --warmup 200ms --policies dedicated,orion,reef,atoll --reports $W/pair2-r$n > $W/pair2-r$n.txt 2>&1
+done
+log done
+tar czf $OUT/session6.tgz -C $W .
+cat $W/steps.log; tail -3 $W/profile.txt
+for r in 20 250; do echo "--- $r req/s"; grep -E "^│ +all|INVALID" $W/load-$r.txt; cat $W/metrics-$r.txt; done
+for n in 1 2 3; do grep -E "orion|reef|atoll" $W/pair2-r$n.txt | grep "│"; done
