@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ func TestCUDAWorkloadOnSimulator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every policy on two model instances")
 	}
-	w := workloadFlags{gpuName: "H200", hp: "resnet50", hpBatch: 1, be: "mobilenetv2", beBatch: 1,
+	defer func(f func() (string, error)) { cudaGPUName = f }(cudaGPUName)
+	cudaGPUName = func() (string, error) { return "NVIDIA H200", nil }
+	w := workloadFlags{hp: "resnet50", hpBatch: 1, be: "mobilenetv2", beBatch: 1,
 		arrival: bench.Poisson, sigma: 1, load: 0.5, seed: 1,
 		duration: 60 * time.Millisecond, warmup: 10 * time.Millisecond, backend: "cuda"}
 	c, err := w.config()
@@ -50,5 +53,34 @@ func TestCUDAWorkloadOnSimulator(t *testing.T) {
 	}
 	if err := w.checkPolicies([]string{"timeslice"}); err == nil || !strings.Contains(err.Error(), "timeslice") {
 		t.Errorf("timeslice on cuda: err %v, want a refusal naming it", err)
+	}
+}
+
+// TestCUDAWorkloadGPUKind: --backend cuda takes the GPU kind from the
+// device, refuses a --gpu naming another kind, and says what to do without
+// a GPU.
+func TestCUDAWorkloadGPUKind(t *testing.T) {
+	defer func(f func() (string, error)) { cudaGPUName = f }(cudaGPUName)
+	base := workloadFlags{hp: "resnet50", hpBatch: 1, be: "none", arrival: bench.Poisson, sigma: 1, load: 0.5,
+		duration: time.Millisecond, backend: "cuda"}
+	cudaGPUName = func() (string, error) { return "NVIDIA H200", nil }
+	w := base
+	if _, err := w.config(); err != nil || w.gpuName != "H200" {
+		t.Errorf("no --gpu on an H200: gpu %q, err %v; want H200's measured profiles", w.gpuName, err)
+	}
+	w = base
+	w.gpuName = "H100-SXM"
+	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "drop --gpu") {
+		t.Errorf("--gpu H100-SXM on an H200: %v", err)
+	}
+	cudaGPUName = func() (string, error) { return "NVIDIA H100 80GB HBM3", nil }
+	w = base
+	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "atoll profile") {
+		t.Errorf("an H100 has only estimated profiles: %v, want the refusal naming atoll profile", err)
+	}
+	cudaGPUName = func() (string, error) { return "", errors.New("cuda: no device") }
+	w = base
+	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "--backend sim") {
+		t.Errorf("no GPU: %v", err)
 	}
 }

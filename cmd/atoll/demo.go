@@ -33,7 +33,7 @@ Examples:
   atoll demo --hp bert-base --be bert-base-train --be-batch 8
   atoll demo --plot cdf.svg
   atoll demo --policies dedicated,priority,atoll
-  atoll demo --backend cuda --gpu H200 --hp resnet50 --be vgg19 --be-batch 1   # on the GPU, measured profiles
+  atoll demo --backend cuda --hp resnet50 --be vgg19 --be-batch 1   # on the GPU, its measured profiles
 `
 
 func init() {
@@ -50,12 +50,6 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	c, err := w.config()
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	w.progress(e, c, start)
 	names := strings.Split(*only, ",")
 	for _, n := range names {
 		if _, err := policies.ByName(n); err != nil {
@@ -65,6 +59,12 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := w.checkPolicies(names); err != nil {
 		return err
 	}
+	c, err := w.config()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	w.progress(e, c, start)
 	rs, err := bench.Suite(ctx, c, names)
 	if err != nil {
 		return err

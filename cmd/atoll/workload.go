@@ -9,6 +9,7 @@ import (
 
 	"atoll/bench"
 	"atoll/gpu"
+	"atoll/gpu/cuda"
 	"atoll/gpu/sim"
 	"atoll/profiles"
 )
@@ -34,7 +35,7 @@ type workloadFlags struct {
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&w.gpuName, "gpu", "H100-SXM", "GPU whose profiles to use and (on the simulator) to simulate: "+strings.Join(gpu.Specs(), ", "))
+	fs.StringVar(&w.gpuName, "gpu", "", "GPU whose profiles to use and (on the simulator) to simulate: "+strings.Join(gpu.Specs(), ", ")+" (default: H100-SXM on the simulator; on --backend cuda the GPU found)")
 	fs.StringVar(&w.hp, "hp", "resnet50", "HP (latency-critical) model, an inference profile; see 'atoll models'")
 	fs.IntVar(&w.hpBatch, "hp-batch", 1, "HP batch size")
 	fs.StringVar(&w.be, "be", "resnet50-train", "BE (best-effort) model, run closed-loop; \"none\" for HP only")
@@ -53,6 +54,9 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 
 // config resolves the flags into a bench configuration.
 func (w *workloadFlags) config() (*bench.Config, error) {
+	if err := w.resolveGPU(); err != nil {
+		return nil, err
+	}
 	spec, err := gpu.LookupSpec(w.gpuName)
 	if err != nil {
 		return nil, err
@@ -125,5 +129,50 @@ func (w *workloadFlags) checkPolicies(names []string) error {
 			return fmt.Errorf("policy timeslice on --backend cuda needs the BE model's buffers allocated in its own GPU context, which the model instances do not do yet; leave it out (--policies) or use --backend sim")
 		}
 	}
+	return nil
+}
+
+// cudaGPUName names CUDA device 0 (NVML's inventory where it answers, else
+// the driver's). Tests replace it.
+var cudaGPUName = func() (string, error) {
+	if inv, err := cuda.Inventory(); err == nil && len(inv) > 0 {
+		return inv[0].Name, nil
+	}
+	dev, err := cuda.Open(0)
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	return dev.Info().Name, nil
+}
+
+// resolveGPU fills --gpu: H100-SXM on the simulator; on the GPU, the kind
+// found, whose measured profiles time the run. A --gpu naming another kind
+// than the GPU found is refused: its profiles would mistime every kernel.
+func (w *workloadFlags) resolveGPU() error {
+	if w.backend != "cuda" {
+		if w.gpuName == "" {
+			w.gpuName = gpu.H100SXM.Name
+		}
+		return nil
+	}
+	name, err := cudaGPUName()
+	if err != nil {
+		return fmt.Errorf("--backend cuda: no GPU here (%w); use --backend sim", err)
+	}
+	found, err := gpu.LookupSpec(name)
+	if err != nil {
+		return fmt.Errorf("--backend cuda: the GPU here is %q, which atoll has no description of: %w", name, err)
+	}
+	if w.gpuName != "" {
+		want, err := gpu.LookupSpec(w.gpuName)
+		if err != nil {
+			return err
+		}
+		if want.Name != found.Name {
+			return fmt.Errorf("--gpu %s, but the GPU here is %s (%s): --backend cuda uses the profiles of the GPU it runs on; drop --gpu", want.Name, found.Name, name)
+		}
+	}
+	w.gpuName = found.Name
 	return nil
 }
