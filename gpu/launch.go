@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -134,6 +135,10 @@ func (a *Args) align(n int) {
 
 // Reset empties the buffer, keeping its storage.
 func (a *Args) Reset() { a.buf = a.buf[:0] }
+
+// Grow makes room for n more bytes, so that appending them allocates
+// nothing.
+func (a *Args) Grow(n int) { a.buf = slices.Grow(a.buf, n) }
 
 // Ptr appends a device pointer.
 func (a *Args) Ptr(p Ptr) *Args { return a.U64(uint64(p)) }

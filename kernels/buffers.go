@@ -25,10 +25,12 @@ type Buffers struct {
 }
 
 // Ptrs returns the device pointers in order.
-func (b Buffers) Ptrs() []gpu.Ptr {
-	p := make([]gpu.Ptr, len(b.T))
-	for i, t := range b.T {
-		p[i] = t.Ptr
+func (b Buffers) Ptrs() []gpu.Ptr { return b.appendPtrs(make([]gpu.Ptr, 0, len(b.T))) }
+
+// appendPtrs appends the tensors' device pointers to p.
+func (b Buffers) appendPtrs(p []gpu.Ptr) []gpu.Ptr {
+	for _, t := range b.T {
+		p = append(p, t.Ptr)
 	}
 	return p
 }

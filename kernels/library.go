@@ -3,6 +3,7 @@ package kernels
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 
 	"atoll/gpu"
@@ -33,6 +34,47 @@ type Library struct {
 
 	amu   sync.Mutex
 	async map[string]*asyncModule // pair compiles started in the background, by module key
+
+	// The launch path's caches (Launch allocates only the launch itself):
+	// each op's spec, launch names and functions per form, and a scratch
+	// slice for the tensors' pointers.
+	specs map[Op]*kentry
+	ptrs  []gpu.Ptr
+}
+
+// kentry is what Launch needs of one op, kept across launches.
+type kentry struct {
+	k     *kspec
+	names [gpu.Padded + 1]string
+	funcs [gpu.Padded + 1]gpu.Func
+	args  int // bytes of the last launch's arguments (to size the next)
+}
+
+// entry is op's cached kspec (built on first use). Ops of a type that is
+// not comparable (none of the library's today: TestOpsAreCacheable) are
+// not cached.
+func (l *Library) entry(op Op) (*kentry, error) {
+	cacheable := op != nil && reflect.TypeOf(op).Comparable()
+	if cacheable {
+		if e, ok := l.specs[op]; ok {
+			return e, nil
+		}
+	}
+	k, err := spec(op)
+	if err != nil {
+		return nil, err
+	}
+	e := &kentry{k: k}
+	for _, f := range []gpu.Form{gpu.Plain, gpu.Reset, gpu.Resumable, gpu.Padded} {
+		e.names[f] = k.name + "/" + f.String()
+	}
+	if cacheable {
+		if l.specs == nil {
+			l.specs = map[Op]*kentry{}
+		}
+		l.specs[op] = e
+	}
+	return e, nil
 }
 
 // asyncModule is one background compile: src is set (or err) once done is
@@ -196,10 +238,11 @@ func cost(op Op) gpu.Cost { return gpu.Cost{FLOPs: op.FLOPs(), Bytes: op.Bytes()
 // ctl.Workers (default Workers(op)) persistent blocks over Logical logical
 // blocks and needs Flag, Counter (zeroed before the first launch) and Done.
 func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.Launch, error) {
-	k, err := spec(op)
+	e, err := l.entry(op)
 	if err != nil {
 		return nil, err
 	}
+	k := e.k
 	if err := bufs.check(k); err != nil {
 		return nil, err
 	}
@@ -220,12 +263,15 @@ func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.
 			return nil, fmt.Errorf("%w: a resumable launch of %s needs Control.Flag, Counter and Done", ErrUnsupported, k.name)
 		}
 	}
-	f, err := l.kfunc(k, form)
-	if err != nil {
-		return nil, err
+	f := e.funcs[form]
+	if f == 0 {
+		if f, err = l.kfunc(k, form); err != nil {
+			return nil, err
+		}
+		e.funcs[form] = f
 	}
 	ln := &gpu.Launch{
-		Name:      k.name + "/" + form.String(),
+		Name:      e.names[form],
 		Func:      f,
 		Grid:      k.grid,
 		Block:     gpu.D1(k.threads),
@@ -265,8 +311,11 @@ func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.
 		ctl.Offset = 0
 	}
 	l.epoch++
+	ln.Args.Grow(max(e.args, 128))
 	packCtl(&ln.Args, ctl, k.logical(), l.epoch)
-	k.pack(&ln.Args, bufs.Ptrs())
+	l.ptrs = bufs.appendPtrs(l.ptrs[:0])
+	k.pack(&ln.Args, l.ptrs)
+	e.args = ln.Args.Len()
 	return ln, nil
 }
 
@@ -327,14 +376,15 @@ func (l *Library) functionAsync(key string, src func() string, name string) (gpu
 // same Flag, Counter, Done and Logical: a device runs the padded launch as
 // Func over Grid.Count() + Pad.Grid.Count() one-dimensional blocks.
 func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks int, be Op, beBufs Buffers, beCtl Control) (*gpu.Launch, error) {
-	hk, err := spec(hp)
+	he, err := l.entry(hp)
 	if err != nil {
 		return nil, err
 	}
-	bk, err := spec(be)
+	bke, err := l.entry(be)
 	if err != nil {
 		return nil, err
 	}
+	hk, bk := he.k, bke.k
 	if err := hpBufs.check(hk); err != nil {
 		return nil, err
 	}
