@@ -64,7 +64,7 @@ func ExampleLookup() {
 	fmt.Println(p.Source, len(p.Kernels) == len(layers))
 	// Output:
 	// profiles: profile resnet50 bs1 on H100-SXM does not match: gpu: the model has "H200", the profile "H100-SXM" (re-profile the model, or use the profile made for it)
-	// estimated true
+	// measured true
 }
 
 func ExampleWrite() {

@@ -566,10 +566,19 @@ func TestCUDAEngineUsesTheGPUsOwnProfiles(t *testing.T) {
 	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "no device") || !strings.Contains(err.Error(), "backend sim") {
 		t.Errorf("no GPU: %v", err)
 	}
+	// bert-base-train bs8 has only a roofline estimate (no GPU runs it
+	// yet): on an H100 it is refused as a job model, naming the command
+	// that makes a measured one. The GPU setting H200 is ignored on cuda.
 	server.SetCUDAGPUName(func(int) (string, error) { return "NVIDIA H100 80GB HBM3", nil })
-	_, err = server.NewEngine(context.Background(), server.EngineConfig{Backend: "cuda", GPU: "H200", Models: []server.EngineModel{{Zoo: "resnet50"}}})
-	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "H100-SXM") || !strings.Contains(err.Error(), "atoll profile --model resnet50 --batch 1") {
-		t.Errorf("H100 with estimated profiles only (GPU setting H200 ignored): %v", err)
+	_, err = server.NewEngine(context.Background(), server.EngineConfig{Backend: "cuda", GPU: "H200",
+		Models: []server.EngineModel{{Zoo: "resnet50"}}, Jobs: []server.EngineJobModel{{Zoo: "bert-base-train", Batch: 8}}})
+	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "H100-SXM") || !strings.Contains(err.Error(), "atoll profile --model bert-base-train --batch 8") {
+		t.Errorf("H100, a job whose only profile is estimated (GPU setting H200 ignored): %v", err)
+	}
+	server.SetCUDAGPUName(func(int) (string, error) { return "NVIDIA A100-SXM4-80GB", nil })
+	_, err = server.NewEngine(context.Background(), server.EngineConfig{Backend: "cuda", Models: []server.EngineModel{{Zoo: "resnet50"}}})
+	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "atoll profile") {
+		t.Errorf("A100 without profiles: %v", err)
 	}
 }
 

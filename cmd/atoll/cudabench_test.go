@@ -73,10 +73,10 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "drop --gpu") {
 		t.Errorf("--gpu H100-SXM on an H200: %v", err)
 	}
-	cudaGPUName = func() (string, error) { return "NVIDIA H100 80GB HBM3", nil }
+	cudaGPUName = func() (string, error) { return "NVIDIA A100-SXM4-80GB", nil }
 	w = base
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "atoll profile") {
-		t.Errorf("an H100 has only estimated profiles: %v, want the refusal naming atoll profile", err)
+		t.Errorf("an A100 has no profiles: %v, want the refusal naming atoll profile", err)
 	}
 	cudaGPUName = func() (string, error) { return "", errors.New("cuda: no device") }
 	w = base
