@@ -228,7 +228,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		Workload: WorkloadInfo{
 			HPModel:     c.HP.Model,
 			HPBatch:     c.HP.Batch,
-			Profiles:    fmt.Sprintf("%s, %s", c.HP.GPU, c.HP.Source),
+			Profiles:    profilesLabel(c.HP, c.BE),
 			Arrival:     c.Arrival,
 			Load:        c.Load,
 			RatePerSec:  b.Rate,
@@ -278,4 +278,17 @@ func latencies(tr *sched.Trace) (lat, svc []time.Duration) {
 		svc = append(svc, q.End-q.Start)
 	}
 	return lat, svc
+}
+
+// profilesLabel says where the kernel timings came from: "H100-SXM,
+// measured", or each client's source when they differ ("H100-SXM, HP
+// measured, BE estimated").
+func profilesLabel(hp, be *profiles.Profile) string {
+	if be == nil || (be.GPU == hp.GPU && be.Source == hp.Source) {
+		return fmt.Sprintf("%s, %s", hp.GPU, hp.Source)
+	}
+	if be.GPU == hp.GPU {
+		return fmt.Sprintf("%s, HP %s, BE %s", hp.GPU, hp.Source, be.Source)
+	}
+	return fmt.Sprintf("HP %s %s, BE %s %s", hp.GPU, hp.Source, be.GPU, be.Source)
 }

@@ -138,3 +138,22 @@ func BenchmarkDemoWorkload10s(b *testing.B) {
 		})
 	}
 }
+
+func TestProfilesLabel(t *testing.T) {
+	m := &profiles.Profile{GPU: "H100-SXM", Source: profiles.SourceMeasured}
+	e := &profiles.Profile{GPU: "H100-SXM", Source: profiles.SourceEstimated}
+	h := &profiles.Profile{GPU: "H200", Source: profiles.SourceMeasured}
+	for _, c := range []struct {
+		hp, be *profiles.Profile
+		want   string
+	}{
+		{m, nil, "H100-SXM, measured"},
+		{m, m, "H100-SXM, measured"},
+		{m, e, "H100-SXM, HP measured, BE estimated"},
+		{m, h, "HP H100-SXM measured, BE H200 measured"},
+	} {
+		if got := profilesLabel(c.hp, c.be); got != c.want {
+			t.Errorf("profilesLabel = %q, want %q", got, c.want)
+		}
+	}
+}
