@@ -4,7 +4,10 @@
 // convolution, elementwise with bias and activation, SGD, layernorm,
 // softmax, pooling, reductions, gathers, and the training kernels of
 // train.go: batch norm with batch statistics, cross-entropy, pooling
-// backward, split-K wgrad sums) written once in CUDA C
+// backward, split-K wgrad sums; and those of bert_train.go: GELU, tanh,
+// softmax and layernorm backward, column and layernorm-gradient partials,
+// embedding sums and gradients, a batched transpose, a three-way concat,
+// Adam with fp32 master weights) written once in CUDA C
 // (cuda/*.cu, embedded) against a logical block index and compiled at run
 // time in four forms (gpu.Plain, gpu.Reset, gpu.Resumable, gpu.Padded).
 //

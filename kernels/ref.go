@@ -215,6 +215,9 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 	if out, ok, err := trainReference(op, in); ok { // training ops: train.go
 		return out, err
 	}
+	if out, ok, err := bertTrainReference(op, in); ok { // BERT training ops: bert_train.go
+		return out, err
+	}
 	return nil, fmt.Errorf("%w: no reference for %T", ErrUnsupported, op)
 }
 

@@ -135,7 +135,7 @@ func checkOps() []Op {
 		Reduce{Name: "sum", Rows: 33, Cols: 100, In: F32},
 		Gather{Rows: 50, Cols: 72, In: BF16, Vocab: 500},
 		Elementwise{Name: "tanh", Elems: 3000, Inputs: 1, In: BF16},
-	}, slices.Concat(sgemmCheckOps(), trainCheckOps())...)
+	}, slices.Concat(sgemmCheckOps(), trainCheckOps(), bertTrainCheckOps())...)
 }
 
 // SelfTest checks every kernel and form on dev against the CPU references,
@@ -397,6 +397,9 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 
 func (r *runner) identity(rep *Report, minPreempt int, next func() uint64) error {
 	if err := r.trainIdentity(rep, minPreempt, next); err != nil {
+		return err
+	}
+	if err := r.bertIdentity(rep, minPreempt, next); err != nil {
 		return err
 	}
 	gemm := GEMM{M: 4096, N: 4096, K: 1024, In: BF16, Out: BF16, Bias: true, Act: ActGELU}

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-//go:embed cuda/common.cuh cuda/gemm.cu cuda/misc.cu cuda/attention.cu cuda/train.cu
+//go:embed cuda/common.cuh cuda/gemm.cu cuda/misc.cu cuda/attention.cu cuda/train.cu cuda/bert_train.cu
 var cudaFS embed.FS
 
 func mustRead(name string) string {
@@ -20,10 +20,10 @@ func mustRead(name string) string {
 var (
 	srcCommon = mustRead("common.cuh")
 	srcFamily = map[string]string{"gemm": mustRead("gemm.cu"), "misc": mustRead("misc.cu"), "attn": mustRead("attention.cu"),
-		"train": mustRead("train.cu")}
+		"train": mustRead("train.cu"), "bert": mustRead("bert_train.cu")}
 	// familyDeps are the families a family's source builds on (included
 	// before it, once per module).
-	familyDeps = map[string][]string{"attn": {"gemm"}, "train": {"misc"}}
+	familyDeps = map[string][]string{"attn": {"gemm"}, "train": {"misc"}, "bert": {"misc"}}
 )
 
 // Kernel function names of the forms. Every module also holds WatchFunc.

@@ -457,6 +457,12 @@ func spec(op Op) (*kspec, error) {
 			}
 			break
 		}
+		if ok, err := bertTrainSpec(op, k); ok { // BERT training ops: bert_train.go
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
 		return nil, fmt.Errorf("%w: op type %T", ErrUnsupported, op)
 	}
 	if k.grid.Count() <= 0 || k.threads <= 0 {

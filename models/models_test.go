@@ -178,6 +178,10 @@ func TestTraining(t *testing.T) {
 					opt++
 					optElems += e.Elems
 				}
+				if e, ok := l.Op.(kernels.Adam); ok && tc.opt == "adam" {
+					opt++
+					optElems += e.Elems
+				}
 			}
 			if optElems != models.Params(tr) {
 				t.Errorf("optimizer updates %d elements, model has %d params", optElems, models.Params(tr))

@@ -384,19 +384,6 @@ func TestReferenceTraining(t *testing.T) {
 	}
 }
 
-// BERT's training step still has layers without a reference (attention
-// backward glue, Adam); the error says which layer.
-func TestReferenceTrainingRefused(t *testing.T) {
-	cfg := tinyBERT
-	cfg.Labels = 2
-	m, err := models.NewBERT("tiny-bert-train", cfg)
-	g := graphOf(t, m, err, 1)
-	w, in := models.InitWeights(g, 1), models.InitInputs(g, 1)
-	if _, err := models.Reference(g, w, in); !errors.Is(err, models.ErrNoReference) {
-		t.Errorf("Reference of a BERT training step = %v, want ErrNoReference", err)
-	}
-}
-
 // MobileNetV2 and VGG-19 are wired too: the reference runs their real
 // shapes at batch 1 (skipped in -short; VGG-19's 20 GMACs take a while).
 func TestReferenceZooShapes(t *testing.T) {

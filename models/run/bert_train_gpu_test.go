@@ -1,0 +1,314 @@
+package run_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/cuda"
+	"atoll/kernels"
+	"atoll/models"
+	"atoll/models/run"
+)
+
+var (
+	bertModel = flag.String("bert.model", "bert-base-train", "TestGPUBERTTrainStep: the zoo BERT training step to run at full size (\"\" for none)")
+	bertBatch = flag.Int("bert.batch", 8, "TestGPUBERTTrainStep: its batch")
+	bertRuns  = flag.Int("bert.runs", 10, "TestGPUBERTTrainStep: timed steps (median reported)")
+)
+
+// tinyGPUBERT is the reduced BERT fine-tuning step TestGPUBERTTrainStep
+// checks in full: head size 32 and sequence 64 (several 64-wide tiles of
+// the strided GEMM), 300 tokens' worth of word ids over a 96-row table.
+var tinyGPUBERT = models.BERTConfig{Layers: 2, Hidden: 128, Heads: 4, FFN: 256, Vocab: 96, Positions: 80, Types: 2, Seq: 64, Pooler: true, Labels: 2}
+
+// TestGPUBERTTrainStep runs BERT fine-tuning steps wholly on GPU 0 through
+// the kernel library, as TestGPUTrainStep does for ResNet:
+//
+//   - a reduced step (tinyGPUBERT, batch 4) run layer by layer, every
+//     layer's outputs against its kernel's CPU reference from the layer's
+//     device inputs (tolTrainSpot), then the whole step (the loss and the
+//     Adam first moments, 0.1 x the gradients) against models.Reference,
+//     within tolTrainSpread times what moving every bf16 weight one ulp
+//     does to the CPU reference;
+//   - the zoo step (-bert.model, -bert.batch): a first step (loss finite),
+//     a second one layer by layer with every layer whose CPU reference is
+//     affordable at full size checked in full (the new training kernels,
+//     attention GEMMs, layernorm, softmax, loss, Adam) and the linear
+//     layers' convolution passes on sampled elements, then -bert.runs
+//     timed steps.
+//
+// It prints the worst layers and writes the summary to $OUT/bert_train_gpu.txt.
+// Skipped without a GPU.
+func TestGPUBERTTrainStep(t *testing.T) {
+	var b strings.Builder
+	printed := 0
+	flush := func() {
+		fmt.Print(b.String()[printed:])
+		printed = b.Len()
+		if out := os.Getenv("OUT"); out != "" {
+			if werr := os.WriteFile(filepath.Join(out, "bert_train_gpu.txt"), []byte(b.String()), 0o644); werr != nil {
+				t.Errorf("writing the summary: %v", werr)
+			}
+		}
+	}
+	err := cuda.Run(0, func(d *cuda.Device) error {
+		fmt.Fprintf(&b, "device: %s, driver %s\n", d.Info().Name, d.Info().Driver)
+		lib := kernels.New(d)
+		gpuRun := func(in *run.Instance) func(int) error {
+			return func(i int) error { return in.RunLayers(context.Background(), i, i+1) }
+		}
+		if err := tinyBERTCheck(d, lib, &b, gpuRun); err != nil {
+			t.Errorf("tiny BERT step: %v", err)
+			fmt.Fprintf(&b, "  FAIL tiny BERT step: %v\n", err)
+		}
+		flush()
+		if *bertModel != "" {
+			if err := gpuZooBERT(d, lib, &b); err != nil {
+				t.Errorf("%s: %v", *bertModel, err)
+				fmt.Fprintf(&b, "  FAIL %s: %v\n", *bertModel, err)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, gpu.ErrNoDevice) {
+		t.Skipf("no GPU: %v", err)
+	}
+	flush()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bertStepErr is a BERT step's distance from the reference: the loss and
+// the Adam first moments (the gradients, scaled), median and worst.
+func bertStepErr(g *models.Graph, ref models.Activations, got func(string) ([]float64, error)) (stepErr, error) {
+	var s stepErr
+	out, err := got(g.Output)
+	if err != nil {
+		return s, err
+	}
+	s.loss = models.RelErr(out, ref[g.Output])
+	var es []float64
+	for _, tt := range g.Tensors {
+		if tt.Kind != models.KindState || !strings.HasPrefix(tt.Name, "adam.m:") {
+			continue
+		}
+		v, err := got(tt.Name)
+		if err != nil {
+			return s, err
+		}
+		e := models.RelErr(v, ref[tt.Name])
+		if math.IsNaN(e) {
+			e = math.Inf(1)
+		}
+		es = append(es, e)
+		if e > s.worst || s.worstName == "" {
+			s.worst, s.worstName = e, tt.Name
+		}
+	}
+	if len(es) == 0 {
+		return s, fmt.Errorf("%s has no Adam moments", g.Model)
+	}
+	slices.Sort(es)
+	s.median = es[len(es)/2]
+	return s, nil
+}
+
+// bertSpread is how far the CPU reference's own step moves when every
+// bf16 weight moves one ulp (the inputs are token ids: nothing to move).
+func bertSpread(g *models.Graph, w, inputs *models.Bundle, ref models.Activations, runs int) (stepErr, error) {
+	var s stepErr
+	for seed := range uint64(runs) {
+		alt, err := models.Reference(g, perturbUlp(w, seed+1), inputs)
+		if err != nil {
+			return s, err
+		}
+		e, err := bertStepErr(g, ref, func(n string) ([]float64, error) { return alt[n], nil })
+		if err != nil {
+			return s, err
+		}
+		s.loss, s.median = max(s.loss, e.loss), max(s.median, e.median)
+		if e.worst > s.worst {
+			s.worst, s.worstName = e.worst, e.worstName
+		}
+	}
+	return s, nil
+}
+
+// tinyBERTCheck runs the reduced BERT step on dev layer by layer through
+// exec(in)(i) and checks it (per layer, then whole), writing the summary
+// to b.
+func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, exec func(*run.Instance) func(int) error) error {
+	m, err := models.NewBERT("tiny-bert-train", tinyGPUBERT)
+	if err != nil {
+		return err
+	}
+	g, err := m.Graph(4)
+	if err != nil {
+		return err
+	}
+	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
+	in, err := run.New(dev, lib, g, w, inputs)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if in.Runnable() != len(g.Layers) {
+		return in.Err(in.Runnable())
+	}
+	errs, err := checkedStep(dev, in, exec(in), func(int) refFn { return fullRef })
+	if err != nil {
+		return err
+	}
+	sum, bad := worstLayers(errs, 8, tolTrainSpot)
+	fmt.Fprintf(b, "%s batch %d: %d layers on the GPU, run one by one; each vs the CPU from its device inputs: %d outputs, %d above %g\n%s\n",
+		g.Model, g.Batch, len(g.Layers), len(errs), len(bad), tolTrainSpot, sum)
+	ref, err := models.Reference(g, w, inputs)
+	if err != nil {
+		return err
+	}
+	dv, err := bertStepErr(g, ref, in.Read)
+	if err != nil {
+		return err
+	}
+	spread, err := bertSpread(g, w, inputs, ref, spreadRuns)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "  whole step vs CPU reference (Adam m = 0.1 x gradients): %v\n  CPU vs itself, weights moved 1 bf16 ulp (%d runs, largest): %v\n", dv, spreadRuns, spread)
+	var fails []string
+	if len(bad) > 0 {
+		fails = append(fails, fmt.Sprintf("%d layer outputs differ from the CPU on their device inputs by more than %g: %v", len(bad), tolTrainSpot, bad[:min(8, len(bad))]))
+	}
+	for _, c := range []struct {
+		what     string
+		gpu, cpu float64
+	}{{"loss", dv.loss, spread.loss}, {"median gradient", dv.median, spread.median}, {"worst gradient", dv.worst, spread.worst}} {
+		if !(c.gpu <= tolTrainSpread*c.cpu) {
+			fails = append(fails, fmt.Sprintf("whole step: %s relative error %.3g, above %g x the CPU's one-ulp spread %.3g", c.what, c.gpu, tolTrainSpread, c.cpu))
+		}
+	}
+	if len(fails) > 0 {
+		return errors.New(strings.Join(fails, "; "))
+	}
+	return nil
+}
+
+// bertSpotRef is how the full-size check recomputes op: spotRef's choice
+// (convolutions sampled, the cheap training kernels in full), the BERT
+// training kernels and the attention GEMMs in full; the forward linear
+// GEMMs, GELU and the gradient adds run unchecked (the tiny step checks
+// them in full).
+func bertSpotRef(op kernels.Op) refFn {
+	switch op.(type) {
+	case kernels.ActBackward, kernels.SoftmaxBackward, kernels.LayerNormBackward, kernels.LNGradPartial, kernels.EmbeddingBackward,
+		kernels.ColumnPartial, kernels.Transpose, kernels.Concat3, kernels.EmbedAdd, kernels.Adam, kernels.StridedGEMM, kernels.LayerNorm:
+		return fullRef
+	}
+	return spotRef(op)
+}
+
+func gpuZooBERT(dev gpu.Device, lib *kernels.Library, b *strings.Builder) error {
+	m, err := models.Get(*bertModel)
+	if err != nil {
+		return err
+	}
+	g, err := m.Graph(*bertBatch)
+	if err != nil {
+		return err
+	}
+	in, err := run.New(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 2))
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if in.Runnable() != len(g.Layers) {
+		return in.Err(in.Runnable())
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	if err := in.Run(ctx); err != nil { // compiles every module
+		return err
+	}
+	first := time.Since(t0)
+	loss, err := in.Output()
+	if err != nil {
+		return err
+	}
+	mean := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	fmt.Fprintf(b, "%s batch %d: %d layers, all on the GPU; first step %v wall (with compiles), loss %.4f\n",
+		g.Model, g.Batch, len(g.Layers), first.Round(time.Millisecond), mean(loss))
+	if l := mean(loss); math.IsNaN(l) || math.IsInf(l, 0) {
+		return fmt.Errorf("loss %v after one step", l)
+	}
+	t0 = time.Now()
+	errs, err := checkedStep(dev, in, func(i int) error { return in.RunLayers(ctx, i, i+1) }, func(i int) refFn { return bertSpotRef(in.Op(i)) })
+	if err != nil {
+		return err
+	}
+	sum, bad := worstLayers(errs, 10, tolTrainSpot)
+	fmt.Fprintf(b, "  step 2 layer by layer (%v wall), layers vs the CPU from their device inputs (convolutions on %d sampled elements): %d outputs, %d above %g\n%s\n",
+		time.Since(t0).Round(time.Millisecond), convSamples, len(errs), len(bad), tolTrainSpot, sum)
+	if len(bad) > 0 {
+		return fmt.Errorf("layer checks failed: %v", bad[:min(10, len(bad))])
+	}
+	var ms, losses []float64
+	for range *bertRuns {
+		if err := in.Run(ctx); err != nil {
+			return err
+		}
+		ms = append(ms, float64(in.LastRun())/1e6)
+		l, err := in.Output()
+		if err != nil {
+			return err
+		}
+		losses = append(losses, mean(l))
+	}
+	if len(ms) > 0 {
+		slices.Sort(ms)
+		fmt.Fprintf(b, "  step time (device, %d steps): median %.2f ms, min %.2f ms; loss over the steps %.4f -> %.4f\n",
+			len(ms), ms[len(ms)/2], ms[0], losses[0], losses[len(losses)-1])
+		for _, l := range losses {
+			if math.IsNaN(l) || math.IsInf(l, 0) {
+				return fmt.Errorf("loss %v during the timed steps", l)
+			}
+		}
+	}
+	return nil
+}
+
+// The reduced BERT check passes on the simulator with every layer computed
+// by its kernel's CPU reference (emulated layer by layer): the whole-step
+// comparison and its one-ulp spread are wired as on the GPU.
+func TestTinyBERTCheckEmulated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several CPU reference steps")
+	}
+	dev := newSim(t)
+	var b strings.Builder
+	err := tinyBERTCheck(dev, kernels.New(dev), &b, func(in *run.Instance) func(int) error {
+		return func(i int) error { emulateLayer(t, dev, in, i); return nil }
+	})
+	if err != nil {
+		t.Errorf("emulated: %v\n%s", err, b.String())
+	}
+	if !strings.Contains(b.String(), "whole step vs CPU reference") {
+		t.Errorf("summary lacks the whole-step comparison:\n%s", b.String())
+	}
+}
