@@ -304,7 +304,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
 		}
-		prof, err := profiles.Lookup(spec.Name, mc.Zoo, mc.Batch, "")
+		prof, err := lookupProfile(spec.Name, mc.Zoo, mc.Batch, "")
 		if err != nil && cfg.Backend == "sim" {
 			return nil, fmt.Errorf("%w: %s: the simulator times %s from its profile: %w", ErrConfig, where, mc.Zoo, err)
 		}
@@ -358,7 +358,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		if jc.Batch <= 0 {
 			jc.Batch = engOnlyBatch(spec.Name, jc.Zoo)
 		}
-		prof, err := profiles.Lookup(spec.Name, jc.Zoo, jc.Batch, "")
+		prof, err := lookupProfile(spec.Name, jc.Zoo, jc.Batch, "")
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
 		}
@@ -538,6 +538,10 @@ func engIntRange(g *models.Graph, name string) int {
 	}
 	return math.MaxInt32
 }
+
+// lookupProfile finds a model's profile (the embedded ones). Tests replace
+// it.
+var lookupProfile = profiles.Lookup
 
 // cudaGPUName is the name of CUDA device ordinal (NVML's inventory where
 // it answers, else the driver's, opening the device briefly). Tests

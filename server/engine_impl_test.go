@@ -17,6 +17,7 @@ import (
 	"atoll/gpu"
 	"atoll/gpu/faulty"
 	"atoll/models"
+	"atoll/profiles"
 	"atoll/server"
 )
 
@@ -566,10 +567,20 @@ func TestCUDAEngineUsesTheGPUsOwnProfiles(t *testing.T) {
 	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "no device") || !strings.Contains(err.Error(), "backend sim") {
 		t.Errorf("no GPU: %v", err)
 	}
-	// bert-base-train bs8 has only a roofline estimate (no GPU runs it
-	// yet): on an H100 it is refused as a job model, naming the command
-	// that makes a measured one. The GPU setting H200 is ignored on cuda.
+	// A job model whose only profile for the GPU found is a roofline
+	// estimate (none is embedded today: the lookup is made to return one)
+	// is refused, naming the command that makes a measured one. The GPU
+	// setting H200 is ignored on cuda.
 	server.SetCUDAGPUName(func(int) (string, error) { return "NVIDIA H100 80GB HBM3", nil })
+	defer server.SetProfileLookup(func(g, m string, b int, ph string) (*profiles.Profile, error) {
+		p, err := profiles.Lookup(g, m, b, ph)
+		if err == nil && m == "bert-base-train" {
+			q := *p
+			q.Source = profiles.SourceEstimated
+			return &q, nil
+		}
+		return p, err
+	})()
 	_, err = server.NewEngine(context.Background(), server.EngineConfig{Backend: "cuda", GPU: "H200",
 		Models: []server.EngineModel{{Zoo: "resnet50"}}, Jobs: []server.EngineJobModel{{Zoo: "bert-base-train", Batch: 8}}})
 	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "H100-SXM") || !strings.Contains(err.Error(), "atoll profile --model bert-base-train --batch 8") {

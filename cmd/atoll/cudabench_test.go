@@ -10,6 +10,7 @@ import (
 	"atoll/bench"
 	"atoll/gpu"
 	"atoll/gpu/sim"
+	"atoll/profiles"
 )
 
 // TestCUDAWorkloadOnSimulator runs the exact configuration `--backend cuda`
@@ -78,6 +79,22 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "atoll profile") {
 		t.Errorf("an A100 has no profiles: %v, want the refusal naming atoll profile", err)
 	}
+	defer func(f func(string, string, int, string) (*profiles.Profile, error)) { lookupProfile = f }(lookupProfile)
+	cudaGPUName = func() (string, error) { return "NVIDIA H200", nil }
+	lookupProfile = func(g, m string, b int, ph string) (*profiles.Profile, error) {
+		p, err := profiles.Lookup(g, m, b, ph)
+		if err != nil {
+			return nil, err
+		}
+		q := *p
+		q.Source = profiles.SourceEstimated
+		return &q, nil
+	}
+	w = base
+	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "needs measured profiles") {
+		t.Errorf("an estimated HP profile on the GPU: %v, want the refusal", err)
+	}
+	lookupProfile = profiles.Lookup
 	cudaGPUName = func() (string, error) { return "", errors.New("cuda: no device") }
 	w = base
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "--backend sim") {

@@ -61,7 +61,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	hp, err := profiles.Lookup(spec.Name, w.hp, w.hpBatch, "")
+	hp, err := lookupProfile(spec.Name, w.hp, w.hpBatch, "")
 	if err != nil {
 		return nil, fmt.Errorf("HP model: %w", err)
 	}
@@ -74,7 +74,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		Command: "atoll " + strings.Join(os.Args[1:], " "),
 	}
 	if w.be != "" && w.be != "none" {
-		if c.BE, err = profiles.Lookup(spec.Name, w.be, w.beBatch, ""); err != nil {
+		if c.BE, err = lookupProfile(spec.Name, w.be, w.beBatch, ""); err != nil {
 			return nil, fmt.Errorf("BE model: %w", err)
 		}
 	}
@@ -131,6 +131,10 @@ func (w *workloadFlags) checkPolicies(names []string) error {
 	}
 	return nil
 }
+
+// lookupProfile finds a model's profile (the embedded ones). Tests replace
+// it.
+var lookupProfile = profiles.Lookup
 
 // cudaGPUName names CUDA device 0 (NVML's inventory where it answers, else
 // the driver's). Tests replace it.
