@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"atoll/gpu"
 	"atoll/gpu/cuda"
@@ -219,78 +218,7 @@ func bertSpotRef(op kernels.Op) refFn {
 }
 
 func gpuZooBERT(dev gpu.Device, lib *kernels.Library, b *strings.Builder) error {
-	m, err := models.Get(*bertModel)
-	if err != nil {
-		return err
-	}
-	g, err := m.Graph(*bertBatch)
-	if err != nil {
-		return err
-	}
-	in, err := run.New(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 2))
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if in.Runnable() != len(g.Layers) {
-		return in.Err(in.Runnable())
-	}
-	ctx := context.Background()
-	t0 := time.Now()
-	if err := in.Run(ctx); err != nil { // compiles every module
-		return err
-	}
-	first := time.Since(t0)
-	loss, err := in.Output()
-	if err != nil {
-		return err
-	}
-	mean := func(v []float64) float64 {
-		s := 0.0
-		for _, x := range v {
-			s += x
-		}
-		return s / float64(len(v))
-	}
-	fmt.Fprintf(b, "%s batch %d: %d layers, all on the GPU; first step %v wall (with compiles), loss %.4f\n",
-		g.Model, g.Batch, len(g.Layers), first.Round(time.Millisecond), mean(loss))
-	if l := mean(loss); math.IsNaN(l) || math.IsInf(l, 0) {
-		return fmt.Errorf("loss %v after one step", l)
-	}
-	t0 = time.Now()
-	errs, err := checkedStep(dev, in, func(i int) error { return in.RunLayers(ctx, i, i+1) }, func(i int) refFn { return bertSpotRef(in.Op(i)) })
-	if err != nil {
-		return err
-	}
-	sum, bad := worstLayers(errs, 10, tolTrainSpot)
-	fmt.Fprintf(b, "  step 2 layer by layer (%v wall), layers vs the CPU from their device inputs (convolutions on %d sampled elements): %d outputs, %d above %g\n%s\n",
-		time.Since(t0).Round(time.Millisecond), convSamples, len(errs), len(bad), tolTrainSpot, sum)
-	if len(bad) > 0 {
-		return fmt.Errorf("layer checks failed: %v", bad[:min(10, len(bad))])
-	}
-	var ms, losses []float64
-	for range *bertRuns {
-		if err := in.Run(ctx); err != nil {
-			return err
-		}
-		ms = append(ms, float64(in.LastRun())/1e6)
-		l, err := in.Output()
-		if err != nil {
-			return err
-		}
-		losses = append(losses, mean(l))
-	}
-	if len(ms) > 0 {
-		slices.Sort(ms)
-		fmt.Fprintf(b, "  step time (device, %d steps): median %.2f ms, min %.2f ms; loss over the steps %.4f -> %.4f\n",
-			len(ms), ms[len(ms)/2], ms[0], losses[0], losses[len(losses)-1])
-		for _, l := range losses {
-			if math.IsNaN(l) || math.IsInf(l, 0) {
-				return fmt.Errorf("loss %v during the timed steps", l)
-			}
-		}
-	}
-	return nil
+	return gpuZooStep(dev, lib, b, *bertModel, *bertBatch, *bertRuns, bertSpotRef)
 }
 
 // The reduced BERT check passes on the simulator with every layer computed

@@ -173,11 +173,19 @@ func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, ex
 var tinyGPUTrain = models.ResNetConfig{Blocks: [4]int{2, 2, 2, 2}, Image: 64, Width: 16, Classes: 10, Train: true}
 
 func gpuZooTrain(t *testing.T, dev gpu.Device, lib *kernels.Library, b *strings.Builder) error {
-	m, err := models.Get(*trainModel)
+	return gpuZooStep(dev, lib, b, *trainModel, *trainBatch, *trainRuns, spotRef)
+}
+
+// gpuZooStep runs a zoo training step at full size on the GPU: a first
+// step (compiles), a second one layer by layer with every layer ref
+// chooses checked against the CPU from its own device inputs, then runs
+// timed steps; it writes the summary to b.
+func gpuZooStep(dev gpu.Device, lib *kernels.Library, b *strings.Builder, model string, batch, runs int, ref func(kernels.Op) refFn) error {
+	m, err := models.Get(model)
 	if err != nil {
 		return err
 	}
-	g, err := m.Graph(*trainBatch)
+	g, err := m.Graph(batch)
 	if err != nil {
 		return err
 	}
@@ -213,7 +221,7 @@ func gpuZooTrain(t *testing.T, dev gpu.Device, lib *kernels.Library, b *strings.
 	}
 	// The second step layer by layer, checked from its device inputs.
 	t0 = time.Now()
-	errs, err := checkedStep(dev, in, func(i int) error { return in.RunLayers(ctx, i, i+1) }, func(i int) refFn { return spotRef(in.Op(i)) })
+	errs, err := checkedStep(dev, in, func(i int) error { return in.RunLayers(ctx, i, i+1) }, func(i int) refFn { return ref(in.Op(i)) })
 	if err != nil {
 		return err
 	}
@@ -225,7 +233,7 @@ func gpuZooTrain(t *testing.T, dev gpu.Device, lib *kernels.Library, b *strings.
 	}
 	var ms []float64
 	var losses []float64
-	for range *trainRuns {
+	for range runs {
 		if err := in.Run(ctx); err != nil {
 			return err
 		}
