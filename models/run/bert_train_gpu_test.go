@@ -185,22 +185,7 @@ func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, exe
 		return err
 	}
 	fmt.Fprintf(b, "  whole step vs CPU reference (Adam m = 0.1 x gradients): %v\n  CPU vs itself, weights moved 1 bf16 ulp (%d runs, largest): %v\n", dv, spreadRuns, spread)
-	var fails []string
-	if len(bad) > 0 {
-		fails = append(fails, fmt.Sprintf("%d layer outputs differ from the CPU on their device inputs by more than %g: %v", len(bad), tolTrainSpot, bad[:min(8, len(bad))]))
-	}
-	for _, c := range []struct {
-		what     string
-		gpu, cpu float64
-	}{{"loss", dv.loss, spread.loss}, {"median gradient", dv.median, spread.median}, {"worst gradient", dv.worst, spread.worst}} {
-		if !(c.gpu <= tolTrainSpread*c.cpu) {
-			fails = append(fails, fmt.Sprintf("whole step: %s relative error %.3g, above %g x the CPU's one-ulp spread %.3g", c.what, c.gpu, tolTrainSpread, c.cpu))
-		}
-	}
-	if len(fails) > 0 {
-		return errors.New(strings.Join(fails, "; "))
-	}
-	return nil
+	return stepVerdict(bad, dv, spread, "gradient")
 }
 
 // bertSpotRef is how the full-size check recomputes op: spotRef's choice

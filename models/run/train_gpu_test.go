@@ -150,6 +150,14 @@ func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, ex
 		return err
 	}
 	fmt.Fprintf(b, "  whole step vs CPU reference: %v\n  CPU vs itself, input moved 1 bf16 ulp (%d runs, largest): %v\n", dv, spreadRuns, spread)
+	return stepVerdict(bad, dv, spread, "momentum")
+}
+
+// stepVerdict fails a reduced training step on any layer output above
+// tolTrainSpot (a kernel defect) or a whole-step error above tolTrainSpread
+// times the CPU's own one-ulp spread (gross failure); state names the
+// optimizer state compared ("momentum", "gradient").
+func stepVerdict(bad []layerErr, dv, spread stepErr, state string) error {
 	var fails []string
 	if len(bad) > 0 {
 		fails = append(fails, fmt.Sprintf("%d layer outputs differ from the CPU on their device inputs by more than %g: %v", len(bad), tolTrainSpot, bad[:min(8, len(bad))]))
@@ -157,7 +165,7 @@ func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, ex
 	for _, c := range []struct {
 		what     string
 		gpu, cpu float64
-	}{{"loss", dv.loss, spread.loss}, {"median momentum", dv.median, spread.median}, {"worst momentum", dv.worst, spread.worst}} {
+	}{{"loss", dv.loss, spread.loss}, {"median " + state, dv.median, spread.median}, {"worst " + state, dv.worst, spread.worst}} {
 		if !(c.gpu <= tolTrainSpread*c.cpu) {
 			fails = append(fails, fmt.Sprintf("whole step: %s relative error %.3g, above %g x the CPU's one-ulp spread %.3g", c.what, c.gpu, tolTrainSpread, c.cpu))
 		}
