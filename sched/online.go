@@ -799,6 +799,7 @@ func (l *onlineLoop) apply(dec Decision) error {
 			l.o.cfg.OnDecision(dec)
 		}
 		rec := dec.Request
+		l.d.attr.request(&rec, false)
 		c := rec.Client.Index
 		r := l.hpCur[c]
 		if r == nil || int(r.id) != rec.ID {

@@ -83,6 +83,10 @@ type Trace struct {
 	// launch (the simulator's HostLaunchCost models it).
 	LaunchHost time.Duration
 	Stats      Stats // the core's counters over the whole run
+	// BlameByKernel sums, per BE kernel ("model/layer"), the delay of the
+	// measured HP requests' kernels that ran beside it (co-run, drain and
+	// padded causes; see Cause).
+	BlameByKernel map[string]time.Duration
 }
 
 // Window is the measured interval, Duration − Warmup.
@@ -143,6 +147,7 @@ type driver struct {
 	haveA   bool
 	trace   *Trace
 	comps   []Event
+	attr    *attributor
 }
 
 func devErr(call string, err error) error {
@@ -176,7 +181,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{dev: dev, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}}
+	d := &driver{dev: dev, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(w)}
 	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
 		BEWorkByClient: make([]time.Duration, len(w.BE))}
 	if d.binder == nil {
@@ -389,6 +394,7 @@ func (d *driver) loop(ctx context.Context) error {
 		if d.stopped && d.core.Quiescent() {
 			d.trace.End = now
 			d.trace.Stats = d.core.State().Stats()
+			d.trace.BlameByKernel = d.attr.byKernel
 			return nil
 		}
 		// What to wait for.
@@ -448,6 +454,9 @@ func (d *driver) poll() (int, error) {
 				return 0, devErr(fmt.Sprintf("Time (event of L%d)", f.l.ID), err)
 			}
 			ev := Event{Kind: EvComplete, Time: t, Launch: f.l.ID}
+			if f.l.Client.Class == HP {
+				d.attr.completed(f.l.Client.Index, t)
+			}
 			switch f.l.Form {
 			case gpu.Reset:
 				if f.raisedAt >= 0 && t > f.raisedAt {
@@ -525,12 +534,15 @@ func (d *driver) apply(dec Decision) error {
 			}
 		}
 		d.dev.Store(d.flags[dec.Client.Index], v)
+		d.attr.flag(dec.Client.Index, v == 1)
 	case DecResetProgress:
 		if err := d.dev.Memset32(d.stream(dec.Stream), d.ctrs[dec.Client.Index], 0, d.progressWords()); err != nil {
 			return devErr(fmt.Sprintf("Memset32 (progress counter of %s)", dec.Client), err)
 		}
 	case DecRequestDone:
-		if r := dec.Request; r.Arrival >= d.opt.Warmup {
+		r := dec.Request
+		d.attr.request(&r, r.Arrival >= d.opt.Warmup)
+		if r.Arrival >= d.opt.Warmup {
 			d.trace.Requests = append(d.trace.Requests, r)
 		}
 	case DecIterationDone:
@@ -601,6 +613,16 @@ func (d *driver) launch(l Launch) error {
 	}
 	if err := d.dev.Record(f.ev, f.stream); err != nil {
 		return devErr("Record (after "+what()+")", err)
+	}
+	if l.Client.Class == HP {
+		padded := l.Form == gpu.Padded && !f.unpadded
+		beside := d.oldestBE()
+		if padded {
+			beside = &Blame{Client: l.Pad.Client, Kernel: l.Pad.Kernel}
+		}
+		d.attr.launched(l, d.core.State().Now(), d.dev.Now(), padded, beside, d.draining())
+	} else {
+		d.attr.beLaunched(Blame{Client: l.Client, Kernel: l.Kernel})
 	}
 	q, ok := d.queues[f.stream]
 	if !ok {

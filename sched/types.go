@@ -261,6 +261,11 @@ type RequestRecord struct {
 	Arrival time.Duration // scheduled arrival
 	Start   time.Duration // its first kernel started (device clock)
 	End     time.Duration // its last kernel completed
+	// Solo is the sum of its kernels' profiled solo durations and Causes
+	// splits the rest of its latency (Latency() == Solo + Causes.Sum()).
+	// Drivers fill them; the core leaves them zero.
+	Solo   time.Duration
+	Causes Causes
 }
 
 // Latency is End − Arrival (queueing included).

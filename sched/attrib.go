@@ -1,0 +1,275 @@
+package sched
+
+import (
+	"fmt"
+	"time"
+
+	"atoll/gpu"
+	"atoll/profiles"
+)
+
+// Cause is one reason an HP request took longer than the sum of its
+// kernels' solo (profiled) durations. The driver splits every request's
+// timeline, arrival to completion, into its kernels' solo durations and
+// these causes, so that for each request
+//
+//	Latency() == Solo + Σ Causes
+//
+// holds exactly (to the nanosecond of the device clock).
+type Cause uint8
+
+const (
+	// CauseHPQueue: waiting behind earlier requests of the same HP client
+	// (present in a dedicated run too).
+	CauseHPQueue Cause = iota
+	// CausePolicy: the stream was free but the policy decided the launch
+	// later (a held launch, a tick).
+	CausePolicy
+	// CauseHost: decided, but the launch had not reached the device: the
+	// driver's poll, bind, launch call and event record.
+	CauseHost
+	// CauseDrain: the kernel ran longer than its profile while a BE
+	// preemption was draining (flag raised, BE blocks still resident).
+	CauseDrain
+	// CausePadded: the kernel ran longer than its profile inside a padded
+	// launch (the pad's BE blocks beside it).
+	CausePadded
+	// CauseCoRun: the kernel ran longer than its profile while BE launches
+	// were in flight: waiting for SMs held by BE blocks and running slower
+	// beside them (the driver's events cannot tell the two apart).
+	CauseCoRun
+	// CauseVariance: the kernel's time differed from its profile with no
+	// BE work in flight (clocks, caches, the profile's own spread); may be
+	// negative.
+	CauseVariance
+	// NumCauses is the number of causes.
+	NumCauses
+)
+
+var causeNames = [...]string{"hp-queue", "policy", "host", "drain", "padded", "co-run", "variance"}
+
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return fmt.Sprintf("cause(%d)", c)
+}
+
+// CauseNames lists the causes' names in order.
+func CauseNames() []string { return causeNames[:] }
+
+// Causes is a request's delay by cause.
+type Causes [NumCauses]time.Duration
+
+// Sum is the total delay over the request's solo kernel time.
+func (c Causes) Sum() time.Duration {
+	var s time.Duration
+	for _, d := range c {
+		s += d
+	}
+	return s
+}
+
+// Blame names a BE kernel an HP kernel ran beside.
+type Blame struct {
+	Client ClientID
+	Kernel int
+}
+
+// hpKernel is what the driver knows of one HP launch.
+type hpKernel struct {
+	decided   time.Duration // core time of the decision
+	submitted time.Duration // device clock after the launch and its event record returned
+	end       time.Duration // completion (device clock); -1 until seen
+	solo      time.Duration // the profile's duration
+	padded    bool          // a padded launch (the pair ran)
+	drain     bool          // a BE preemption drained while it was in flight
+	blame     Blame         // the oldest BE launch in flight beside it
+	blamed    bool
+}
+
+// attributor splits each HP request's latency into causes from the
+// driver's own records: decision and submission times, completion events,
+// and which BE launches were in flight. It costs one clock read per HP
+// launch and no device calls.
+type attributor struct {
+	hp      []*profiles.Profile
+	be      []*profiles.Profile
+	pending [][]hpKernel    // per HP client, in launch (= completion) order
+	lastEnd []time.Duration // per HP client: when its previous request ended
+	raised  []bool          // per BE client: flag raised
+	// ByKernel sums, per BE kernel ("model/layer"), the delay of HP
+	// kernels that ran beside it (co-run, drain and padded causes).
+	byKernel map[string]time.Duration
+}
+
+func newAttributor(w Workload) *attributor {
+	a := &attributor{
+		pending:  make([][]hpKernel, len(w.HP)),
+		lastEnd:  make([]time.Duration, len(w.HP)),
+		raised:   make([]bool, len(w.BE)),
+		byKernel: map[string]time.Duration{},
+	}
+	for _, c := range w.HP {
+		a.hp = append(a.hp, c.Profile)
+	}
+	for _, c := range w.BE {
+		a.be = append(a.be, c.Profile)
+	}
+	return a
+}
+
+// launched records an HP launch (Plain or Padded) just submitted;
+// beside is the oldest BE launch in flight, if any.
+func (a *attributor) launched(l Launch, decided, submitted time.Duration, padded bool, beside *Blame, draining bool) {
+	c := l.Client.Index
+	k := hpKernel{decided: decided, submitted: submitted, end: -1, solo: a.hp[c].Kernels[l.Kernel].Duration(),
+		padded: padded, drain: draining}
+	if beside != nil {
+		k.blame, k.blamed = *beside, true
+	}
+	a.pending[c] = append(a.pending[c], k)
+}
+
+// beLaunched marks every HP kernel in flight as running beside b (when it
+// has no BE neighbour yet).
+func (a *attributor) beLaunched(b Blame) {
+	for c := range a.pending {
+		for i := range a.pending[c] {
+			if k := &a.pending[c][i]; k.end < 0 && !k.blamed {
+				k.blame, k.blamed = b, true
+			}
+		}
+	}
+}
+
+// flag records a BE client's flag; raising it marks the HP kernels in
+// flight as running beside a drain.
+func (a *attributor) flag(be int, raised bool) {
+	a.raised[be] = raised
+	if !raised {
+		return
+	}
+	for c := range a.pending {
+		for i := range a.pending[c] {
+			if k := &a.pending[c][i]; k.end < 0 {
+				k.drain = true
+			}
+		}
+	}
+}
+
+// completed records the completion of HP client c's oldest kernel in
+// flight.
+func (a *attributor) completed(c int, t time.Duration) {
+	for i := range a.pending[c] {
+		if a.pending[c][i].end < 0 {
+			a.pending[c][i].end = t
+			return
+		}
+	}
+}
+
+// request splits the finished request r (its kernels are the oldest
+// len(profile) records of its client) and fills r.Solo and r.Causes;
+// measured requests add to byKernel.
+func (a *attributor) request(r *RequestRecord, measured bool) {
+	c := r.Client.Index
+	n := len(a.hp[c].Kernels)
+	if len(a.pending[c]) < n {
+		return // records missing (cannot happen with a consistent driver)
+	}
+	ks := a.pending[c][:n]
+	t := r.Arrival
+	prev := a.lastEnd[c]
+	var cs Causes
+	var solo time.Duration
+	for i := range ks {
+		k := &ks[i]
+		end := max(k.end, t)
+		add := func(cause Cause, until time.Duration) {
+			until = min(until, end)
+			if until > t {
+				cs[cause] += until - t
+				t = until
+			}
+		}
+		if i == 0 {
+			add(CauseHPQueue, prev)
+		}
+		add(CausePolicy, k.decided)
+		add(CauseHost, k.submitted)
+		solo += k.solo
+		excess := end - t - k.solo
+		t = end
+		cause := CauseVariance
+		switch {
+		case k.padded:
+			cause = CausePadded
+		case k.drain && k.blamed:
+			cause = CauseDrain
+		case k.blamed:
+			cause = CauseCoRun
+		}
+		cs[cause] += excess
+		if measured && cause != CauseVariance && excess > 0 && k.blamed {
+			a.byKernel[a.blameName(k.blame)] += excess
+		}
+	}
+	// The record's End is the last kernel's completion; keep the sum exact
+	// even if the core's End differs (it cannot with a consistent driver).
+	cs[CauseVariance] += r.End - t
+	r.Solo, r.Causes = solo, cs
+	a.lastEnd[c] = r.End
+	a.pending[c] = append(a.pending[c][:0], a.pending[c][n:]...)
+}
+
+func (a *attributor) blameName(b Blame) string {
+	if b.Client.Index < len(a.be) {
+		p := a.be[b.Client.Index]
+		if b.Kernel >= 0 && b.Kernel < len(p.Kernels) {
+			return p.Model + "/" + p.Kernels[b.Kernel].Name
+		}
+	}
+	return b.Client.String()
+}
+
+// oldestBE is the oldest BE launch in flight on any stream (pads
+// included), or nil.
+func (d *driver) oldestBE() *Blame {
+	var best *dflight
+	for _, s := range d.qorder {
+		for _, f := range d.queues[s] {
+			isBE := f.l.Client.Class == BE || (f.l.Form == gpu.Padded && !f.unpadded)
+			if !isBE {
+				continue
+			}
+			if best == nil || f.l.ID < best.l.ID {
+				best = f
+			}
+			break // later launches of a stream are younger
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	if best.l.Client.Class == BE {
+		return &Blame{Client: best.l.Client, Kernel: best.l.Kernel}
+	}
+	return &Blame{Client: best.l.Pad.Client, Kernel: best.l.Pad.Kernel}
+}
+
+// draining reports whether a BE client's flag is raised while launches of
+// it are still in flight.
+func (d *driver) draining() bool {
+	for i, up := range d.attr.raised {
+		if up && d.beInFlight(i) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *driver) beInFlight(i int) bool {
+	return len(d.queues[d.beS[i]]) > 0
+}
