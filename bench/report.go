@@ -34,7 +34,8 @@ type WorkloadInfo struct {
 	Seed        uint64  `json:"seed"`
 	DurationSec float64 `json:"durationSec"`
 	WarmupSec   float64 `json:"warmupSec"`
-	SoloHPUs    float64 `json:"soloHpUs"` // HP request service time alone (the load's unit)
+	SoloHPUs    float64 `json:"soloHpUs"`       // HP request service time alone (the load's unit)
+	Cell        string  `json:"cell,omitempty"` // the matrix cell, when a matrix ran it
 }
 
 // Report is one policy's run of one co-location workload, with the
@@ -64,15 +65,55 @@ type Report struct {
 	BENormalized *float64 `json:"beNormalized"`
 	System       *float64 `json:"systemThroughput"` // HPNormalized + BENormalized
 
+	// BEItersPerSec and BEAloneItersPerSec count whole BE iterations
+	// (training steps, batches) finished per second, shared and alone.
+	BEItersPerSec      float64 `json:"beItersPerSec,omitempty"`
+	BEAloneItersPerSec float64 `json:"beAloneItersPerSec,omitempty"`
+
+	// P99CI and P99OverheadCI are 95 % bootstrap intervals (BootstrapIters
+	// resamples of the requests of this run and of the dedicated run).
+	P99CI         *CI `json:"p99CiUs,omitempty"`
+	P99OverheadCI *CI `json:"p99OverheadCi,omitempty"`
+	// HPSamples and DedicatedSamples hold every measured request's latency
+	// (EncodeSamples), so any percentile and CI can be recomputed.
+	HPSamples        string `json:"hpSamples,omitempty"`
+	DedicatedSamples string `json:"dedicatedSamples,omitempty"`
+
+	// SoloKernelsUs is the HP request's kernels' summed profiled duration;
+	// Causes split each request's latency beyond it (sched.Cause), and
+	// Blame names the BE kernels HP kernels were slowed beside, most
+	// delay first.
+	SoloKernelsUs float64     `json:"soloKernelsUs,omitempty"`
+	Causes        []CauseStat `json:"causes,omitempty"`
+	Blame         []BlameStat `json:"blame,omitempty"`
+
 	Preemptions    int     `json:"preemptions"`
 	PreemptLatency Latency `json:"preemptLatency"`
 	Padded         int     `json:"paddedLaunches"`
-	Launches       int     `json:"launches"`
+	// Unpadded counts padded decisions launched as the HP kernel alone
+	// because the pair kernel was not compiled yet.
+	Unpadded int `json:"unpaddedLaunches,omitempty"`
+	Launches int `json:"launches"`
 	// HostUsPerLaunch is the driver's host time per launch (bind, launch,
 	// record), from the run's wall clock: the real cost on a GPU; on the
 	// simulator it is the Go code's own cost, not a model figure.
 	HostUsPerLaunch float64 `json:"hostUsPerLaunch"`
 	WallSec         float64 `json:"wallSec"`
+}
+
+// CauseStat is one cause's share of the HP requests' delay: its mean and
+// p99 over the requests (µs), and its part of the summed delay.
+type CauseStat struct {
+	Cause  string  `json:"cause"`
+	MeanUs float64 `json:"meanUs"`
+	P99Us  float64 `json:"p99Us"`
+}
+
+// BlameStat is the HP delay one BE kernel was beside.
+type BlameStat struct {
+	Kernel       string  `json:"kernel"`
+	TotalUs      float64 `json:"totalUs"`
+	PerRequestUs float64 `json:"perRequestUs"` // TotalUs over the measured requests
 }
 
 // Finish fills the derived fields (overheads, normalized throughputs) from
@@ -230,4 +271,51 @@ func Describe(r *Report) string {
 	}
 	fmt.Fprintf(&b, "\nprofiles: %s; %.1f s per run after %.1f s warm-up, seed %d", w.Profiles, w.DurationSec, w.WarmupSec, w.Seed)
 	return b.String()
+}
+
+// CauseTable writes each report's HP delay by cause (mean / p99 per
+// request, µs, beyond the HP kernels' profiled time) and the BE kernels HP
+// ran slower beside.
+func CauseTable(w io.Writer, rs []*Report) error {
+	t := tablewriter.NewTable(w,
+		tablewriter.WithRenderer(renderer.NewBlueprint()),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithRowAlignment(tw.AlignRight),
+	)
+	header := []string{"policy (µs mean / p99)"}
+	for _, c := range causeOrder(rs) {
+		header = append(header, c)
+	}
+	header = append(header, "top BE kernel beside HP (µs/request)")
+	t.Header(header)
+	for _, r := range rs {
+		if len(r.Causes) == 0 {
+			continue
+		}
+		row := []string{r.Policy}
+		for _, c := range r.Causes {
+			row = append(row, fmt.Sprintf("%.0f / %.0f", c.MeanUs, c.P99Us))
+		}
+		top := ""
+		if len(r.Blame) > 0 {
+			top = fmt.Sprintf("%s %.0f", r.Blame[0].Kernel, r.Blame[0].PerRequestUs)
+		}
+		if err := t.Append(append(row, top)); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+func causeOrder(rs []*Report) []string {
+	for _, r := range rs {
+		if len(r.Causes) > 0 {
+			var out []string
+			for _, c := range r.Causes {
+				out = append(out, c.Cause)
+			}
+			return out
+		}
+	}
+	return nil
 }

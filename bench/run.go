@@ -39,6 +39,9 @@ type Config struct {
 	Command string
 	// Progress, when set, is told when each run starts.
 	Progress func(msg string)
+	// Samples keeps every request's latency in the reports and adds
+	// bootstrap CIs (the matrix sets it).
+	Samples bool
 	// Parallel is how many policy runs Suite makes at once (0:
 	// GOMAXPROCS). Each run owns its device, so more than one is only
 	// sound for the simulator: set 1 for a real GPU.
@@ -250,9 +253,27 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	dl, _ := latencies(b.Dedicated)
 	r.Dedicated, r.DedicatedCDF = Summarize(dl), CDF(dl)
 	if c.BE != nil {
-		r.BEWorkPerSec = tr.BEWork.Seconds() / c.Duration.Seconds()
-		r.BEAlonePerS = b.BEAlone.BEWork.Seconds() / c.Duration.Seconds()
+		r.BEWorkPerSec = tr.BEWork.Seconds() / tr.Window().Seconds()
+		r.BEAlonePerS = b.BEAlone.BEWork.Seconds() / b.BEAlone.Window().Seconds()
+		r.BEItersPerSec = float64(len(tr.Iterations)) / tr.Window().Seconds()
+		r.BEAloneItersPerSec = float64(len(b.BEAlone.Iterations)) / b.BEAlone.Window().Seconds()
 	}
+	if c.Samples {
+		r.HPSamples, r.DedicatedSamples = EncodeSamples(lat), EncodeSamples(dl)
+		hs, _ := DecodeSamples(r.HPSamples)
+		ds, _ := DecodeSamples(r.DedicatedSamples)
+		if len(hs) > 1 {
+			ci := BootstrapQuantile(hs, 0.99, c.Seed)
+			r.P99CI = &ci
+		}
+		if len(hs) > 1 && len(ds) > 1 {
+			ci := BootstrapOverhead(hs, ds, 0.99, c.Seed)
+			r.P99OverheadCI = &ci
+		}
+	}
+	r.SoloKernelsUs, r.Causes = causeStats(tr)
+	r.Blame = blameStats(tr, len(lat))
+	r.Unpadded = tr.UnpaddedLaunches
 	var pl []time.Duration
 	for _, p := range tr.Preemptions {
 		if p.Stopped > p.Decided {
@@ -291,4 +312,41 @@ func profilesLabel(hp, be *profiles.Profile) string {
 		return fmt.Sprintf("%s, HP %s, BE %s", hp.GPU, hp.Source, be.Source)
 	}
 	return fmt.Sprintf("HP %s %s, BE %s %s", hp.GPU, hp.Source, be.GPU, be.Source)
+}
+
+// causeStats summarises the requests' causes of delay (µs).
+func causeStats(tr *sched.Trace) (float64, []CauseStat) {
+	if len(tr.Requests) == 0 {
+		return 0, nil
+	}
+	var out []CauseStat
+	xs := make([]time.Duration, len(tr.Requests))
+	for c := range sched.NumCauses {
+		for i, q := range tr.Requests {
+			xs[i] = q.Causes[c]
+		}
+		s := Summarize(xs)
+		out = append(out, CauseStat{Cause: c.String(), MeanUs: round3(s.Mean), P99Us: round3(s.P99)})
+	}
+	return round3(float64(tr.Requests[0].Solo) / 1e3), out
+}
+
+// blameStats lists the BE kernels HP was slowed beside, most delay first
+// (at most 10).
+func blameStats(tr *sched.Trace, requests int) []BlameStat {
+	var out []BlameStat
+	for k, d := range tr.BlameByKernel {
+		st := BlameStat{Kernel: k, TotalUs: round3(float64(d) / 1e3)}
+		if requests > 0 {
+			st.PerRequestUs = round3(st.TotalUs / float64(requests))
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].TotalUs != out[j].TotalUs {
+			return out[i].TotalUs > out[j].TotalUs
+		}
+		return out[i].Kernel < out[j].Kernel
+	})
+	return out[:min(len(out), 10)]
 }

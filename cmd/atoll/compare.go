@@ -12,15 +12,25 @@ import (
 
 const compareHelp = `
 Usage: atoll compare [flags] REPORT.json...
+       atoll compare [flags] MATRIX-DIR
 
 Prints the interference table of one or more reports written by 'atoll bench'
-(one row per report, in the order given). Reports must come from the same
+(one row per report, in the order given), then each run's HP delay by cause
+(sched.Cause: hp-queue, policy, host, drain, padded, co-run, variance) and
+the BE kernels HP ran slower beside. Reports must come from the same
 workload on the same device; pass --force to tabulate them anyway.
+
+Given the directory of an 'atoll matrix' run, it prints every cell's tables
+(Markdown): absolute HP latency and rates with 95 % CIs, PyTorch's rows when
+tools/gpu/torch_cell.py ran there, and delay by cause; --plot then draws,
+per cell, each run's p99 overhead (CI bars) against its BE throughput.
 
 Examples:
   atoll bench --policy priority --out priority.json
   atoll bench --policy atoll --out atoll.json
   atoll compare priority.json atoll.json
+  atoll compare results/matrix-h100
+  atoll compare --plot overhead.svg results/matrix-h100
 `
 
 func init() {
@@ -37,6 +47,19 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() == 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if st, err := os.Stat(fs.Arg(0)); err == nil && st.IsDir() && fs.NArg() == 1 {
+		cells, err := bench.ReadMatrixDir(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if err := bench.MatrixTables(e.stdout, cells); err != nil {
+			return err
+		}
+		if *plotPath != "" {
+			return writeMatrixPlot(*plotPath, cells)
+		}
+		return nil
 	}
 	var rs []*bench.Report
 	for _, path := range fs.Args() {
@@ -58,6 +81,9 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	if err := bench.Table(e.stdout, rs); err != nil {
 		return err
 	}
+	if err := bench.CauseTable(e.stdout, rs); err != nil {
+		return err
+	}
 	if *plotPath != "" {
 		return writePlot(*plotPath, rs)
 	}
@@ -72,6 +98,21 @@ func writePlot(path string, rs []*bench.Report) error {
 		return err
 	}
 	if err := bench.PlotCDF(f, rs, format); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
+}
+
+// writeMatrixPlot draws the matrix's overhead-vs-BE plot to path.
+func writeMatrixPlot(path string, cells []*bench.MatrixCell) error {
+	format := strings.TrimPrefix(filepath.Ext(path), ".")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := bench.PlotMatrix(f, cells, format); err != nil {
 		f.Close()
 		os.Remove(path)
 		return err

@@ -19,37 +19,21 @@ import (
 // launches to them.
 func cudaBinder(dev gpu.Device, w sched.Workload) (sched.Binder, error) {
 	lib := kernels.New(dev)
-	build := func(p *profiles.Profile) (*modelrun.Instance, error) {
-		m, err := models.Get(p.Model)
-		if err != nil {
-			return nil, err
-		}
-		g, err := m.Graph(p.Batch)
-		if err != nil {
-			return nil, err
-		}
-		in, err := modelrun.NewWith(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 1), modelrun.Options{Substitute: true})
-		if err != nil {
-			return nil, fmt.Errorf("%s bs%d on the GPU: %w", p.Model, p.Batch, err)
-		}
-		if n := in.Runnable(); n < len(g.Layers) {
-			return nil, fmt.Errorf("%s bs%d cannot run on the GPU: %w", p.Model, p.Batch, in.Err(n))
-		}
-		if err := in.UseProfile(p); err != nil {
-			return nil, err
-		}
-		return in, nil
-	}
+	return bindInstances(lib, w, func(p *profiles.Profile) (*modelrun.Instance, error) { return buildInstance(dev, lib, p) })
+}
+
+// bindInstances binds w's clients to the instances get returns.
+func bindInstances(lib *kernels.Library, w sched.Workload, get func(*profiles.Profile) (*modelrun.Instance, error)) (sched.Binder, error) {
 	var hp, be []*modelrun.Instance
 	for _, c := range w.HP {
-		in, err := build(c.Profile)
+		in, err := get(c.Profile)
 		if err != nil {
 			return nil, err
 		}
 		hp = append(hp, in)
 	}
 	for _, c := range w.BE {
-		in, err := build(c.Profile)
+		in, err := get(c.Profile)
 		if err != nil {
 			return nil, err
 		}
@@ -58,6 +42,79 @@ func cudaBinder(dev gpu.Device, w sched.Workload) (sched.Binder, error) {
 	return modelrun.NewBinder(lib, hp, be)
 }
 
+// buildInstance makes p's zoo model on dev with seeded weights and inputs.
+func buildInstance(dev gpu.Device, lib *kernels.Library, p *profiles.Profile) (*modelrun.Instance, error) {
+	m, err := models.Get(p.Model)
+	if err != nil {
+		return nil, err
+	}
+	g, err := m.Graph(p.Batch)
+	if err != nil {
+		return nil, err
+	}
+	in, err := modelrun.NewWith(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 1), modelrun.Options{Substitute: true})
+	if err != nil {
+		return nil, fmt.Errorf("%s bs%d on the GPU: %w", p.Model, p.Batch, err)
+	}
+	if n := in.Runnable(); n < len(g.Layers) {
+		return nil, fmt.Errorf("%s bs%d cannot run on the GPU: %w", p.Model, p.Batch, in.Err(n))
+	}
+	if err := in.UseProfile(p); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
 // openCUDA opens GPU 0 for one run; the run's goroutine owns it (cuda.Open
 // locks it to its OS thread until Close).
 func openCUDA() (gpu.Device, error) { return cuda.Open(0) }
+
+// cudaSession keeps one GPU, one kernel library and one instance per model
+// for many runs (the matrix): weights are uploaded once and every kernel,
+// padded pairs included, stays compiled from one run to the next. All its
+// runs must come from the goroutine that made the first (the device is
+// locked to its thread).
+type cudaSession struct {
+	dev gpu.Device
+	lib *kernels.Library
+	ins map[string]*modelrun.Instance
+}
+
+// sharedDevice is the session's device handed to one run: closing it
+// leaves the device open for the next.
+type sharedDevice struct{ gpu.Device }
+
+func (sharedDevice) Close() error { return nil }
+
+func (s *cudaSession) device() (gpu.Device, error) {
+	if s.dev == nil {
+		d, err := openCUDA()
+		if err != nil {
+			return nil, err
+		}
+		s.dev, s.lib, s.ins = d, kernels.New(d), map[string]*modelrun.Instance{}
+	}
+	return sharedDevice{s.dev}, nil
+}
+
+func (s *cudaSession) binder(_ gpu.Device, w sched.Workload) (sched.Binder, error) {
+	return bindInstances(s.lib, w, func(p *profiles.Profile) (*modelrun.Instance, error) {
+		key := fmt.Sprintf("%s/bs%d", p.Model, p.Batch)
+		if in, ok := s.ins[key]; ok {
+			return in, nil
+		}
+		in, err := buildInstance(s.dev, s.lib, p)
+		if err != nil {
+			return nil, err
+		}
+		s.ins[key] = in
+		return in, nil
+	})
+}
+
+func (s *cudaSession) close() {
+	if s.dev != nil {
+		s.dev.Close()
+		s.dev = nil
+	}
+}

@@ -1,0 +1,577 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"atoll/gpu"
+	"atoll/policies"
+	"atoll/sched"
+)
+
+// CellVersion is the apiVersion of a matrix cell's summary (cell.json).
+const CellVersion = "atoll/matrix-cell/v1"
+
+// ErrMatrix reports a malformed matrix file or an unusable matrix
+// directory.
+var ErrMatrix = errors.New("bench: matrix")
+
+// MatrixSpec is a committed set of co-location cells, each run under the
+// same policies on the same arrivals with the same protocol.
+type MatrixSpec struct {
+	Name     string   `yaml:"name"`
+	Policies []string `yaml:"policies"` // besides dedicated, in run order
+	// DedicatedRuns (≥ 2) dedicated runs per cell, interleaved with the
+	// policies; policies are measured against all of them pooled, and
+	// each re-run against the first is the noise floor.
+	DedicatedRuns int `yaml:"dedicatedRuns"`
+	// MinRequests is the fewest measured HP requests per run: a run lasts
+	// max(MinDuration, MinRequests / rate) after its Warmup.
+	MinRequests int           `yaml:"minRequests"`
+	MinDuration time.Duration `yaml:"minDuration"`
+	Warmup      time.Duration `yaml:"warmup"`
+	// BEAlone is the length of the BE-alone run (BE's rate is steady; it
+	// needs no request count).
+	BEAlone time.Duration `yaml:"beAlone"`
+	// WarmupRun is the length of each policy's unmeasured run before the
+	// cell is measured (kernels, padded pairs, clocks).
+	WarmupRun time.Duration `yaml:"warmupRun"`
+	// SoloRepeats times HP's solo latency is measured (median of each's
+	// isolated requests; the cell uses the median of the repeats).
+	SoloRepeats int `yaml:"soloRepeats"`
+	// MaxUtilization refuses a cell whose offered rate exceeds this share
+	// of what HP alone sustains back to back (default 0.9).
+	MaxUtilization float64    `yaml:"maxUtilization"`
+	Cells          []CellSpec `yaml:"cells"`
+}
+
+// CellSpec is one co-location workload of a matrix.
+type CellSpec struct {
+	Name    string  `yaml:"name" json:"name"`
+	HP      string  `yaml:"hp" json:"hp"`
+	HPBatch int     `yaml:"hpBatch" json:"hpBatch"`
+	BE      string  `yaml:"be" json:"be"`
+	BEBatch int     `yaml:"beBatch" json:"beBatch"`
+	Arrival string  `yaml:"arrival" json:"arrival"`
+	Sigma   float64 `yaml:"sigma" json:"sigma,omitempty"`
+	Load    float64 `yaml:"load" json:"load"`
+	Seed    uint64  `yaml:"seed" json:"seed"`
+	// Torch names the same workload in PyTorch (tools/gpu/torch_cell.py
+	// runs it on the cell's arrivals); absent when PyTorch has no such
+	// model.
+	Torch *TorchSpec `yaml:"torch" json:"torch,omitempty"`
+}
+
+// TorchSpec is a cell's PyTorch counterpart.
+type TorchSpec struct {
+	HP       string `yaml:"hp" json:"hp"`             // torchvision or transformers model
+	BE       string `yaml:"be" json:"be"`             // training job: "<model>-train"
+	BEBatch  int    `yaml:"beBatch" json:"beBatch"`   // its batch
+	GreenSMs int    `yaml:"greenSms" json:"greenSms"` // BE's green context size
+}
+
+var cellName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// ReadMatrix parses and checks a matrix file (YAML, unknown fields
+// refused), filling defaults.
+func ReadMatrix(r io.Reader) (*MatrixSpec, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMatrix, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var m MatrixSpec
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMatrix, err)
+	}
+	if m.DedicatedRuns == 0 {
+		m.DedicatedRuns = 2
+	}
+	if m.MinRequests == 0 {
+		m.MinRequests = 5000
+	}
+	if m.Warmup == 0 {
+		m.Warmup = 500 * time.Millisecond
+	}
+	if m.BEAlone == 0 {
+		m.BEAlone = 5 * time.Second
+	}
+	if m.WarmupRun == 0 {
+		m.WarmupRun = 2 * time.Second
+	}
+	if m.SoloRepeats == 0 {
+		m.SoloRepeats = 3
+	}
+	if m.MaxUtilization == 0 {
+		m.MaxUtilization = 0.9
+	}
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrMatrix}, a...)...) }
+	switch {
+	case m.Name == "":
+		return nil, bad("name is empty")
+	case len(m.Policies) == 0:
+		return nil, bad("no policies (list them under policies:, besides dedicated)")
+	case m.DedicatedRuns < 2:
+		return nil, bad("dedicatedRuns is %d; at least 2 are needed for a noise floor", m.DedicatedRuns)
+	case m.MinRequests < 100:
+		return nil, bad("minRequests is %d; a p99 needs at least 100", m.MinRequests)
+	case m.MaxUtilization <= 0 || m.MaxUtilization > 1:
+		return nil, bad("maxUtilization must be in (0, 1], got %v", m.MaxUtilization)
+	case m.SoloRepeats < 1:
+		return nil, bad("soloRepeats must be positive")
+	case len(m.Cells) == 0:
+		return nil, bad("no cells")
+	}
+	for _, p := range m.Policies {
+		if p == "dedicated" {
+			return nil, bad("policies: dedicated runs anyway (dedicatedRuns); leave it out")
+		}
+		if _, err := policies.ByName(p); err != nil {
+			return nil, bad("policies: %v", err)
+		}
+	}
+	seen := map[string]bool{}
+	for i := range m.Cells {
+		c := &m.Cells[i]
+		where := fmt.Sprintf("cell %d (%s)", i+1, c.Name)
+		switch {
+		case !cellName.MatchString(c.Name):
+			return nil, bad("%s: name must be lower-case letters, digits, '.', '_' or '-'", where)
+		case seen[c.Name]:
+			return nil, bad("%s: name used twice", where)
+		case c.HP == "":
+			return nil, bad("%s: no hp model", where)
+		case c.BE == "":
+			return nil, bad("%s: no be model (a cell measures co-location)", where)
+		case !(c.Load > 0 && c.Load < 1):
+			return nil, bad("%s: load must be in (0, 1), got %v", where, c.Load)
+		}
+		seen[c.Name] = true
+		if c.HPBatch == 0 {
+			c.HPBatch = 1
+		}
+		if c.BEBatch == 0 {
+			c.BEBatch = 1
+		}
+		if c.Arrival == "" {
+			c.Arrival = Poisson
+		}
+		if c.Arrival != Poisson && c.Arrival != Uniform && c.Arrival != Bursty {
+			return nil, bad("%s: arrival %q (want %s, %s or %s)", where, c.Arrival, Poisson, Uniform, Bursty)
+		}
+		if c.Seed == 0 {
+			c.Seed = 1
+		}
+	}
+	return &m, nil
+}
+
+// CellResult is a cell's summary, written as cell.json beside its
+// reports once every run of the cell is done.
+type CellResult struct {
+	APIVersion string   `json:"apiVersion"`
+	Cell       CellSpec `json:"cell"`
+	Backend    string   `json:"backend"`
+	Device     string   `json:"device"`
+	Driver     string   `json:"driver,omitempty"`
+	Command    string   `json:"command"`
+	// Refused says why the cell was not measured (its rate is more than
+	// HP alone sustains); empty for a measured cell.
+	Refused string `json:"refused,omitempty"`
+	// SoloUs are the solo-latency repeats, SoloMedianUs their median (the
+	// load's unit); SustainedPerSec is HP alone back to back.
+	SoloUs          []float64 `json:"soloUs"`
+	SoloMedianUs    float64   `json:"soloMedianUs"`
+	SustainedPerSec float64   `json:"sustainedPerSec"`
+	RatePerSec      float64   `json:"ratePerSec"`
+	WindowSec       float64   `json:"windowSec"`
+	WarmupSec       float64   `json:"warmupSec"`
+	// Runs are the report files in the order they ran.
+	Runs []string `json:"runs"`
+	// WarmupUnpadded counts padded decisions that found their pair kernel
+	// not yet compiled, per warm-up round (the last should be 0).
+	WarmupUnpadded []int   `json:"warmupUnpadded,omitempty"`
+	WallSec        float64 `json:"wallSec"`
+}
+
+// MatrixEnv is what RunMatrix needs from its caller.
+type MatrixEnv struct {
+	// Config resolves a cell into a run configuration (profiles, device,
+	// binder); done, when not nil, releases what it opened.
+	Config func(c CellSpec) (cfg *Config, done func(), err error)
+	// Budget, when positive, stops the matrix before a cell whose
+	// estimated time would exceed what is left of it.
+	Budget   time.Duration
+	Progress func(msg string)
+	Command  string
+}
+
+// ErrBudget: the matrix stopped before its end to stay within its budget;
+// running the same command again continues it.
+var ErrBudget = errors.New("bench: matrix stopped at its time budget")
+
+// RunMatrix runs every cell of m not yet done in dir (dir/<cell>/), cell
+// by cell; a cell is done once its cell.json exists, so an interrupted
+// matrix resumes where it stopped.
+func RunMatrix(ctx context.Context, m *MatrixSpec, env MatrixEnv, dir string) error {
+	start := time.Now()
+	for _, cell := range m.Cells {
+		cdir := filepath.Join(dir, cell.Name)
+		if _, err := os.Stat(filepath.Join(cdir, "cell.json")); err == nil {
+			env.progress("cell %s: done already", cell.Name)
+			continue
+		}
+		cfg, done, err := env.Config(cell)
+		if err != nil {
+			return fmt.Errorf("cell %s: %w", cell.Name, err)
+		}
+		if env.Budget > 0 {
+			if est := m.estimate(cfg, cell); time.Since(start)+est > env.Budget {
+				if done != nil {
+					done()
+				}
+				return fmt.Errorf("%w: cell %s needs about %v, %v left (run the same command again to continue)", ErrBudget, cell.Name, est.Round(time.Second), (env.Budget - time.Since(start)).Round(time.Second))
+			}
+		}
+		err = m.runCell(ctx, cell, cfg, env, cdir)
+		if done != nil {
+			done()
+		}
+		if err != nil {
+			return fmt.Errorf("cell %s: %w", cell.Name, err)
+		}
+	}
+	return nil
+}
+
+func (e MatrixEnv) progress(f string, a ...any) {
+	if e.Progress != nil {
+		e.Progress(fmt.Sprintf(f, a...))
+	}
+}
+
+// window is a measured run's length for rate: MinRequests requests, at
+// least MinDuration.
+func (m *MatrixSpec) window(rate float64) time.Duration {
+	w := time.Duration(float64(m.MinRequests) / rate * 1.02 * float64(time.Second))
+	return max(w, m.MinDuration)
+}
+
+// estimate is the device time a cell takes, from its profile's solo time.
+func (m *MatrixSpec) estimate(c *Config, cell CellSpec) time.Duration {
+	rate := cell.Load / c.HP.Total().Seconds()
+	runs := time.Duration(m.DedicatedRuns+len(m.Policies)) * (m.window(rate) + m.Warmup)
+	warm := time.Duration(len(m.Policies)) * m.WarmupRun
+	return runs + warm + m.BEAlone + 10*time.Second
+}
+
+// runCell measures one cell: warm-up, solo latency, the sustain check, BE
+// alone, then the dedicated runs interleaved with the policies, all on the
+// same arrivals; reports go to dir.
+func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env MatrixEnv, dir string) error {
+	t0 := time.Now()
+	c.Samples = true
+	c.Warmup = m.Warmup
+	c.Seed, c.Arrival, c.Sigma, c.Load = cell.Seed, cell.Arrival, cell.Sigma, cell.Load
+	res := &CellResult{APIVersion: CellVersion, Cell: cell, Command: env.Command, WarmupSec: m.Warmup.Seconds()}
+	say := func(f string, a ...any) { env.progress("cell %s: "+f, append([]any{cell.Name}, a...)...) }
+
+	// A first solo pass warms HP's kernels and the clocks; it is not kept.
+	say("warming up")
+	solo0, _, err := soloLatency(ctx, c)
+	if err != nil {
+		return fmt.Errorf("solo latency: %w", err)
+	}
+	rate0 := cell.Load / solo0.Seconds()
+	if err := m.warmPolicies(ctx, c, rate0, res); err != nil {
+		return err
+	}
+	say("solo latency ×%d", m.SoloRepeats)
+	var solos []float64
+	var info gpu.Info
+	for range m.SoloRepeats {
+		s, in, err := soloLatency(ctx, c)
+		if err != nil {
+			return fmt.Errorf("solo latency: %w", err)
+		}
+		solos = append(solos, float64(s)/1e3)
+		info = in
+		res.Backend, res.Device, res.Driver = info.Backend, info.Name, info.Driver
+	}
+	res.SoloUs = solos
+	sorted := slices.Clone(solos)
+	slices.Sort(sorted)
+	res.SoloMedianUs = sorted[len(sorted)/2]
+	solo := time.Duration(res.SoloMedianUs * 1e3)
+	res.RatePerSec = cell.Load / solo.Seconds()
+	if res.SustainedPerSec, err = sustained(ctx, c); err != nil {
+		return fmt.Errorf("sustained rate: %w", err)
+	}
+	if os.MkdirAll(dir, 0o755) != nil {
+		return fmt.Errorf("cannot create %s", dir)
+	}
+	if res.RatePerSec > m.MaxUtilization*res.SustainedPerSec {
+		res.Refused = fmt.Sprintf("offered %.0f req/s (load %.2f of a %.0f µs solo latency) but HP alone sustains %.0f req/s back to back; more than %.0f %% of that would measure a queue that runs away, not interference",
+			res.RatePerSec, cell.Load, res.SoloMedianUs, res.SustainedPerSec, m.MaxUtilization*100)
+		say("refused: %s", res.Refused)
+		res.WallSec = time.Since(t0).Seconds()
+		return writeJSON(filepath.Join(dir, "cell.json"), res)
+	}
+	win := m.window(res.RatePerSec)
+	c.Duration = win
+	res.WindowSec = win.Seconds()
+	arr, err := Arrivals(cell.Arrival, res.RatePerSec, m.Warmup+win, cell.Seed, cell.Sigma)
+	if err != nil {
+		return err
+	}
+	if err := writeArrivals(filepath.Join(dir, "arrivals.txt"), arr); err != nil {
+		return err
+	}
+	b := &Baseline{Solo: solo, Rate: res.RatePerSec, Arrivals: arr}
+	b.Info = info
+
+	say("BE alone (%v)", m.BEAlone)
+	bc := *c
+	bc.Duration = m.BEAlone
+	if b.BEAlone, err = bc.run(ctx, "streams", nil, true); err != nil {
+		return fmt.Errorf("BE-alone run: %w", err)
+	}
+
+	// Order: dedicated, a share of the policies, dedicated, the next
+	// share, ... (dedicated runs spread evenly among the policies).
+	type slot struct{ policy, file string }
+	var order []slot
+	per := (len(m.Policies) + m.DedicatedRuns - 1) / m.DedicatedRuns
+	pi := 0
+	for d := 1; d <= m.DedicatedRuns; d++ {
+		order = append(order, slot{"dedicated", fmt.Sprintf("dedicated-%d", d)})
+		for n := 0; n < per && pi < len(m.Policies); n++ {
+			order = append(order, slot{m.Policies[pi], m.Policies[pi]})
+			pi++
+		}
+	}
+	for ; pi < len(m.Policies); pi++ {
+		order = append(order, slot{m.Policies[pi], m.Policies[pi]})
+	}
+	traces := map[string]*sched.Trace{}
+	walls := map[string]float64{}
+	for i, s := range order {
+		say("run %d/%d: %s (%.1f s)", i+1, len(order), s.file, (m.Warmup + win).Seconds())
+		t := time.Now()
+		tr, err := c.run(ctx, s.policy, arr, s.policy != "dedicated")
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.file, err)
+		}
+		traces[s.file], walls[s.file] = tr, time.Since(t).Seconds()
+		res.Runs = append(res.Runs, s.file+".json")
+	}
+	// Policies against every dedicated run pooled; each dedicated re-run
+	// against the first.
+	pooled := &sched.Trace{}
+	for d := 1; d <= m.DedicatedRuns; d++ {
+		pooled.Requests = append(pooled.Requests, traces[fmt.Sprintf("dedicated-%d", d)].Requests...)
+	}
+	for _, s := range order {
+		bb := *b
+		bb.Dedicated = pooled
+		if s.policy == "dedicated" {
+			if s.file == "dedicated-1" {
+				bb.Dedicated = traces["dedicated-2"]
+			} else {
+				bb.Dedicated = traces["dedicated-1"]
+			}
+		}
+		r := c.report(&bb, s.policy, traces[s.file])
+		r.Policy = s.file
+		r.WallSec = walls[s.file]
+		r.Workload.Cell = cell.Name
+		if err := writeJSON(filepath.Join(dir, s.file+".json"), r); err != nil {
+			return err
+		}
+	}
+	res.WallSec = time.Since(t0).Seconds()
+	say("done in %.0f s", res.WallSec)
+	return writeJSON(filepath.Join(dir, "cell.json"), res)
+}
+
+// warmPolicies runs every policy briefly until no padded decision finds
+// its pair kernel uncompiled (at most 5 rounds), so measured runs use
+// the forms their policy chose.
+func (m *MatrixSpec) warmPolicies(ctx context.Context, c *Config, rate float64, res *CellResult) error {
+	wc := *c
+	wc.Duration, wc.Warmup = m.WarmupRun, 0
+	arr, err := Arrivals(c.Arrival, rate, m.WarmupRun, c.Seed+1000, c.Sigma)
+	if err != nil {
+		return err
+	}
+	for round := 0; round < 5; round++ {
+		unpadded := 0
+		for _, p := range m.Policies {
+			tr, err := wc.run(ctx, p, arr, true)
+			if err != nil {
+				return fmt.Errorf("warm-up run of %s: %w", p, err)
+			}
+			unpadded += tr.UnpaddedLaunches
+		}
+		res.WarmupUnpadded = append(res.WarmupUnpadded, unpadded)
+		if unpadded == 0 {
+			return nil
+		}
+		// Pair kernels compile in the background; give them time.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return nil
+}
+
+// sustained is HP alone back to back: requests arriving together, served
+// one after another; completed requests per second.
+func sustained(ctx context.Context, c *Config) (float64, error) {
+	n := max(50, int(0.5/c.HP.Total().Seconds()))
+	arr := make([]time.Duration, n)
+	cc := *c
+	cc.Warmup = 0
+	cc.Duration = time.Millisecond
+	tr, err := cc.run(ctx, "dedicated", arr, false)
+	if err != nil {
+		return 0, err
+	}
+	if len(tr.Requests) < 2 {
+		return 0, fmt.Errorf("%d requests completed", len(tr.Requests))
+	}
+	first, last := tr.Requests[0].End, tr.Requests[0].End
+	for _, r := range tr.Requests {
+		first, last = min(first, r.End), max(last, r.End)
+	}
+	return float64(len(tr.Requests)-1) / (last - first).Seconds(), nil
+}
+
+func writeArrivals(path string, arr []time.Duration) error {
+	var b strings.Builder
+	b.WriteString("# HP arrival times in microseconds from the run's start (atoll matrix)\n")
+	for _, a := range arr {
+		fmt.Fprintf(&b, "%.3f\n", float64(a)/1e3)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// MatrixCell is one cell read back from a matrix directory: its summary,
+// its reports in run order, and any PyTorch results beside them.
+type MatrixCell struct {
+	Result  CellResult
+	Reports []*Report
+	Torch   []*TorchResult
+}
+
+// TorchResult is one PyTorch setup's run of a cell's workload
+// (tools/gpu/torch_cell.py writes torch-<setup>.json).
+type TorchResult struct {
+	APIVersion    string  `json:"apiVersion"`
+	Setup         string  `json:"setup"` // alone, priority, green
+	Device        string  `json:"device"`
+	Torch         string  `json:"torch"`
+	HPModel       string  `json:"hpModel"`
+	BEModel       string  `json:"beModel,omitempty"`
+	GreenSMs      int     `json:"greenSms,omitempty"`
+	Graphs        bool    `json:"cudaGraphs"`
+	SoloUs        float64 `json:"soloUs"`
+	RatePerSec    float64 `json:"ratePerSec"`
+	Requests      int     `json:"requests"`
+	HPP50Us       float64 `json:"hpP50Us"`
+	HPP99Us       float64 `json:"hpP99Us"`
+	HPSamples     string  `json:"hpSamples"`
+	BEStepsPerSec float64 `json:"beStepsPerSec"`
+	BEAloneSteps  float64 `json:"beAloneStepsPerSec"`
+	Note          string  `json:"note,omitempty"`
+}
+
+// TorchVersion is the apiVersion torch_cell.py writes.
+const TorchVersion = "atoll/torch-cell/v1"
+
+// ReadMatrixDir reads every finished cell under dir, in name order.
+func ReadMatrixDir(dir string) ([]*MatrixCell, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*", "cell.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%w: no finished cell (*/cell.json) under %s", ErrMatrix, dir)
+	}
+	sort.Strings(paths)
+	var out []*MatrixCell
+	for _, p := range paths {
+		mc := &MatrixCell{}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(data, &mc.Result); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrMatrix, p, err)
+		}
+		if mc.Result.APIVersion != CellVersion {
+			return nil, fmt.Errorf("%w: %s: apiVersion %q is not %q", ErrMatrix, p, mc.Result.APIVersion, CellVersion)
+		}
+		cdir := filepath.Dir(p)
+		for _, name := range mc.Result.Runs {
+			f, err := os.Open(filepath.Join(cdir, name))
+			if err != nil {
+				return nil, fmt.Errorf("%w: cell %s: %v", ErrMatrix, mc.Result.Cell.Name, err)
+			}
+			r, err := ReadReport(f)
+			f.Close()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(cdir, name), err)
+			}
+			mc.Reports = append(mc.Reports, r)
+		}
+		tps, _ := filepath.Glob(filepath.Join(cdir, "torch-*.json"))
+		sort.Strings(tps)
+		for _, tp := range tps {
+			data, err := os.ReadFile(tp)
+			if err != nil {
+				return nil, err
+			}
+			var tr TorchResult
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&tr); err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrMatrix, tp, err)
+			}
+			if tr.APIVersion != TorchVersion {
+				return nil, fmt.Errorf("%w: %s: apiVersion %q is not %q", ErrMatrix, tp, tr.APIVersion, TorchVersion)
+			}
+			mc.Torch = append(mc.Torch, &tr)
+		}
+		out = append(out, mc)
+	}
+	return out, nil
+}

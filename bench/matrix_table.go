@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"atoll/sched"
+)
+
+// MatrixTables writes the matrix's results as Markdown: per cell, one row
+// per atoll run (absolute HP latency with 95 % CIs, overhead over the
+// pooled dedicated runs with its CI, HP and BE rates) and one per PyTorch
+// setup measured on the cell's arrivals, then the delay by cause.
+func MatrixTables(w io.Writer, cells []*MatrixCell) error {
+	ew := &errWriter{w: w}
+	for _, mc := range cells {
+		res := mc.Result
+		c := res.Cell
+		ew.printf("### %s — %s bs%d beside %s bs%d, %s load %.2f\n\n", c.Name, c.HP, c.HPBatch, c.BE, c.BEBatch, c.Arrival, c.Load)
+		ew.printf("%s (%s%s). HP solo %.0f µs (repeats %s), %.0f req/s offered, HP alone sustains %.0f req/s.",
+			res.Device, res.Backend, driverText(res.Driver), res.SoloMedianUs, joinF(res.SoloUs, "%.0f"), res.RatePerSec, res.SustainedPerSec)
+		if res.Refused != "" {
+			ew.printf(" **Refused:** %s\n\n", res.Refused)
+			continue
+		}
+		for _, r := range mc.Reports {
+			if r.BEAloneItersPerSec > 0 {
+				ew.printf(" BE alone %.1f steps/s.", r.BEAloneItersPerSec)
+				break
+			}
+		}
+		ew.printf(" %.1f s measured per run after %.1f s warm-up; command: `%s`\n\n", res.WindowSec, res.WarmupSec, res.Command)
+		ew.printf("| run | HP req/s | HP p50 ms | HP p99 ms [95 %% CI] | p99 overhead [95 %% CI] | BE steps/s | BE norm | padded | unpadded |\n")
+		ew.printf("|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range mc.Reports {
+			ew.printf("| %s | %.0f | %.3f | %.3f %s | %s %s | %s | %s | %d | %d |\n",
+				r.Policy, float64(r.HPCompleted)/r.Workload.DurationSec, r.HP.P50/1e3, r.HP.P99/1e3, ciMs(r.P99CI),
+				pct(r.P99Overhead), ciPct(r.P99OverheadCI), steps(r.BEItersPerSec, r.Workload.BEModel != "" && !strings.HasPrefix(r.Policy, "dedicated")),
+				beNorm(r), r.Padded, r.Unpadded)
+		}
+		for _, t := range mc.Torch {
+			name := "PyTorch " + t.Setup
+			if t.Setup == "green" {
+				name = fmt.Sprintf("PyTorch green (BE on %d SMs)", t.GreenSMs)
+			}
+			be := "–"
+			if t.BEStepsPerSec > 0 {
+				be = fmt.Sprintf("%.1f", t.BEStepsPerSec)
+			}
+			ci := ""
+			if s, err := DecodeSamples(t.HPSamples); err == nil && len(s) > 1 {
+				ci = ciMs(ptr(BootstrapQuantile(s, 0.99, c.Seed)))
+			}
+			norm := "–"
+			if t.BEAloneSteps > 0 && t.BEStepsPerSec > 0 {
+				norm = fmt.Sprintf("%.2f", t.BEStepsPerSec/t.BEAloneSteps)
+			}
+			ew.printf("| %s | %.0f | %.3f | %.3f %s | | %s | %s | | |\n", name, t.RatePerSec, t.HPP50Us/1e3, t.HPP99Us/1e3, ci, be, norm)
+		}
+		if len(mc.Torch) > 0 {
+			t := mc.Torch[0]
+			ew.printf("\nPyTorch %s (%s, CUDA graphs: %v): HP %s solo %.0f µs; BE %s. %s\n", t.Torch, t.Device, t.Graphs, t.HPModel, t.SoloUs, t.BEModel, t.Note)
+		}
+		ew.printf("\nDelay by cause, mean / p99 per request (µs) beyond the HP kernels' profiled %.0f µs:\n\n", firstSolo(mc.Reports))
+		ew.printf("| run | %s | top BE kernels beside HP (µs per request) |\n", strings.Join(sched.CauseNames(), " | "))
+		ew.printf("|---|%s---|\n", strings.Repeat("---|", int(sched.NumCauses)))
+		for _, r := range mc.Reports {
+			var cols []string
+			for _, cs := range r.Causes {
+				cols = append(cols, fmt.Sprintf("%.0f / %.0f", cs.MeanUs, cs.P99Us))
+			}
+			var top []string
+			for _, b := range r.Blame[:min(3, len(r.Blame))] {
+				top = append(top, fmt.Sprintf("%s %.0f", b.Kernel, b.PerRequestUs))
+			}
+			ew.printf("| %s | %s | %s |\n", r.Policy, strings.Join(cols, " | "), strings.Join(top, ", "))
+		}
+		ew.printf("\n")
+	}
+	return ew.err
+}
+
+func firstSolo(rs []*Report) float64 {
+	for _, r := range rs {
+		if r.SoloKernelsUs > 0 {
+			return r.SoloKernelsUs
+		}
+	}
+	return 0
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func driverText(d string) string {
+	if d == "" {
+		return ""
+	}
+	return ", driver " + d
+}
+
+func joinF(xs []float64, f string) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprintf(f, x))
+	}
+	return strings.Join(s, ", ")
+}
+
+func ciMs(c *CI) string {
+	if c == nil || math.IsNaN(c.Lo) {
+		return ""
+	}
+	return fmt.Sprintf("[%.3f, %.3f]", c.Lo/1e3, c.Hi/1e3)
+}
+
+func ciPct(c *CI) string {
+	if c == nil || math.IsNaN(c.Lo) {
+		return ""
+	}
+	return fmt.Sprintf("[%+.1f%%, %+.1f%%]", c.Lo*100, c.Hi*100)
+}
+
+func steps(v float64, show bool) string {
+	if !show {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(f string, a ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, f, a...)
+	}
+}
+
+func beNorm(r *Report) string {
+	if strings.HasPrefix(r.Policy, "dedicated") {
+		return "–"
+	}
+	return num(r.BENormalized, "%.2f")
+}

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/sim"
+	"atoll/profiles"
+)
+
+func TestReadMatrixRefuses(t *testing.T) {
+	base := "name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: resnet50, be: vgg19, load: 0.5}\n"
+	if _, err := ReadMatrix(strings.NewReader(base)); err != nil {
+		t.Fatalf("valid matrix refused: %v", err)
+	}
+	for _, tc := range []struct{ text, want string }{
+		{base + "extra: 1\n", "field extra not found"},
+		{"name: m\npolicies: [atoll]\ncells: []\n", "no cells"},
+		{"name: m\npolicies: [dedicated]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "leave it out"},
+		{"name: m\npolicies: [nope]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "nope"},
+		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 1.5}\n", "load must be in (0, 1)"},
+		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n  - {name: a, hp: x, be: y, load: 0.5}\n", "used twice"},
+		{"name: m\npolicies: [atoll]\ncells:\n  - {name: A/b, hp: x, be: y, load: 0.5}\n", "lower-case"},
+		{"name: m\npolicies: [atoll]\ndedicatedRuns: 1\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "noise floor"},
+		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, load: 0.5}\n", "no be model"},
+		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5, arrival: trace}\n", "arrival"},
+		{"name: [\n", "bench: matrix"},
+	} {
+		_, err := ReadMatrix(strings.NewReader(tc.text))
+		if err == nil || !errors.Is(err, ErrMatrix) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want an ErrMatrix naming %q", tc.text, err, tc.want)
+		}
+	}
+}
+
+func simMatrixEnv(t *testing.T, cfgs *int) MatrixEnv {
+	return MatrixEnv{Config: func(c CellSpec) (*Config, func(), error) {
+		*cfgs++
+		hp, err := profiles.Lookup("H100-SXM", c.HP, c.HPBatch, "")
+		if err != nil {
+			return nil, nil, err
+		}
+		be, err := profiles.Lookup("H100-SXM", c.BE, c.BEBatch, "")
+		if err != nil {
+			return nil, nil, err
+		}
+		return &Config{HP: hp, BE: be, Load: c.Load, Arrival: c.Arrival, Duration: time.Second,
+			NewDevice: func() (gpu.Device, error) { return sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1}) }}, nil, nil
+	}}
+}
+
+// TestRunMatrixResumesAndRefuses: a budget stops the matrix between
+// cells, a second call finishes it without re-running the first cell, a
+// cell HP alone cannot sustain is refused, and the measured cells' reports
+// carry samples, CIs and causes that add up.
+func TestRunMatrixResumesAndRefuses(t *testing.T) {
+	spec := `name: t
+policies: [priority, atoll]
+minRequests: 150
+warmup: 20ms
+beAlone: 200ms
+warmupRun: 50ms
+soloRepeats: 2
+cells:
+  - {name: mobilenet, hp: mobilenetv2, be: vgg19, load: 0.5}
+  - {name: overload, hp: resnet50, be: vgg19, load: 0.95}
+  - {name: bert, hp: distilbert, be: resnet152, load: 0.4, arrival: lognormal, sigma: 1.2}
+`
+	m, err := ReadMatrix(strings.NewReader(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	n := 0
+	env := simMatrixEnv(t, &n)
+	env.Budget = time.Nanosecond
+	if err := RunMatrix(context.Background(), m, env, dir); !errors.Is(err, ErrBudget) {
+		t.Fatalf("a 1 ns budget: %v, want ErrBudget", err)
+	}
+	env.Budget = 0
+	if err := RunMatrix(context.Background(), m, env, dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "mobilenet", "cell.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	if err := RunMatrix(context.Background(), m, env, dir); err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := os.Stat(filepath.Join(dir, "mobilenet", "cell.json")); n != 0 || !st2.ModTime().Equal(st.ModTime()) {
+		t.Fatalf("a finished matrix ran again (%d cells configured)", n)
+	}
+	cells, err := ReadMatrixDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 3 {
+		t.Fatalf("%d cells read back", len(cells))
+	}
+	for _, mc := range cells {
+		if mc.Result.Cell.Name == "overload" {
+			if mc.Result.Refused == "" || len(mc.Reports) != 0 {
+				t.Errorf("load 0.95 with maxUtilization 0.9 was measured: %+v", mc.Result)
+			}
+			continue
+		}
+		if mc.Result.Refused != "" {
+			t.Fatalf("%s refused: %s", mc.Result.Cell.Name, mc.Result.Refused)
+		}
+		var names []string
+		for _, r := range mc.Reports {
+			names = append(names, r.Policy)
+			if r.HPCompleted < 150 {
+				t.Errorf("%s/%s: %d requests, want ≥ 150", mc.Result.Cell.Name, r.Policy, r.HPCompleted)
+			}
+			s, err := DecodeSamples(r.HPSamples)
+			if err != nil || len(s) != r.HPCompleted {
+				t.Fatalf("%s: %d samples (%v) for %d requests", r.Policy, len(s), err, r.HPCompleted)
+			}
+			if r.P99CI == nil || !r.P99CI.Contains(r.HP.P99) && r.HP.P99 > 0 && (r.P99CI.Lo > r.HP.P99*1.01 || r.P99CI.Hi < r.HP.P99*0.99) {
+				t.Errorf("%s: p99 %.0f outside its CI %+v", r.Policy, r.HP.P99, r.P99CI)
+			}
+			var causes float64
+			for _, c := range r.Causes {
+				causes += c.MeanUs
+			}
+			if got := r.SoloKernelsUs + causes; got < r.HP.Mean-1 || got > r.HP.Mean+1 {
+				t.Errorf("%s: solo %.1f + mean causes %.1f = %.1f µs, mean latency %.1f", r.Policy, r.SoloKernelsUs, causes, got, r.HP.Mean)
+			}
+			if strings.HasPrefix(r.Policy, "dedicated") && (r.P99OverheadCI == nil || !r.P99OverheadCI.Contains(0)) {
+				t.Errorf("%s: the simulator repeats itself, but the re-run's overhead CI %+v excludes 0", r.Policy, r.P99OverheadCI)
+			}
+		}
+		if got := strings.Join(names, ","); got != "dedicated-1,priority,dedicated-2,atoll" {
+			t.Errorf("run order %s", got)
+		}
+		if _, err := os.Stat(filepath.Join(dir, mc.Result.Cell.Name, "arrivals.txt")); err != nil {
+			t.Error(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := MatrixTables(&out, cells); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### bert", "Refused", "| atoll |", "co-run", "[95 % CI]"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("tables lack %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := PlotMatrix(&out, cells, "svg"); err != nil || out.Len() == 0 {
+		t.Errorf("plot: %v (%d bytes)", err, out.Len())
+	}
+}
+
+func TestReadMatrixDirErrors(t *testing.T) {
+	if _, err := ReadMatrixDir(t.TempDir()); !errors.Is(err, ErrMatrix) {
+		t.Errorf("empty dir: %v", err)
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "c"), 0o755)
+	os.WriteFile(filepath.Join(dir, "c", "cell.json"), []byte(`{"apiVersion":"other"}`), 0o644)
+	if _, err := ReadMatrixDir(dir); err == nil || !strings.Contains(err.Error(), "apiVersion") {
+		t.Errorf("wrong version: %v", err)
+	}
+}

@@ -1,0 +1,91 @@
+package bench
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestSamplesRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ds []time.Duration
+	for range 5000 {
+		ds = append(ds, time.Duration(500_000+rng.ExpFloat64()*2e6))
+	}
+	s := EncodeSamples(ds)
+	if len(s) > 5000*4 {
+		t.Errorf("5000 samples take %d bytes", len(s))
+	}
+	got, err := DecodeSamples(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(ds)
+	slices.Sort(want)
+	if len(got) != len(want) {
+		t.Fatalf("%d samples back, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if math.Abs(got[i]-float64(want[i])/1e3) > 0.1 {
+			t.Fatalf("sample %d: %v µs, want %v", i, got[i], float64(want[i])/1e3)
+		}
+	}
+	if _, err := DecodeSamples("not base64!"); err == nil {
+		t.Error("garbage decoded")
+	}
+}
+
+// TestResampleQuantileMatchesNaive: the counting resample equals sorting
+// the same draw.
+func TestResampleQuantileMatchesNaive(t *testing.T) {
+	for trial := range 200 {
+		rng := rand.New(rand.NewPCG(uint64(trial), 7))
+		n := 1 + rng.IntN(50)
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = float64(rng.IntN(20))
+		}
+		slices.Sort(xs)
+		p := rng.Float64()
+		seed := uint64(trial)
+		r1 := rand.New(rand.NewPCG(seed, 1))
+		got := resampleQuantile(r1, xs, p, make([]int, n))
+		r2 := rand.New(rand.NewPCG(seed, 1))
+		draw := make([]float64, n)
+		for i := range draw {
+			draw[i] = xs[r2.IntN(n)]
+		}
+		slices.Sort(draw)
+		if want := Quantile(draw, p); math.Abs(got-want) > 1e-9 {
+			t.Fatalf("trial %d n=%d p=%.3f: %v, naive %v", trial, n, p, got, want)
+		}
+	}
+}
+
+// TestBootstrapCoverage: the CI of the p99 of a known distribution covers
+// the true p99 in most of 40 seeded samples, and the overhead CI of two
+// samples of one distribution covers 0 in most.
+func TestBootstrapCoverage(t *testing.T) {
+	truth := -math.Log(0.01) // p99 of Exp(1)
+	cover, cover0 := 0, 0
+	for s := range 40 {
+		rng := rand.New(rand.NewPCG(uint64(s), 3))
+		a, b := make([]float64, 5000), make([]float64, 5000)
+		for i := range a {
+			a[i], b[i] = rng.ExpFloat64(), rng.ExpFloat64()
+		}
+		slices.Sort(a)
+		slices.Sort(b)
+		if BootstrapQuantile(a, 0.99, uint64(s)).Contains(truth) {
+			cover++
+		}
+		if BootstrapOverhead(a, b, 0.99, uint64(s)).Contains(0) {
+			cover0++
+		}
+	}
+	if cover < 33 || cover0 < 33 {
+		t.Errorf("95%% CIs covered the truth %d/40 and 0 %d/40 times", cover, cover0)
+	}
+}

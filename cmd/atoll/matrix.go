@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"atoll/bench"
+)
+
+const matrixHelp = `
+Usage: atoll matrix [flags] MATRIX.yaml
+
+Runs a committed matrix of co-location cells (bench/matrix/*.yaml) under
+every policy it names, with one protocol for all:
+
+  1. warm-up: HP's kernels, then a short run of every policy, repeated until
+     no padded launch finds its pair kernel uncompiled;
+  2. HP's solo latency measured warm several times (the median sets the
+     offered rate); a cell whose rate HP alone cannot sustain back to back
+     is refused, not measured;
+  3. BE alone, then the dedicated baseline several times, interleaved with
+     the policies, all on the same arrival sequence; every run long enough
+     for the matrix's minRequests HP requests.
+
+Each report keeps every request's latency, so p99s and p99 overheads come
+with 95 % bootstrap CIs; policies are measured against the dedicated runs
+pooled, and each dedicated re-run against the first (the noise floor). Each
+cell's directory holds its reports, cell.json and arrivals.txt (what
+tools/gpu/torch_cell.py replays in PyTorch). A cell is skipped once its
+cell.json exists, so an interrupted matrix resumes: run the same command
+again. 'atoll compare DIR' prints the tables.
+
+Examples:
+  atoll matrix bench/matrix/ci.yaml --out /tmp/m             # simulated, about a minute
+  atoll matrix --backend cuda --budget 9m --out results/matrix-h100 bench/matrix/gpu.yaml
+  atoll compare results/matrix-h100
+`
+
+func init() {
+	register(command{name: "matrix", summary: "run a committed matrix of cells under every policy, with CIs", run: runMatrix})
+}
+
+func runMatrix(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "matrix", matrixHelp)
+	out := fs.String("out", "", "directory of the results (one sub-directory per cell); required")
+	backend := fs.String("backend", "sim", "device: sim or cuda")
+	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
+	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *out == "" {
+		fs.Usage()
+		return errUsage
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	spec, err := bench.ReadMatrix(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+	}
+	start := time.Now()
+	env := bench.MatrixEnv{
+		Budget:  *budget,
+		Command: "atoll matrix " + strings.Join(args, " "),
+		Progress: func(msg string) {
+			if !*quiet {
+				fmt.Fprintf(e.stderr, "  %6.1fs  %s\n", time.Since(start).Seconds(), msg)
+			}
+		},
+	}
+	var sess cudaSession
+	defer sess.close()
+	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
+		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, be: c.BE, beBatch: c.BEBatch,
+			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
+			duration: time.Second, warmup: 0}
+		if err := w.checkPolicies(spec.Policies); err != nil {
+			return nil, nil, err
+		}
+		cfg, err := w.config()
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Parallel = 1
+		if *backend == "cuda" {
+			cfg.NewDevice, cfg.Binder = sess.device, sess.binder
+		}
+		return cfg, nil, nil
+	}
+	err = bench.RunMatrix(ctx, spec, env, *out)
+	if errors.Is(err, bench.ErrBudget) {
+		fmt.Fprintf(e.stderr, "atoll matrix: %v\n", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cells, err := bench.ReadMatrixDir(*out)
+	if err != nil {
+		return err
+	}
+	return bench.MatrixTables(e.stdout, cells)
+}
