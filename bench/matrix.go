@@ -49,6 +49,10 @@ type MatrixSpec struct {
 	// WarmupRun is the length of each policy's unmeasured run before the
 	// cell is measured (kernels, padded pairs, clocks).
 	WarmupRun time.Duration `yaml:"warmupRun"`
+	// PairWait is how long the warm-up waits for padded pair kernels to
+	// compile before freezing the set (default 60 s; backends that compile
+	// nothing ignore it).
+	PairWait time.Duration `yaml:"pairWait"`
 	// SoloRepeats times HP's solo latency is measured (median of each's
 	// isolated requests; the cell uses the median of the repeats).
 	SoloRepeats int `yaml:"soloRepeats"`
@@ -115,6 +119,9 @@ func ReadMatrix(r io.Reader) (*MatrixSpec, error) {
 	}
 	if m.SoloRepeats == 0 {
 		m.SoloRepeats = 3
+	}
+	if m.PairWait == 0 {
+		m.PairWait = time.Minute
 	}
 	if m.MaxUtilization == 0 {
 		m.MaxUtilization = 0.9
@@ -203,9 +210,12 @@ type CellResult struct {
 	// Runs are the report files in the order they ran.
 	Runs []string `json:"runs"`
 	// WarmupUnpadded counts padded decisions that found their pair kernel
-	// not yet compiled, per warm-up round (the last should be 0).
-	WarmupUnpadded []int   `json:"warmupUnpadded,omitempty"`
-	WallSec        float64 `json:"wallSec"`
+	// not compiled, per warm-up round: the first round asks for the pairs,
+	// the second runs with the set frozen for the measured runs.
+	WarmupUnpadded []int `json:"warmupUnpadded,omitempty"`
+	// Pairs says how many pair compiles finished before the set froze.
+	Pairs   string  `json:"pairs,omitempty"`
+	WallSec float64 `json:"wallSec"`
 }
 
 // MatrixEnv is what RunMatrix needs from its caller.
@@ -275,7 +285,7 @@ func (m *MatrixSpec) window(rate float64) time.Duration {
 func (m *MatrixSpec) estimate(c *Config, cell CellSpec) time.Duration {
 	rate := cell.Load / c.HP.Total().Seconds()
 	runs := time.Duration(m.DedicatedRuns+len(m.Policies)) * (m.window(rate) + m.Warmup)
-	warm := time.Duration(len(m.Policies)) * m.WarmupRun
+	warm := 2*time.Duration(len(m.Policies))*m.WarmupRun + m.PairWait
 	return runs + warm + m.BEAlone + 10*time.Second
 }
 
@@ -313,6 +323,8 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 		res.Backend, res.Device, res.Driver = info.Backend, info.Name, info.Driver
 	}
 	res.SoloUs = solos
+	// Attribution measures each kernel against its warm solo span.
+	c.KernelSolo = c.lastSpans
 	sorted := slices.Clone(solos)
 	slices.Sort(sorted)
 	res.SoloMedianUs = sorted[len(sorted)/2]
@@ -408,9 +420,11 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 	return writeJSON(filepath.Join(dir, "cell.json"), res)
 }
 
-// warmPolicies runs every policy briefly until no padded decision finds
-// its pair kernel uncompiled (at most 5 rounds), so measured runs use
-// the forms their policy chose.
+// warmPolicies runs every policy briefly twice: the first round asks the
+// backend for every padded pair its policy picks (compiled in the
+// background), then the backend waits up to PairWait for them and freezes
+// the set, so that every measured run pads with the same pairs and no
+// compile competes with it; the second round runs with the frozen set.
 func (m *MatrixSpec) warmPolicies(ctx context.Context, c *Config, rate float64, res *CellResult) error {
 	wc := *c
 	wc.Duration, wc.Warmup = m.WarmupRun, 0
@@ -418,7 +432,10 @@ func (m *MatrixSpec) warmPolicies(ctx context.Context, c *Config, rate float64, 
 	if err != nil {
 		return err
 	}
-	for round := 0; round < 5; round++ {
+	if c.Pairs != nil {
+		c.Pairs(ctx, false)
+	}
+	for round := 0; round < 2; round++ {
 		unpadded := 0
 		for _, p := range m.Policies {
 			tr, err := wc.run(ctx, p, arr, true)
@@ -428,17 +445,13 @@ func (m *MatrixSpec) warmPolicies(ctx context.Context, c *Config, rate float64, 
 			unpadded += tr.UnpaddedLaunches
 		}
 		res.WarmupUnpadded = append(res.WarmupUnpadded, unpadded)
-		if unpadded == 0 {
-			return nil
-		}
-		// Pair kernels compile in the background; give them time.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
+		if round == 0 && c.Pairs != nil {
+			wctx, cancel := context.WithTimeout(ctx, m.PairWait)
+			res.Pairs = c.Pairs(wctx, true)
+			cancel()
 		}
 	}
-	return nil
+	return ctx.Err()
 }
 
 // sustained is HP alone back to back: requests arriving together, served

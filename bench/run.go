@@ -39,6 +39,15 @@ type Config struct {
 	Command string
 	// Progress, when set, is told when each run starts.
 	Progress func(msg string)
+	// KernelSolo is HP's per-kernel solo duration measured warm (the
+	// matrix sets it from its solo runs): attribution measures delay
+	// against it instead of the profile's durations.
+	KernelSolo []time.Duration
+	// Pairs, when set, manages the backend's padded pair kernels around a
+	// warm-up: freeze=false lets compiles start; freeze=true waits for the
+	// compiles started (until ctx ends) and then starts no more, so every
+	// measured run uses one set of pairs. It returns a note for the record.
+	Pairs func(ctx context.Context, freeze bool) string
 	// Samples keeps every request's latency in the reports and adds
 	// bootstrap CIs (the matrix sets it).
 	Samples bool
@@ -47,7 +56,9 @@ type Config struct {
 	// sound for the simulator: set 1 for a real GPU.
 	Parallel int
 
-	lastInfo gpu.Info // the device of the latest run (each goroutine has its own Config copy)
+	lastInfo    gpu.Info // the device of the latest run (each goroutine has its own Config copy)
+	lastSpans   []time.Duration
+	recordSpans bool
 }
 
 func (c *Config) validate() error {
@@ -134,10 +145,12 @@ func soloLatency(ctx context.Context, c *Config) (time.Duration, gpu.Info, error
 	}
 	cc := *c
 	cc.Duration, cc.Warmup = time.Duration(n+2)*gap, 0
+	cc.recordSpans = true
 	tr, err := cc.run(ctx, "dedicated", arr, false)
 	if err != nil {
 		return 0, gpu.Info{}, err
 	}
+	c.lastSpans = cc.lastSpans
 	if len(tr.Requests) == 0 {
 		return 0, gpu.Info{}, fmt.Errorf("no request completed")
 	}
@@ -168,13 +181,20 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	if withBE && c.BE != nil {
 		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
 	}
-	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup}
+	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans}
+	if c.KernelSolo != nil && len(w.HP) > 0 {
+		opt.KernelSolo = [][]time.Duration{c.KernelSolo}
+	}
 	if c.Binder != nil {
 		if opt.Binder, err = c.Binder(dev, w); err != nil {
 			return nil, err
 		}
 	}
-	return sched.Run(ctx, dev, w, opt)
+	tr, err := sched.Run(ctx, dev, w, opt)
+	if err == nil && len(tr.KernelSpans) > 0 {
+		c.lastSpans = tr.KernelSpans[0]
+	}
+	return tr, err
 }
 
 // RunPolicy runs one policy on the shared workload and reports it against

@@ -89,3 +89,21 @@ func TestBootstrapCoverage(t *testing.T) {
 		t.Errorf("95%% CIs covered the truth %d/40 and 0 %d/40 times", cover, cover0)
 	}
 }
+
+// TestDecodePythonSamples: tools/gpu/torch_cell.py's encode_samples of
+// [1.5, 1000.25, 3.0, 250000.7] µs decodes here.
+func TestDecodePythonSamples(t *testing.T) {
+	got, err := DecodeSamples("4+f/4jv173RGAA==")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{1.5, 3.0, 1000.2, 250000.7}
+	if len(got) != len(want) {
+		t.Fatalf("%v", got)
+	}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 0.051 {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+}

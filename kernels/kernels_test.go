@@ -690,3 +690,41 @@ func TestSources(t *testing.T) {
 		t.Errorf("adam source: %v", err)
 	}
 }
+
+// TestFreezePairs: a frozen library starts no pair compile and answers
+// ErrCompiling; WaitPairs reports the compiles in flight; a thaw lets the
+// pair compile and launch.
+func TestFreezePairs(t *testing.T) {
+	dev := &compilingDevice{fakeDevice: newFake(), release: make(chan struct{})}
+	lib := New(dev)
+	lib.AsyncPairs = true
+	hp := GEMM{M: 256, N: 256, K: 64, In: BF16, Out: BF16}
+	be := LayerNorm{Rows: 1000, Cols: 256, In: F32}
+	hb, _ := Alloc(dev, hp, 1)
+	bb, _ := Alloc(dev, be, 2)
+	ctl := Control{Flag: gpu.HostWord{Index: 1, Dev: 0x1000}, Counter: 0x2000, Done: gpu.HostWord{Index: 2, Dev: 0x1004}, Workers: 40}
+	lib.FreezePairs(true)
+	if _, err := lib.LaunchPadded(hp, hb, Control{}, 0, be, bb, ctl); !errors.Is(err, ErrCompiling) {
+		t.Fatalf("frozen: %v, want ErrCompiling", err)
+	}
+	if dev.calls.Load() != 0 {
+		t.Fatal("a frozen library compiled")
+	}
+	lib.FreezePairs(false)
+	if _, err := lib.LaunchPadded(hp, hb, Control{}, 0, be, bb, ctl); !errors.Is(err, ErrCompiling) {
+		t.Fatalf("thawed, compile pending: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	if done, pending := lib.WaitPairs(ctx); done != 0 || pending != 1 {
+		t.Errorf("WaitPairs with the compile held: %d done, %d pending", done, pending)
+	}
+	cancel()
+	close(dev.release)
+	if done, pending := lib.WaitPairs(context.Background()); done != 1 || pending != 0 {
+		t.Errorf("WaitPairs after the compile: %d done, %d pending", done, pending)
+	}
+	lib.FreezePairs(true)
+	if _, err := lib.LaunchPadded(hp, hb, Control{}, 0, be, bb, ctl); err != nil {
+		t.Errorf("a pair compiled before the freeze must launch: %v", err)
+	}
+}

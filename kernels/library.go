@@ -1,9 +1,11 @@
 package kernels
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
 
 	"atoll/gpu"
@@ -32,8 +34,10 @@ type Library struct {
 	// latency-critical work for a compile (hundreds of ms with NVRTC).
 	AsyncPairs bool
 
-	amu   sync.Mutex
-	async map[string]*asyncModule // pair compiles started in the background, by module key
+	amu    sync.Mutex
+	async  map[string]*asyncModule // pair compiles started in the background, by module key
+	frozen bool                    // FreezePairs: start no more background compiles
+	sem    chan struct{}           // bounds the background compiles running at once
 
 	// The launch path's caches (Launch allocates only the launch itself):
 	// each op's spec, launch names and functions per form, and a scratch
@@ -80,9 +84,10 @@ func (l *Library) entry(op Op) (*kentry, error) {
 // asyncModule is one background compile: src is set (or err) once done is
 // closed.
 type asyncModule struct {
-	done chan struct{}
-	src  gpu.ModuleSource
-	err  error
+	done      chan struct{}
+	src       gpu.ModuleSource
+	err       error
+	cancelled bool // frozen before it started: never compiled
 }
 
 // ErrCompiling says a launch needs a module that is still being compiled in
@@ -333,15 +338,34 @@ func (l *Library) functionAsync(key string, src func() string, name string) (gpu
 	}
 	l.amu.Lock()
 	a := l.async[key]
+	if a == nil && l.frozen {
+		l.amu.Unlock()
+		return 0, fmt.Errorf("%w: %s (pair compiles frozen)", ErrCompiling, key)
+	}
 	if a == nil {
 		if l.async == nil {
 			l.async = map[string]*asyncModule{}
+		}
+		if l.sem == nil {
+			// Leave a core to the scheduler's own goroutine.
+			l.sem = make(chan struct{}, max(1, runtime.NumCPU()-2))
 		}
 		a = &asyncModule{done: make(chan struct{})}
 		l.async[key] = a
 		ms := gpu.ModuleSource{Name: key, CUDA: src()}
 		go func() {
-			a.src, a.err = c.Compile(ms)
+			l.sem <- struct{}{}
+			l.amu.Lock()
+			frozen := l.frozen
+			l.amu.Unlock()
+			if frozen {
+				// Frozen before it started: never compiled, asked again
+				// after a thaw.
+				a.err, a.cancelled = fmt.Errorf("%w: cancelled by FreezePairs", ErrCompiling), true
+			} else {
+				a.src, a.err = c.Compile(ms)
+			}
+			<-l.sem
 			close(a.done)
 		}()
 	}
@@ -359,6 +383,50 @@ func (l *Library) functionAsync(key string, src func() string, name string) (gpu
 		return 0, err
 	}
 	return l.resolve(key, m, name)
+}
+
+// FreezePairs(true) makes LaunchPadded start no more background compiles
+// (false lets it start them again): a
+// pair not compiled by now answers ErrCompiling for good, so the set of
+// padded pairs a scheduler can use stops changing (and no compile competes
+// with it for the CPU). Benchmarks freeze after their warm-up.
+func (l *Library) FreezePairs(on bool) {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	l.frozen = on
+	if on {
+		return
+	}
+	for k, a := range l.async {
+		select {
+		case <-a.done:
+			if a.cancelled {
+				delete(l.async, k)
+			}
+		default:
+		}
+	}
+}
+
+// WaitPairs waits until every background pair compile started so far has
+// finished, or ctx is done; it returns how many have finished and how many
+// have not.
+func (l *Library) WaitPairs(ctx context.Context) (done, pending int) {
+	l.amu.Lock()
+	as := make([]*asyncModule, 0, len(l.async))
+	for _, a := range l.async {
+		as = append(as, a)
+	}
+	l.amu.Unlock()
+	for _, a := range as {
+		select {
+		case <-a.done:
+			done++
+		case <-ctx.Done():
+			pending++
+		}
+	}
+	return done, pending
 }
 
 // LaunchPadded returns one padded launch (REEF's dynamic kernel padding):

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"atoll/gpu"
@@ -95,23 +96,36 @@ type hpKernel struct {
 type attributor struct {
 	hp      []*profiles.Profile
 	be      []*profiles.Profile
-	pending [][]hpKernel    // per HP client, in launch (= completion) order
-	lastEnd []time.Duration // per HP client: when its previous request ended
-	raised  []bool          // per BE client: flag raised
+	pending [][]hpKernel        // per HP client, in launch (= completion) order
+	lastEnd []time.Duration     // per HP client: when its previous request ended
+	raised  []bool              // per BE client: flag raised
+	solo    [][]time.Duration   // per HP client and kernel: the baseline (Options.KernelSolo or the profile)
+	spans   [][][]time.Duration // per HP client and kernel: measured device spans (Options.RecordSpans)
 	// ByKernel sums, per BE kernel ("model/layer"), the delay of HP
 	// kernels that ran beside it (co-run, drain and padded causes).
 	byKernel map[string]time.Duration
 }
 
-func newAttributor(w Workload) *attributor {
+func newAttributor(w Workload, opt Options) *attributor {
 	a := &attributor{
 		pending:  make([][]hpKernel, len(w.HP)),
 		lastEnd:  make([]time.Duration, len(w.HP)),
 		raised:   make([]bool, len(w.BE)),
 		byKernel: map[string]time.Duration{},
 	}
-	for _, c := range w.HP {
+	for i, c := range w.HP {
 		a.hp = append(a.hp, c.Profile)
+		solo := make([]time.Duration, len(c.Profile.Kernels))
+		for k := range solo {
+			solo[k] = c.Profile.Kernels[k].Duration()
+			if i < len(opt.KernelSolo) && k < len(opt.KernelSolo[i]) {
+				solo[k] = opt.KernelSolo[i][k]
+			}
+		}
+		a.solo = append(a.solo, solo)
+		if opt.RecordSpans {
+			a.spans = append(a.spans, make([][]time.Duration, len(solo)))
+		}
 	}
 	for _, c := range w.BE {
 		a.be = append(a.be, c.Profile)
@@ -123,7 +137,7 @@ func newAttributor(w Workload) *attributor {
 // beside is the oldest BE launch in flight, if any.
 func (a *attributor) launched(l Launch, decided, submitted time.Duration, padded bool, beside *Blame, draining bool) {
 	c := l.Client.Index
-	k := hpKernel{decided: decided, submitted: submitted, end: -1, solo: a.hp[c].Kernels[l.Kernel].Duration(),
+	k := hpKernel{decided: decided, submitted: submitted, end: -1, solo: a.solo[c][l.Kernel],
 		padded: padded, drain: draining}
 	if beside != nil {
 		k.blame, k.blamed = *beside, true
@@ -200,6 +214,9 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 		add(CausePolicy, k.decided)
 		add(CauseHost, k.submitted)
 		solo += k.solo
+		if measured && a.spans != nil {
+			a.spans[c][i] = append(a.spans[c][i], end-t)
+		}
 		excess := end - t - k.solo
 		t = end
 		cause := CauseVariance
@@ -224,6 +241,27 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 	a.pending[c] = append(a.pending[c][:0], a.pending[c][n:]...)
 }
 
+// medianSpans is each HP client's median device span per kernel over the
+// measured requests (nil without RecordSpans).
+func (a *attributor) medianSpans() [][]time.Duration {
+	if a.spans == nil {
+		return nil
+	}
+	out := make([][]time.Duration, len(a.spans))
+	for c := range a.spans {
+		out[c] = make([]time.Duration, len(a.spans[c]))
+		for k, xs := range a.spans[c] {
+			if len(xs) == 0 {
+				out[c][k] = a.solo[c][k]
+				continue
+			}
+			slices.Sort(xs)
+			out[c][k] = xs[len(xs)/2]
+		}
+	}
+	return out
+}
+
 func (a *attributor) blameName(b Blame) string {
 	if b.Client.Index < len(a.be) {
 		p := a.be[b.Client.Index]
@@ -239,7 +277,11 @@ func (a *attributor) blameName(b Blame) string {
 func (d *driver) oldestBE() *Blame {
 	var best *dflight
 	for _, s := range d.qorder {
-		for _, f := range d.queues[s] {
+		q := d.queues[s]
+		if len(q) == 0 || (q[0].l.Client.Class == HP && d.padsInFlight == 0) {
+			continue // an HP stream without pads holds no BE work
+		}
+		for _, f := range q {
 			isBE := f.l.Client.Class == BE || (f.l.Form == gpu.Padded && !f.unpadded)
 			if !isBE {
 				continue

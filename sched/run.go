@@ -51,6 +51,13 @@ type Options struct {
 	// Drain is how long after Duration the run may take to drain
 	// (default 60 s).
 	Drain time.Duration
+	// KernelSolo, when set, is each HP client's per-kernel solo duration
+	// (indexed like the profile's kernels) that attribution measures
+	// delay against; kernels it lacks use the profile's duration.
+	KernelSolo [][]time.Duration
+	// RecordSpans keeps each measured HP kernel's device span (completion
+	// − max(submission, previous completion)): Trace.KernelSpans.
+	RecordSpans bool
 	// OnDecision, when set, sees every decision as the driver applies it
 	// (a decision log for debugging and reports). It must not block.
 	OnDecision func(Decision)
@@ -87,6 +94,9 @@ type Trace struct {
 	// measured HP requests' kernels that ran beside it (co-run, drain and
 	// padded causes; see Cause).
 	BlameByKernel map[string]time.Duration
+	// KernelSpans is, per HP client and kernel, the median device span
+	// over the measured requests (Options.RecordSpans).
+	KernelSpans [][]time.Duration
 }
 
 // Window is the measured interval, Duration − Warmup.
@@ -148,6 +158,8 @@ type driver struct {
 	trace   *Trace
 	comps   []Event
 	attr    *attributor
+	// padsInFlight counts padded launches (with their pad) in flight.
+	padsInFlight int
 }
 
 func devErr(call string, err error) error {
@@ -181,7 +193,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{dev: dev, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(w)}
+	d := &driver{dev: dev, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(w, opt)}
 	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
 		BEWorkByClient: make([]time.Duration, len(w.BE))}
 	if d.binder == nil {
@@ -395,6 +407,7 @@ func (d *driver) loop(ctx context.Context) error {
 			d.trace.End = now
 			d.trace.Stats = d.core.State().Stats()
 			d.trace.BlameByKernel = d.attr.byKernel
+			d.trace.KernelSpans = d.attr.medianSpans()
 			return nil
 		}
 		// What to wait for.
@@ -468,6 +481,9 @@ func (d *driver) poll() (int, error) {
 				}
 			}
 			d.comps = append(d.comps, ev)
+			if f.l.Form == gpu.Padded && !f.unpadded {
+				d.padsInFlight--
+			}
 			if f.done.Valid() {
 				d.words = append(d.words, f.done)
 			}
@@ -632,6 +648,7 @@ func (d *driver) launch(l Launch) error {
 	d.trace.Launches++
 	if l.Form == gpu.Padded && !f.unpadded {
 		d.trace.PaddedLaunches++
+		d.padsInFlight++
 	}
 	return nil
 }

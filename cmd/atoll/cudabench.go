@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"atoll/gpu"
@@ -110,6 +111,20 @@ func (s *cudaSession) binder(_ gpu.Device, w sched.Workload) (sched.Binder, erro
 		s.ins[key] = in
 		return in, nil
 	})
+}
+
+// pairs implements bench.Config.Pairs over the session's library.
+func (s *cudaSession) pairs(ctx context.Context, freeze bool) string {
+	if s.lib == nil {
+		return ""
+	}
+	if !freeze {
+		s.lib.FreezePairs(false)
+		return ""
+	}
+	done, pending := s.lib.WaitPairs(ctx)
+	s.lib.FreezePairs(true)
+	return fmt.Sprintf("%d pair kernels compiled, %d still compiling when the set froze", done, pending)
 }
 
 func (s *cudaSession) close() {

@@ -51,21 +51,28 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := parse(fs, args); err != nil {
-		return err
+	var files []string
+	for rest := args; ; {
+		if err := parse(fs, rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files, rest = append(files, fs.Arg(0)), fs.Args()[1:] // flags may follow the file
 	}
-	if fs.NArg() != 1 || *out == "" {
+	if len(files) != 1 || *out == "" {
 		fs.Usage()
 		return errUsage
 	}
-	f, err := os.Open(fs.Arg(0))
+	f, err := os.Open(files[0])
 	if err != nil {
 		return err
 	}
 	spec, err := bench.ReadMatrix(f)
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		return fmt.Errorf("%s: %w", files[0], err)
 	}
 	start := time.Now()
 	env := bench.MatrixEnv{
@@ -92,7 +99,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 		}
 		cfg.Parallel = 1
 		if *backend == "cuda" {
-			cfg.NewDevice, cfg.Binder = sess.device, sess.binder
+			cfg.NewDevice, cfg.Binder, cfg.Pairs = sess.device, sess.binder, sess.pairs
 		}
 		return cfg, nil, nil
 	}

@@ -182,16 +182,21 @@ type Device struct {
 	maxBlock [3]int
 	optin    int // max dynamic+static shared memory per block (opt-in)
 
-	ctxs     []ctxRec
-	streams  []streamRec
-	events   []eventRec
-	modules  []*moduleRec
-	funcs    []funcRec
-	allocs   map[gpu.Ptr]allocRec
-	chunks   []hostChunk
-	words    atomic.Pointer[[]*uint32]
-	snap     []uint32
-	pending  []gpu.Event
+	ctxs    []ctxRec
+	streams []streamRec
+	events  []eventRec
+	modules []*moduleRec
+	funcs   []funcRec
+	allocs  map[gpu.Ptr]allocRec
+	chunks  []hostChunk
+	words   atomic.Pointer[[]*uint32]
+	snap    []uint32
+	// pending holds, per stream, the events recorded there and not yet
+	// seen complete, in record order: work in a stream completes in
+	// order, so a poll queries each stream's oldest only (O(streams +
+	// completions), not O(events in flight)).
+	pending  map[gpu.Stream][]gpu.Event
+	npending int
 	cm       *cmem
 	cmBytes  []byte
 	argv     []uintptr
@@ -262,7 +267,7 @@ func open(drv *driver, ordinal int) (*Device, error) {
 		cm:      (*cmem)(unsafe.Pointer(&cmBytes[0])),
 		argv:    make([]uintptr, 16),
 		allocs:  make(map[gpu.Ptr]allocRec),
-		pending: make([]gpu.Event, 0, 256),
+		pending: map[gpu.Stream][]gpu.Event{},
 		streams: make([]streamRec, 1, 64), // handle 0 is never valid
 		events:  make([]eventRec, 1, 256),
 		funcs:   make([]funcRec, 1, 64),
@@ -532,7 +537,7 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 		// by the physics probe, docs/physics.md). With nothing recorded
 		// there is nothing to miss, so sleep until sleepMargin before the
 		// deadline and spin the rest.
-		if len(d.pending) == 0 && until-now > 2*sleepMargin {
+		if d.npending == 0 && until-now > 2*sleepMargin {
 			time.Sleep(until - now - sleepMargin)
 		} else {
 			runtime.Gosched()
@@ -548,23 +553,31 @@ const sleepMargin = 1500 * time.Microsecond
 // completed ones; it reports whether any completed.
 func (d *Device) pollPending() (bool, error) {
 	any := false
-	kept := d.pending[:0]
-	for _, e := range d.pending {
-		ev := &d.events[e]
-		if !ev.live || !ev.pending {
-			continue
-		}
-		ok, err := d.query(ev)
-		if err != nil {
-			return false, err
-		}
-		if ok {
+	for st, q := range d.pending {
+		n := 0
+		for ; n < len(q); n++ {
+			ev := &d.events[q[n]]
+			if !ev.live || !ev.pending {
+				continue
+			}
+			ok, err := d.query(ev)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				break // later events of the stream complete later
+			}
 			any = true
-			continue
 		}
-		kept = append(kept, e)
+		if n > 0 {
+			d.npending -= n
+			if n == len(q) {
+				delete(d.pending, st)
+			} else {
+				d.pending[st] = append(q[:0], q[n:]...)
+			}
+		}
 	}
-	d.pending = kept
 	return any, nil
 }
 
@@ -1131,7 +1144,8 @@ func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
 	ev.ctx = c
 	if !ev.pending {
 		ev.pending = true
-		d.pending = append(d.pending, e)
+		d.pending[s] = append(d.pending[s], e)
+		d.npending++
 	}
 	return nil
 }

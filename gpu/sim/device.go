@@ -39,6 +39,7 @@ type Device struct {
 
 	streams  []*stream   // handle-1
 	events   []eventSlot // handle-1
+	freeEv   []int       // indexes of destroyed events, reused first
 	funcs    []string    // handle-1
 	fnByName map[string]gpu.Func
 
@@ -236,7 +237,9 @@ func (d *Device) NewEvent() (gpu.Event, error) {
 	if d.closed {
 		return 0, errClosed
 	}
-	for i := range d.events {
+	for len(d.freeEv) > 0 {
+		i := d.freeEv[len(d.freeEv)-1]
+		d.freeEv = d.freeEv[:len(d.freeEv)-1]
 		if !d.events[i].live {
 			d.events[i] = eventSlot{live: true, gen: d.events[i].gen + 1, done: true}
 			return gpu.Event(i + 1), nil
@@ -269,6 +272,9 @@ func (d *Device) DestroyEvent(e gpu.Event) error {
 	ev, err := d.event(e)
 	if err != nil {
 		return err
+	}
+	if ev.live {
+		d.freeEv = append(d.freeEv, int(e)-1)
 	}
 	ev.live = false
 	return nil

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Run a matrix cell's workload in PyTorch on the cell's own arrivals.
+
+Usage: torch_cell.py CELL_DIR [--setups alone,priority,green]
+
+CELL_DIR is a cell directory written by `atoll matrix` (cell.json with a
+"torch" entry, arrivals.txt). For each setup this replays the same HP
+arrival sequence (the same request rate atoll was offered) through the same
+model in PyTorch, with the cell's BE training job beside it, and writes
+CELL_DIR/torch-<setup>.json (bench.TorchResult):
+
+  alone     HP alone, then the BE job alone (its steps/s)
+  priority  HP on the highest-priority stream, BE on the lowest
+  green     BE confined to a green context of torch.greenSms SMs, HP in the
+            primary context on the highest-priority stream
+
+What a careful PyTorch user runs: bf16 weights for inference, bf16 autocast
+for training, channels-last for CNNs, and CUDA graphs (the HP forward, the
+whole training step) where capture works; each result says what was used.
+Random weights (torchvision / transformers configs). HP latency = the
+completion event of the request's graph replay - its scheduled arrival, on
+the GPU clock, aligned to the host clock at the run's start.
+"""
+import argparse, base64, json, math, os, sys, threading, time, zlib
+
+import torch
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def encode_samples(us):
+    """bench.EncodeSamples: sorted 0.1 us units, uvarint deltas, raw deflate, base64."""
+    vals = sorted(max(0, int(round(u * 10))) for u in us)
+    raw = bytearray()
+    prev = 0
+    for v in vals:
+        d = v - prev
+        prev = v
+        while True:
+            b = d & 0x7F
+            d >>= 7
+            if d:
+                raw.append(b | 0x80)
+            else:
+                raw.append(b)
+                break
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return base64.b64encode(c.compress(bytes(raw)) + c.flush()).decode()
+
+
+def pct(xs, p):
+    s = sorted(xs)
+    pos = p * (len(s) - 1)
+    i = int(pos)
+    if i >= len(s) - 1:
+        return s[-1]
+    return s[i] + (pos - i) * (s[i + 1] - s[i])
+
+
+def hp_model(name):
+    if name in ("resnet50", "mobilenetv2", "vgg19", "resnet152"):
+        import torchvision
+        ctor = {"resnet50": torchvision.models.resnet50, "mobilenetv2": torchvision.models.mobilenet_v2,
+                "vgg19": torchvision.models.vgg19, "resnet152": torchvision.models.resnet152}[name]
+        m = ctor(weights=None).cuda().eval().to(torch.bfloat16).to(memory_format=torch.channels_last)
+        x = torch.randn(1, 3, 224, 224, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        return lambda: m(x)
+    if name in ("bert-base", "distilbert"):
+        from transformers import BertConfig, BertModel
+        cfg = BertConfig(num_hidden_layers=12 if name == "bert-base" else 6)
+        m = BertModel(cfg).cuda().eval().to(torch.bfloat16)
+        ids = torch.randint(0, cfg.vocab_size, (1, 128), device="cuda")
+        return lambda: m(input_ids=ids).pooler_output
+    raise SystemExit(f"torch_cell.py: no PyTorch model for HP {name!r}")
+
+
+def be_step_fn(name, batch):
+    if name == "resnet50-train":
+        import torchvision
+        m = torchvision.models.resnet50(weights=None).cuda().train().to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+        x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (batch,), device="cuda")
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+                loss = torch.nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        return step, m, opt
+    if name == "bert-base-train":
+        from transformers import BertConfig, BertForSequenceClassification
+        cfg = BertConfig()
+        m = BertForSequenceClassification(cfg).cuda().train()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-5, capturable=True)
+        ids = torch.randint(0, cfg.vocab_size, (batch, 128), device="cuda")
+        y = torch.randint(0, 2, (batch,), device="cuda")
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+                loss = torch.nn.functional.cross_entropy(m(input_ids=ids).logits, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        return step, m, opt
+    raise SystemExit(f"torch_cell.py: no PyTorch training job for BE {name!r}")
+
+
+def capture(fn, stream, warm=3):
+    """A CUDA graph of fn captured on stream (after warm-up there), or None."""
+    try:
+        with torch.cuda.stream(stream):
+            for _ in range(warm):
+                fn()
+        stream.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            fn()
+        torch.cuda.synchronize()
+        return g
+    except Exception as e:  # noqa: BLE001 - report and fall back to eager
+        print(f"  graph capture failed ({type(e).__name__}: {e}); eager", file=sys.stderr)
+        torch.cuda.synchronize()
+        return None
+
+
+class BE:
+    """The BE training job in a thread: steps back to back on its stream."""
+
+    def __init__(self, name, batch, prio, green_sms=0):
+        self.name, self.batch, self.prio, self.green_sms = name, batch, prio, green_sms
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.times = []
+        self.graphs = False
+        self.err = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        self.ready.wait()
+        if self.err:
+            raise SystemExit(f"torch_cell.py: BE {name}: {self.err}")
+
+    def run(self):
+        try:
+            torch.cuda.set_device(0)
+            if self.green_sms:
+                from torch.cuda.green_contexts import GreenContext
+                try:
+                    self.gc = GreenContext.create(num_sms=self.green_sms, device_id=0)
+                except TypeError:
+                    self.gc = GreenContext.create(self.green_sms, 0)
+                self.gc.set_context()
+            s = torch.cuda.Stream(priority=self.prio)
+            with torch.cuda.stream(s):
+                step, self.m, self.opt = be_step_fn(self.name, self.batch)
+            g = capture(step, s)
+            self.graphs = g is not None
+            run = g.replay if g is not None else step
+            self.ready.set()
+            while not self.stop.is_set():
+                with torch.cuda.stream(s):
+                    run()
+                s.synchronize()
+                self.times.append(time.perf_counter())
+        except Exception as e:  # noqa: BLE001
+            self.err = f"{type(e).__name__}: {e}"
+            self.ready.set()
+
+    def steps_in(self, t0, t1):
+        return sum(1 for t in self.times if t0 <= t < t1) / (t1 - t0)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+
+
+def serve(run, stream, arrivals_us):
+    """Replays run at each arrival (host clock, from t0) on stream; returns latencies (us)."""
+    n = len(arrivals_us)
+    evs = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    base = torch.cuda.Event(enable_timing=True)
+    base.record(stream)
+    base.synchronize()
+    t0 = time.perf_counter()
+    for i, a in enumerate(arrivals_us):
+        due = t0 + a / 1e6
+        while True:
+            left = due - time.perf_counter()
+            if left <= 0:
+                break
+            if left > 300e-6:
+                time.sleep(left - 200e-6)
+        with torch.cuda.stream(stream):
+            run()
+        evs[i].record(stream)
+    torch.cuda.synchronize()
+    return [base.elapsed_time(e) * 1e3 - a for e, a in zip(evs, arrivals_us)], t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cell_dir")
+    ap.add_argument("--setups", default="alone,priority,green")
+    args = ap.parse_args()
+    cell = json.load(open(os.path.join(args.cell_dir, "cell.json")))
+    spec = cell["cell"].get("torch")
+    if not spec:
+        raise SystemExit(f"torch_cell.py: {args.cell_dir}: the cell has no torch entry")
+    arrivals = [float(l) for l in open(os.path.join(args.cell_dir, "arrivals.txt")) if l.strip() and not l.startswith("#")]
+    warm = cell["warmupSec"] * 1e6
+    sys.setswitchinterval(5e-5)
+    torch.backends.cudnn.benchmark = True
+    lo, hi = torch.cuda.Stream.priority_range()
+    hp_stream = torch.cuda.Stream(priority=hi)
+    fwd = hp_model(spec["hp"])
+    with torch.no_grad():
+        g = capture(fwd, hp_stream)
+        run = g.replay if g is not None else fwd
+        solo = []
+        for _ in range(300):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(hp_stream)
+            with torch.cuda.stream(hp_stream):
+                run()
+            e.record(hp_stream)
+            e.synchronize()
+            solo.append(s.elapsed_time(e) * 1e3)
+        solo_us = sorted(solo[100:])[len(solo[100:]) // 2]
+        print(f"  {spec['hp']} solo {solo_us:.0f} us (graphs {g is not None})", file=sys.stderr)
+        be_alone = None
+        for setup in args.setups.split(","):
+            be = None
+            if setup == "priority":
+                be = BE(spec["be"], spec["beBatch"], lo)
+            elif setup == "green":
+                be = BE(spec["be"], spec["beBatch"], lo, spec["greenSms"])
+            elif setup != "alone":
+                raise SystemExit(f"torch_cell.py: unknown setup {setup!r}")
+            if be:
+                time.sleep(1.0)  # BE at its pace before HP starts
+            lat, t0 = serve(run, hp_stream, arrivals)
+            t1 = t0 + arrivals[-1] / 1e6
+            keep = [l for l, a in zip(lat, arrivals) if a >= warm]
+            steps = 0.0
+            note = ""
+            if be:
+                steps = be.steps_in(t0 + warm / 1e6, t1)
+                note = f"BE graphs: {be.graphs}."
+                be.close()
+            if setup == "alone":
+                be2 = BE(spec["be"], spec["beBatch"], lo)
+                time.sleep(4.0)
+                now = time.perf_counter()
+                be_alone = be2.steps_in(now - 3.0, now)
+                note = f"BE graphs: {be2.graphs}."
+                be2.close()
+            res = {
+                "apiVersion": "atoll/torch-cell/v1", "setup": setup, "device": torch.cuda.get_device_name(0),
+                "torch": torch.__version__, "hpModel": spec["hp"], "beModel": f"{spec['be']} bs{spec['beBatch']}",
+                "greenSms": spec["greenSms"] if setup == "green" else 0, "cudaGraphs": g is not None,
+                "soloUs": solo_us, "ratePerSec": cell["ratePerSec"], "requests": len(keep),
+                "hpP50Us": pct(keep, 0.5), "hpP99Us": pct(keep, 0.99), "hpSamples": encode_samples(keep),
+                "beStepsPerSec": steps, "beAloneStepsPerSec": be_alone or 0.0, "note": note,
+            }
+            if setup == "alone":
+                res["beStepsPerSec"] = 0.0
+            with open(os.path.join(args.cell_dir, f"torch-{setup}.json"), "w") as f:
+                json.dump(res, f, indent=2)
+            print(f"  {setup:9s} HP p50 {res['hpP50Us']/1e3:.3f} ms p99 {res['hpP99Us']/1e3:.3f} ms, "
+                  f"{len(keep)} requests, BE {steps:.1f} steps/s (alone {be_alone or 0:.1f}) {note}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
