@@ -385,6 +385,54 @@ func (l *Library) functionAsync(key string, src func() string, name string) (gpu
 	return l.resolve(key, m, name)
 }
 
+// Precompile compiles the modules of ops not loaded yet, in parallel on
+// devices that are gpu.Compilers (NVRTC on one core per module), and loads
+// them: a model of hundreds of layers compiles in seconds instead of
+// minutes on a cold cache. Other devices load as Func would.
+func (l *Library) Precompile(ops []Op) error {
+	type job struct {
+		key string
+		ms  gpu.ModuleSource
+		err error
+	}
+	var jobs []*job
+	seen := map[string]bool{}
+	for _, op := range ops {
+		k, err := spec(op)
+		if err != nil {
+			return err
+		}
+		if _, ok := l.mods[k.name]; ok || seen[k.name] {
+			continue
+		}
+		seen[k.name] = true
+		jobs = append(jobs, &job{key: k.name, ms: gpu.ModuleSource{Name: k.name, CUDA: moduleSource(k)}})
+	}
+	if c, ok := l.dev.(gpu.Compiler); ok && len(jobs) > 1 {
+		sem := make(chan struct{}, max(1, runtime.NumCPU()-1))
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				j.ms, j.err = c.Compile(j.ms)
+			}()
+		}
+		wg.Wait()
+	}
+	for _, j := range jobs {
+		if j.err != nil {
+			return fmt.Errorf("kernels: compiling module %s: %w", j.key, j.err)
+		}
+		if _, err := l.load(j.key, j.ms); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // FreezePairs(true) makes LaunchPadded start no more background compiles
 // (false lets it start them again): a
 // pair not compiled by now answers ErrCompiling for good, so the set of

@@ -41,6 +41,17 @@ func NewBinder(lib *kernels.Library, hp, be []*Instance) (*Binder, error) {
 	// Padded pairs are too many to compile ahead (HP layers × BE layers):
 	// they compile in the background on first use (Library.AsyncPairs) and
 	// Bind answers sched.ErrNotReady until then.
+	var ops []kernels.Op
+	for _, in := range append(append([]*Instance(nil), hp...), be...) {
+		for _, l := range in.layers {
+			if l.err == nil {
+				ops = append(ops, l.op)
+			}
+		}
+	}
+	if err := lib.Precompile(ops); err != nil {
+		return nil, err
+	}
 	for _, list := range []struct {
 		ins   []*Instance
 		forms []gpu.Form
