@@ -124,7 +124,12 @@ func (s *cudaSession) pairs(ctx context.Context, freeze bool) string {
 	}
 	done, pending := s.lib.WaitPairs(ctx)
 	s.lib.FreezePairs(true)
-	return fmt.Sprintf("%d pair kernels compiled, %d still compiling when the set froze", done, pending)
+	note := fmt.Sprintf("%d pair kernels compiled, %d still compiling when the set froze", done, pending)
+	if cd, ok := s.dev.(*cuda.Device); ok {
+		total, step := cd.ClockSteering()
+		note += fmt.Sprintf("; event clock steered toward the host clock by %v so far (largest step %v)", total, step)
+	}
+	return note
 }
 
 func (s *cudaSession) close() {

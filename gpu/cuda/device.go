@@ -120,6 +120,10 @@ type ctxRec struct {
 	baseAt  time.Duration
 	next    uintptr // re-basing event, recorded once base is >1 s old
 	nextRec bool
+	// nextHost is the host clock when next was seen complete within
+	// hostAnchor of its record (its host time is known that well); -1
+	// otherwise.
+	nextHost time.Duration
 }
 
 type streamRec struct {
@@ -197,6 +201,8 @@ type Device struct {
 	// completions), not O(events in flight)).
 	pending  map[gpu.Stream][]gpu.Event
 	npending int
+	steered  time.Duration // ClockSteering
+	maxStep  time.Duration
 	cm       *cmem
 	cmBytes  []byte
 	argv     []uintptr
@@ -1223,10 +1229,23 @@ func (d *Device) rebase(c int32) {
 		return
 	}
 	if !cr.nextRec {
-		if d.fast(d.drv.cuEventRecord, cr.next, cr.copyStr) == resultSuccess {
-			cr.nextRec = true
+		t1 := d.Now()
+		if d.fast(d.drv.cuEventRecord, cr.next, cr.copyStr) != resultSuccess {
+			return
 		}
-		return
+		cr.nextRec, cr.nextHost = true, -1
+		// The copy stream is idle between uploads: the event completes
+		// within microseconds, and then its host time is known.
+		for d.Now()-t1 < hostAnchor {
+			if d.fast(d.drv.cuEventQuery, cr.next) == resultSuccess {
+				t2 := d.Now()
+				cr.nextHost = t1 + (t2-t1)/2
+				break
+			}
+		}
+		if cr.nextHost < 0 {
+			return
+		}
 	}
 	if d.fast(d.drv.cuEventQuery, cr.next) != resultSuccess {
 		return
@@ -1235,10 +1254,34 @@ func (d *Device) rebase(c int32) {
 	if err != nil {
 		return
 	}
+	// Steer the GPU-derived clock toward the host's: events are timed by
+	// the GPU's timer, arrivals and launches by the host's, and the two
+	// drift apart (tens of ppm); unsteered, latencies drifted by about a
+	// millisecond a minute on an H100. A step is bounded, so event times
+	// move by at most maxSteer across one rebase.
+	if cr.nextHost >= 0 {
+		step := min(max(cr.nextHost-at, -maxSteer), maxSteer)
+		at += step
+		d.steered += step.Abs()
+		d.maxStep = max(d.maxStep, step.Abs())
+	}
 	cr.base, cr.next = cr.next, cr.base
 	cr.baseAt = at
 	cr.nextRec = false
 }
+
+// hostAnchor is how long rebase spins for its event to complete (so that
+// its host time is known to within half of it), and maxSteer the largest
+// correction of the GPU-derived clock toward the host's at one rebase
+// (about one a second: 200 ppm).
+const (
+	hostAnchor = 20 * time.Microsecond
+	maxSteer   = 200 * time.Microsecond
+)
+
+// ClockSteering reports how far rebases have moved the event clock toward
+// the host clock in total, and the largest single step.
+func (d *Device) ClockSteering() (total, maxStep time.Duration) { return d.steered, d.maxStep }
 
 // Synchronize waits until all work in all contexts has completed.
 func (d *Device) Synchronize() error {
