@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU session 4: the training step's per-layer check (tools/gpu/train.sh),
+# The training step's per-layer check (tools/gpu/train.sh),
 # then where a daemon request's time goes: `atoll serve` on the GPU driven by
 # `atoll load` on a fixed Poisson trace (20 and 250 req/s), its per-phase
 # metrics, and the scheduler alone on the same trace (atoll demo, dedicated).
@@ -29,7 +29,7 @@ for r in 20 250; do
 done
 kill -TERM $SP; wait $SP
 log done
-tar czf $OUT/session4.tgz -C $W .
+tar czf $OUT/daemon-phases.tgz -C $W .
 echo; cat $W/steps.log
 echo "--- train"; cat $OUT/summary.txt 2>/dev/null | tail -40
 for r in 20 250; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU session 7: the overload soak on the GPU (issue 5's target): ResNet-50
+# The overload soak on the GPU: ResNet-50
 # bs1 served by `atoll serve --backend cuda` with a ResNet-50 training job
 # beside it, driven at ~2x its sustainable rate (1 / 2.1 ms ~ 475 req/s ->
 # 950 req/s, Poisson) for 60 s; daemon RSS sampled every 5 s; readiness and
@@ -22,5 +22,5 @@ timeout 20 $A jobs list >> $W/steps.log 2>&1
 curl -s 127.0.0.1:8000/metrics | grep -E "^atoll_(requests_total|engine_restarts|be_iterations|request_phase_seconds_(sum|count))" > $W/metrics.txt
 kill -TERM $SP; wait $SP; echo "serve rc=$?" >> $W/steps.log
 kill $RP 2>/dev/null
-tar czf $OUT/session7.tgz -C $W .
+tar czf $OUT/daemon-soak.tgz -C $W .
 cat $W/steps.log; cat $W/soak.txt; grep -E "^│ +all" $W/after.txt; awk '{print $2}' $W/rss.txt | tr '\n' ' '; echo; grep requests_total $W/metrics.txt

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU session 6: the daemon's phases again after the raw input path
-# (same traces as session 4), the BERT-base seq-384 profile, and three
+# The daemon's phases with the raw input path
+# (the traces of daemon-phases.sh), the BERT-base seq-384 profile, and three
 # repeats of the MobileNetV2 + ResNet-152 pair (run-to-run spread).
 set -u
 R=$PWD; OUT=${OUT:-/tmp/out}; W=/tmp/work6; rm -rf $W; mkdir -p $W
@@ -27,7 +27,7 @@ for n in 1 2 3; do
     --duration 2s --warmup 200ms --policies dedicated,orion,reef,atoll --reports $W/pair2-r$n > $W/pair2-r$n.txt 2>&1
 done
 log done
-tar czf $OUT/session6.tgz -C $W .
+tar czf $OUT/daemon-phases-raw.tgz -C $W .
 cat $W/steps.log; tail -3 $W/profile.txt
 for r in 20 250; do echo "--- $r req/s"; grep -E "^│ +all|INVALID" $W/load-$r.txt; cat $W/metrics-$r.txt; done
 for n in 1 2 3; do grep -E "orion|reef|atoll" $W/pair2-r$n.txt | grep "│"; done

@@ -1,0 +1,122 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// FidelityTable compares a simulated matrix run with a GPU run of the same
+// matrix file, cell by cell and policy by policy: HP p99 (absolute and
+// overhead over dedicated) and BE normalized throughput, the error of each,
+// and whether the policies rank the same way. Every cell counts as held
+// out: nothing in the simulator is fitted to these runs.
+func FidelityTable(w io.Writer, gpuCells, simCells []*MatrixCell) error {
+	sim := map[string]*MatrixCell{}
+	for _, c := range simCells {
+		sim[c.Result.Cell.Name] = c
+	}
+	ew := &errWriter{w: w}
+	ew.printf("| cell | policy | GPU p99 ms | sim p99 ms | p99 error | GPU p99 overhead [95 %% CI] | sim p99 overhead | GPU BE norm | sim BE norm | BE error |\n")
+	ew.printf("|---|---|---|---|---|---|---|---|---|---|\n")
+	var p99Err, beErr []float64
+	within, total, rankP99, rankBE, cells := 0, 0, 0, 0, 0
+	for _, g := range gpuCells {
+		s := sim[g.Result.Cell.Name]
+		if s == nil || g.Result.Refused != "" || s.Result.Refused != "" {
+			continue
+		}
+		sr := map[string]*Report{}
+		for _, r := range s.Reports {
+			sr[r.Policy] = r
+		}
+		var gp, sp, gb, sb []rank
+		for _, r := range g.Reports {
+			if strings.HasPrefix(r.Policy, "dedicated") {
+				continue
+			}
+			o := sr[r.Policy]
+			if o == nil {
+				continue
+			}
+			e := o.HP.P99/r.HP.P99 - 1
+			p99Err = append(p99Err, math.Abs(e))
+			total++
+			ok := math.Abs(e) <= 0.10 || (r.P99CI != nil && r.P99CI.Contains(o.HP.P99))
+			if ok {
+				within++
+			}
+			be := math.NaN()
+			if r.BENormalized != nil && o.BENormalized != nil && *r.BENormalized > 0 {
+				be = *o.BENormalized / *r.BENormalized - 1
+				beErr = append(beErr, math.Abs(be))
+			}
+			ew.printf("| %s | %s | %.3f | %.3f | %+.0f%%%s | %s %s | %s | %s | %s | %s |\n", g.Result.Cell.Name, r.Policy,
+				r.HP.P99/1e3, o.HP.P99/1e3, e*100, mark(ok), pct(r.P99Overhead), ciPct(r.P99OverheadCI), pct(o.P99Overhead),
+				num(r.BENormalized, "%.2f"), num(o.BENormalized, "%.2f"), signedPct(be))
+			gp, sp = append(gp, rank{r.Policy, r.HP.P99}), append(sp, rank{r.Policy, o.HP.P99})
+			gb, sb = append(gb, rank{r.Policy, -val(r.BENormalized)}), append(sb, rank{r.Policy, -val(o.BENormalized)})
+		}
+		if len(gp) > 0 {
+			cells++
+			if order(gp) == order(sp) {
+				rankP99++
+			}
+			if order(gb) == order(sb) {
+				rankBE++
+			}
+		}
+	}
+	ew.printf("\nHP p99 within 10 %% (or inside the GPU run's CI): %d of %d (✓ above); median |error| HP p99 %.0f %%, BE normalized %.0f %%. "+
+		"Policies ranked as on the GPU by HP p99 in %d of %d cells, by BE throughput in %d of %d.\n",
+		within, total, median(p99Err)*100, median(beErr)*100, rankP99, cells, rankBE, cells)
+	return ew.err
+}
+
+type rank struct {
+	name string
+	v    float64
+}
+
+func order(rs []rank) string {
+	s := slices.Clone(rs)
+	sort.SliceStable(s, func(i, j int) bool { return s[i].v < s[j].v })
+	var names []string
+	for _, r := range s {
+		names = append(names, r.name)
+	}
+	return strings.Join(names, ">")
+}
+
+func val(v *float64) float64 {
+	if v == nil {
+		return math.NaN()
+	}
+	return *v
+}
+
+func mark(ok bool) string {
+	if ok {
+		return " ✓"
+	}
+	return ""
+}
+
+func signedPct(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%+.0f%%", v*100)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
