@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # builds quiet without hiding other warnings.
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 
-.PHONY: build demo test bench gpu-build fuzz clean
+.PHONY: build demo test bench gpu-build docs fuzz clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/atoll ./cmd/atoll
@@ -25,11 +25,17 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# Binaries for the GPU machine (no Go there): the CLI and the GPU test binaries.
+# Binaries for the GPU machine (no Go there): the GPU test binaries and the
+# CLI, stripped (the device tool carries at most 64 MiB).
 gpu-build:
-	GOOS=linux GOARCH=amd64 $(GO) build -ldflags "$(LDFLAGS)" -o bin/atoll ./cmd/atoll
 	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/cuda.test ./gpu/cuda
 	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/kernels.test ./kernels
+	GOOS=linux GOARCH=amd64 $(GO) build -ldflags "$(LDFLAGS) -s -w" -o bin/atoll ./cmd/atoll
+
+# The generated tables of docs/results.md and docs/fidelity.md, from the
+# committed matrix runs under results/.
+docs: build
+	tools/gendocs.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./profiles

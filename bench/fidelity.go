@@ -15,6 +15,25 @@ import (
 // and whether the policies rank the same way. Every cell counts as held
 // out: nothing in the simulator is fitted to these runs.
 func FidelityTable(w io.Writer, gpuCells, simCells []*MatrixCell) error {
+	_, err := fidelity(w, gpuCells, simCells)
+	return err
+}
+
+// Fidelity is the summary of FidelityTable.
+type Fidelity struct {
+	Within, Runs        int     // HP p99 within 10 % (or the GPU CI), of policy runs compared
+	RankP99, RankBE     int     // cells whose policy order matches, by HP p99 and by BE
+	Cells               int     // cells compared
+	MedianP99, MedianBE float64 // median |relative error|
+}
+
+// FidelitySummary computes FidelityTable's summary line's figures.
+func FidelitySummary(gpuCells, simCells []*MatrixCell) Fidelity {
+	f, _ := fidelity(io.Discard, gpuCells, simCells)
+	return f
+}
+
+func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 	sim := map[string]*MatrixCell{}
 	for _, c := range simCells {
 		sim[c.Result.Cell.Name] = c
@@ -73,7 +92,8 @@ func FidelityTable(w io.Writer, gpuCells, simCells []*MatrixCell) error {
 	ew.printf("\nHP p99 within 10 %% (or inside the GPU run's CI): %d of %d (✓ above); median |error| HP p99 %.0f %%, BE normalized %.0f %%. "+
 		"Policies ranked as on the GPU by HP p99 in %d of %d cells, by BE throughput in %d of %d.\n",
 		within, total, median(p99Err)*100, median(beErr)*100, rankP99, cells, rankBE, cells)
-	return ew.err
+	return Fidelity{Within: within, Runs: total, RankP99: rankP99, RankBE: rankBE, Cells: cells,
+		MedianP99: median(p99Err), MedianBE: median(beErr)}, ew.err
 }
 
 type rank struct {

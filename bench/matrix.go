@@ -372,12 +372,12 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 	for d := 1; d <= m.DedicatedRuns; d++ {
 		order = append(order, slot{"dedicated", fmt.Sprintf("dedicated-%d", d)})
 		for n := 0; n < per && pi < len(m.Policies); n++ {
-			order = append(order, slot{m.Policies[pi], m.Policies[pi]})
+			order = append(order, slot{m.Policies[pi], fileName(m.Policies[pi])})
 			pi++
 		}
 	}
 	for ; pi < len(m.Policies); pi++ {
-		order = append(order, slot{m.Policies[pi], m.Policies[pi]})
+		order = append(order, slot{m.Policies[pi], fileName(m.Policies[pi])})
 	}
 	traces := map[string]*sched.Trace{}
 	walls := map[string]float64{}
@@ -474,6 +474,17 @@ func sustained(ctx context.Context, c *Config) (float64, error) {
 		first, last = min(first, r.End), max(last, r.End)
 	}
 	return float64(len(tr.Requests)-1) / (last - first).Seconds(), nil
+}
+
+// fileName is a policy name ("atoll:hp-window=16") as a file name
+// ("atoll-hp-window-16").
+func fileName(policy string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(policy))
 }
 
 func writeArrivals(path string, arr []time.Duration) error {

@@ -146,3 +146,57 @@ func beNorm(r *Report) string {
 	}
 	return num(r.BENormalized, "%.2f")
 }
+
+// MatrixSummary writes one Markdown row per measured cell: each policy's
+// HP p99 overhead over the pooled dedicated runs (with its 95 % CI) and its
+// BE normalized throughput, then the dedicated re-run (the noise floor).
+func MatrixSummary(w io.Writer, cells []*MatrixCell) error {
+	ew := &errWriter{w: w}
+	var pols []string
+	for _, mc := range cells {
+		for _, r := range mc.Reports {
+			if !strings.HasPrefix(r.Policy, "dedicated") && !slicesContains(pols, r.Policy) {
+				pols = append(pols, r.Policy)
+			}
+		}
+	}
+	ew.printf("| cell | HP solo µs | req/s |")
+	for _, p := range pols {
+		ew.printf(" %s p99 overhead [CI] / BE |", p)
+	}
+	ew.printf(" dedicated re-run [CI] |\n|---|---|---|%s---|\n", strings.Repeat("---|", len(pols)))
+	for _, mc := range cells {
+		res := mc.Result
+		if res.Refused != "" {
+			ew.printf("| %s | %.0f | %.0f | refused: %s |\n", res.Cell.Name, res.SoloMedianUs, res.RatePerSec, res.Refused)
+			continue
+		}
+		ew.printf("| %s | %.0f | %.0f |", res.Cell.Name, res.SoloMedianUs, res.RatePerSec)
+		for _, p := range pols {
+			cell := "–"
+			for _, r := range mc.Reports {
+				if r.Policy == p {
+					cell = fmt.Sprintf("%s %s / %s", pct(r.P99Overhead), ciPct(r.P99OverheadCI), num(r.BENormalized, "%.2f"))
+				}
+			}
+			ew.printf(" %s |", cell)
+		}
+		re := "–"
+		for _, r := range mc.Reports {
+			if r.Policy == "dedicated-2" {
+				re = fmt.Sprintf("%s %s", pct(r.P99Overhead), ciPct(r.P99OverheadCI))
+			}
+		}
+		ew.printf(" %s |\n", re)
+	}
+	return ew.err
+}
+
+func slicesContains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

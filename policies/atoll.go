@@ -3,6 +3,8 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"atoll/gpu"
@@ -67,6 +69,45 @@ type Atoll struct {
 	seenHP bool
 }
 
+// set applies "key=value,..." parameters (ByName's syntax).
+func (p *Atoll) set(params string) error {
+	for _, kv := range strings.Split(params, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return fmt.Errorf("%w: atoll parameter %q is not key=value", ErrConfig, kv)
+		}
+		var err error
+		switch k {
+		case "hp-window":
+			p.HPWindow, err = strconv.Atoi(v)
+		case "be-window":
+			p.BEWindow, err = strconv.Atoi(v)
+		case "plain-bound":
+			p.PlainBound, err = time.ParseDuration(v)
+		case "resume-after":
+			p.ResumeAfter, err = time.ParseDuration(v)
+		case "padding", "admission":
+			var on bool
+			if on, err = strconv.ParseBool(v); err == nil {
+				if k == "padding" {
+					p.NoPadding = !on
+				} else {
+					p.NoAdmission = !on
+				}
+			}
+		default:
+			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, plain-bound, resume-after, padding, admission)", ErrConfig, k)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: atoll parameter %s: %v", ErrConfig, k, err)
+		}
+		if p.HPWindow < 0 || p.BEWindow < 0 || p.PlainBound < 0 || p.ResumeAfter < 0 {
+			return fmt.Errorf("%w: atoll parameter %s=%s must not be negative", ErrConfig, k, v)
+		}
+	}
+	return nil
+}
+
 // New returns atoll's policy with defaults.
 func New() *Atoll { return &Atoll{} }
 
@@ -110,7 +151,7 @@ func (p *Atoll) Start(st *sched.State) error {
 //     they start, and a one-wave kernel's blocks have all started. (Tried
 //     on the H200: Reset for these kernels left preemption latency p99 at
 //     1.5–1.7 ms on the ResNet-50 training step — the kernels' own length
-//     — and re-ran the work; docs/results.md.) At small batch most BE time
+//     — and re-ran the work; docs/policies.md.) At small batch most BE time
 //     is in such kernels (measured H200 profiles: ResNet-152 bs1 80 %,
 //     VGG-19 bs1 90 %, ResNet-50 training bs32 45 %, up to 1.9 ms), so HP
 //     waits for them: only finer kernels (more, shorter blocks) would help;

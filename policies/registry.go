@@ -54,13 +54,29 @@ func Names() []string {
 	return out
 }
 
-// ByName returns a fresh policy with default parameters.
+// ByName returns a fresh policy: a registered name with default
+// parameters, or "atoll:key=value,..." with some of atoll's parameters set
+// (hp-window, be-window, plain-bound, resume-after, padding, admission;
+// see Atoll), for experiments that compare parameter settings on the same
+// workload.
 func ByName(name string) (sched.Policy, error) {
 	n := strings.ToLower(strings.TrimSpace(name))
+	base, params, hasParams := strings.Cut(n, ":")
 	for _, r := range registry {
-		if r.name == n {
+		if r.name != base {
+			continue
+		}
+		if !hasParams {
 			return r.make(), nil
 		}
+		if base != "atoll" {
+			return nil, fmt.Errorf("%w: policy %q takes no parameters (only atoll does)", ErrConfig, base)
+		}
+		p := New()
+		if err := p.set(params); err != nil {
+			return nil, err
+		}
+		return p, nil
 	}
 	return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
 }

@@ -94,6 +94,7 @@ type hpKernel struct {
 // and which BE launches were in flight. It costs one clock read per HP
 // launch and no device calls.
 type attributor struct {
+	off     bool // Options.NoAttribution
 	hp      []*profiles.Profile
 	be      []*profiles.Profile
 	pending [][]hpKernel        // per HP client, in launch (= completion) order
@@ -103,15 +104,16 @@ type attributor struct {
 	spans   [][][]time.Duration // per HP client and kernel: measured device spans (Options.RecordSpans)
 	// ByKernel sums, per BE kernel ("model/layer"), the delay of HP
 	// kernels that ran beside it (co-run, drain and padded causes).
-	byKernel map[string]time.Duration
+	byKernel map[Blame]time.Duration
 }
 
 func newAttributor(w Workload, opt Options) *attributor {
 	a := &attributor{
+		off:      opt.NoAttribution,
 		pending:  make([][]hpKernel, len(w.HP)),
 		lastEnd:  make([]time.Duration, len(w.HP)),
 		raised:   make([]bool, len(w.BE)),
-		byKernel: map[string]time.Duration{},
+		byKernel: map[Blame]time.Duration{},
 	}
 	for i, c := range w.HP {
 		a.hp = append(a.hp, c.Profile)
@@ -136,6 +138,9 @@ func newAttributor(w Workload, opt Options) *attributor {
 // launched records an HP launch (Plain or Padded) just submitted;
 // beside is the oldest BE launch in flight, if any.
 func (a *attributor) launched(l Launch, decided, submitted time.Duration, padded bool, beside *Blame, draining bool) {
+	if a.off {
+		return
+	}
 	c := l.Client.Index
 	k := hpKernel{decided: decided, submitted: submitted, end: -1, solo: a.solo[c][l.Kernel],
 		padded: padded, drain: draining}
@@ -148,6 +153,9 @@ func (a *attributor) launched(l Launch, decided, submitted time.Duration, padded
 // beLaunched marks every HP kernel in flight as running beside b (when it
 // has no BE neighbour yet).
 func (a *attributor) beLaunched(b Blame) {
+	if a.off {
+		return
+	}
 	for c := range a.pending {
 		for i := range a.pending[c] {
 			if k := &a.pending[c][i]; k.end < 0 && !k.blamed {
@@ -161,7 +169,7 @@ func (a *attributor) beLaunched(b Blame) {
 // flight as running beside a drain.
 func (a *attributor) flag(be int, raised bool) {
 	a.raised[be] = raised
-	if !raised {
+	if !raised || a.off {
 		return
 	}
 	for c := range a.pending {
@@ -176,6 +184,9 @@ func (a *attributor) flag(be int, raised bool) {
 // completed records the completion of HP client c's oldest kernel in
 // flight.
 func (a *attributor) completed(c int, t time.Duration) {
+	if a.off {
+		return
+	}
 	for i := range a.pending[c] {
 		if a.pending[c][i].end < 0 {
 			a.pending[c][i].end = t
@@ -188,6 +199,9 @@ func (a *attributor) completed(c int, t time.Duration) {
 // len(profile) records of its client) and fills r.Solo and r.Causes;
 // measured requests add to byKernel.
 func (a *attributor) request(r *RequestRecord, measured bool) {
+	if a.off {
+		return
+	}
 	c := r.Client.Index
 	n := len(a.hp[c].Kernels)
 	if len(a.pending[c]) < n {
@@ -230,7 +244,7 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 		}
 		cs[cause] += excess
 		if measured && cause != CauseVariance && excess > 0 && k.blamed {
-			a.byKernel[a.blameName(k.blame)] += excess
+			a.byKernel[k.blame] += excess
 		}
 	}
 	// The record's End is the last kernel's completion; keep the sum exact
@@ -239,6 +253,15 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 	r.Solo, r.Causes = solo, cs
 	a.lastEnd[c] = r.End
 	a.pending[c] = append(a.pending[c][:0], a.pending[c][n:]...)
+}
+
+// blamed is byKernel by kernel name ("model/layer").
+func (a *attributor) blamed() map[string]time.Duration {
+	out := make(map[string]time.Duration, len(a.byKernel))
+	for b, d := range a.byKernel {
+		out[a.blameName(b)] += d
+	}
+	return out
 }
 
 // medianSpans is each HP client's median device span per kernel over the

@@ -92,7 +92,10 @@ type OnlineResult struct {
 	Service time.Duration // End − Start
 	Input   time.Duration // host time in the BeforeRequest hook (inputs uploaded)
 	Output  time.Duration // host time in the AfterRequest hook (outputs read back)
-	Err     error
+	// Causes splits End − Arrival beyond the kernels' solo time (see
+	// Cause); the loop's arrival is when the request entered the core.
+	Causes Causes
+	Err    error
 }
 
 // BERun is a run of N iterations of a BE client's closed loop. Its
@@ -806,7 +809,7 @@ func (l *onlineLoop) apply(dec Decision) error {
 			return fmt.Errorf("%w: request %d of %s done, but it is not the one in flight", ErrEvent, rec.ID, rec.Client)
 		}
 		l.hpCur[c] = nil
-		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service(), Input: r.input}
+		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service(), Input: r.input, Causes: rec.Causes}
 		if h := l.o.cfg.Hooks.AfterRequest; h != nil {
 			t0 := time.Now()
 			err := h(c, r.id, r.tag)

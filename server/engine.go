@@ -1,6 +1,7 @@
 package server
 
 import (
+	"atoll/sched"
 	"context"
 	"errors"
 	"time"
@@ -125,6 +126,10 @@ type InferResult struct {
 	Decode time.Duration // the protocol layer's arrival to submission (body read, parsed, checked)
 	Input  time.Duration // inputs uploaded to the device (0 where outputs come from the CPU)
 	Output time.Duration // outputs read back from the device
+	// Delay is the scheduler's split of the request's time in the core
+	// beyond its kernels' solo durations, by sched.Cause (zero where the
+	// outputs come from elsewhere).
+	Delay sched.Causes
 }
 
 // JobSpec describes a best-effort job: N iterations of a model's training

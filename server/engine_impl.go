@@ -815,7 +815,7 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 		out = ref.out
 	}
 	o := m.info.Outputs[0]
-	result := &InferResult{Queue: res.Queue, Service: res.Service, Input: res.Input, Output: res.Output}
+	result := &InferResult{Queue: res.Queue, Service: res.Service, Input: res.Input, Output: res.Output, Delay: res.Causes}
 	if !req.Arrived.IsZero() {
 		// Time between the HTTP layer's arrival and the submission (the
 		// device clock measures the rest).

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"atoll/sched"
 	"context"
 	"fmt"
 	"sync"
@@ -120,6 +121,8 @@ func (f *fakeEngine) Infer(ctx context.Context, req *InferRequest) (*InferResult
 		{Name: "sum", Datatype: "FP64", Shape: []int64{1}, Data: []float64{sum}},
 	}
 	res := &InferResult{Queue: 150 * time.Microsecond, Service: time.Millisecond}
+	res.Delay[sched.CauseCoRun] = 40 * time.Microsecond
+	res.Delay[sched.CauseVariance] = -5 * time.Microsecond
 	for _, t := range all {
 		if len(req.Outputs) == 0 || contains(req.Outputs, t.Name) {
 			res.Outputs = append(res.Outputs, t)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"atoll/sched"
 	"strconv"
 	"time"
 
@@ -17,6 +18,7 @@ type Metrics struct {
 	latency    *prometheus.HistogramVec
 	queue      *prometheus.HistogramVec
 	phase      *prometheus.HistogramVec
+	delay      *prometheus.HistogramVec
 	inFlight   *prometheus.GaugeVec
 	preemptLat prometheus.Histogram
 	engine     *engineCollector
@@ -94,6 +96,11 @@ func NewMetrics(eng Engine, gpus GPUSource) *Metrics {
 			Name: "atoll_requests_in_flight",
 			Help: "Inference requests being served now, by model.",
 		}, []string{"model"}),
+		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "atoll_request_delay_seconds",
+			Help:    "Successful HP requests' time in the scheduler beyond their kernels' solo durations, by cause: hp-queue (behind earlier requests of the model), policy (launch held), host (launch not yet on the device), drain (beside a BE preemption draining), padded (slower inside a padded launch), co-run (slower beside BE kernels in flight), variance (kernel time off its solo duration with no BE beside it; negative values are observed as 0).",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 16),
+		}, append(append([]string(nil), mc...), "cause")),
 		preemptLat: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "atoll_preemption_latency_seconds",
 			Help:    "Time from an HP arrival's preemption request to the BE kernel giving up the SMs.",
@@ -113,7 +120,7 @@ func NewMetrics(eng Engine, gpus GPUSource) *Metrics {
 
 // Collectors are what the daemon registers.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.requests, m.failures, m.latency, m.queue, m.phase, m.inFlight, m.engine}
+	cs := []prometheus.Collector{m.requests, m.failures, m.latency, m.queue, m.phase, m.delay, m.inFlight, m.engine}
 	if m.gpu != nil {
 		cs = append(cs, m.gpu)
 	}
@@ -174,6 +181,11 @@ func (m *Metrics) observe(model string, class Class, code int, total time.Durati
 		d    time.Duration
 	}{{"decode", res.Decode}, {"compute_input", res.Input}, {"queue", wait}, {"compute_infer", res.Service}, {"compute_output", res.Output}} {
 		m.phase.WithLabelValues(ml, cl, p.name).Observe(p.d.Seconds())
+	}
+	if res.Delay != (sched.Causes{}) {
+		for c, d := range res.Delay {
+			m.delay.WithLabelValues(ml, cl, sched.Cause(c).String()).Observe(max(d, 0).Seconds())
+		}
 	}
 }
 

@@ -53,6 +53,10 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		if err := bench.MatrixSummary(e.stdout, cells); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout)
 		if err := bench.MatrixTables(e.stdout, cells); err != nil {
 			return err
 		}

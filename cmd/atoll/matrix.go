@@ -51,6 +51,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	hostCost := fs.Duration("sim-launch-cost", 0, "simulator: host time each launch takes (the GPU reports' hostUsPerLaunch is the measured figure)")
 	var files []string
 	for rest := args; ; {
 		if err := parse(fs, rest); err != nil {
@@ -89,7 +90,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0}
+			duration: time.Second, warmup: 0, hostCost: *hostCost}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

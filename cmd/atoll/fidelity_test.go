@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"atoll/bench"
+)
+
+// TestSimulatedNoteMatchesResults: the figures the simulated demo prints
+// are those of the committed GPU and simulated matrix runs.
+func TestSimulatedNoteMatchesResults(t *testing.T) {
+	gpu, err := bench.ReadMatrixDir("../../results/matrix-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := bench.ReadMatrixDir("../../results/matrix-sim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := bench.FidelitySummary(gpu, sim)
+	note := strings.Join(strings.Fields(simulatedNote), " ")
+	for _, want := range []string{
+		fmt.Sprintf("within 10 %% in %d of %d policy runs (median error %.0f %%)", f.Within, f.Runs, f.MedianP99*100),
+		fmt.Sprintf("as the GPU did in %d of %d cells", f.RankP99, f.Cells),
+	} {
+		if !strings.Contains(note, want) {
+			t.Errorf("the demo's note lacks %q (recomputed from results/); it says:\n%s", want, simulatedNote)
+		}
+	}
+}
+
+// TestResultsDocIsGenerated: the tables in docs/results.md are exactly
+// what 'atoll compare results/matrix-h100' prints, and docs/fidelity.md's
+// exactly what 'atoll fidelity results/matrix-h100 results/matrix-sim'
+// prints.
+func TestResultsDocIsGenerated(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		args []string
+	}{
+		{"../../docs/results.md", []string{"compare", "../../results/matrix-h100"}},
+		{"../../docs/fidelity.md", []string{"fidelity", "../../results/matrix-h100", "../../results/matrix-sim"}},
+	} {
+		data, err := os.ReadFile(tc.doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(data)
+		i := strings.Index(s, "<!-- generated: ")
+		j := strings.Index(s, "<!-- end generated -->")
+		if i < 0 || j < i {
+			t.Fatalf("%s: no generated block", tc.doc)
+		}
+		block := s[strings.Index(s[i:], "\n")+i+1 : j]
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), &env{stdout: &out, stderr: &errb}, tc.args); code != 0 {
+			t.Fatalf("atoll %v: exit %d: %s", tc.args, code, errb.String())
+		}
+		got := strings.ReplaceAll(out.String(), "../../", "")
+		if got != block {
+			t.Errorf("%s is not what 'atoll %s' prints now; regenerate it (make docs)", tc.doc, strings.Join(tc.args, " "))
+		}
+	}
+}

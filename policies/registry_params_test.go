@@ -1,0 +1,23 @@
+package policies
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestByNameParameters(t *testing.T) {
+	p, err := ByName("atoll:hp-window=16,plain-bound=50us,padding=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.(*Atoll)
+	if a.HPWindow != 16 || a.PlainBound != 50*time.Microsecond || !a.NoPadding || a.NoAdmission {
+		t.Errorf("parameters not applied: %+v", a)
+	}
+	for _, bad := range []string{"atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "orion:hp-window=3"} {
+		if _, err := ByName(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("%q: %v, want ErrConfig", bad, err)
+		}
+	}
+}
