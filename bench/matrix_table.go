@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"atoll/sched"
@@ -50,9 +51,7 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 				be = fmt.Sprintf("%.1f", t.BEStepsPerSec)
 			}
 			ci := ""
-			if s, err := DecodeSamples(t.HPSamples); err == nil && len(s) > 1 {
-				ci = ciMs(ptr(BootstrapQuantile(s, 0.99, c.Seed)))
-			}
+			ci = ciMs(torchP99CI(t, c.Seed))
 			norm := "–"
 			if t.BEAloneSteps > 0 && t.BEStepsPerSec > 0 {
 				norm = fmt.Sprintf("%.2f", t.BEStepsPerSec/t.BEAloneSteps)
@@ -199,4 +198,18 @@ func slicesContains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// torchP99CI is the 95 % bootstrap CI of a PyTorch run's p99: blocks of
+// neighbouring requests when its samples are in arrival order.
+func torchP99CI(t *TorchResult, seed uint64) *CI {
+	s, ordered, err := DecodeSeries(t.HPSamples)
+	if err != nil || len(s) < 2 {
+		return nil
+	}
+	if ordered {
+		return ptr(BlockBootstrapQuantile(s, 0.99, seed))
+	}
+	slices.Sort(s)
+	return ptr(BootstrapQuantile(s, 0.99, seed))
 }

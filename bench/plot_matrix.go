@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -100,21 +101,29 @@ func cellPlot(mc *MatrixCell) (*plot.Plot, error) {
 		pts = append(pts, pt)
 	}
 	var alone []float64
+	aloneOrdered := false
 	for _, t := range mc.Torch {
 		if t.Setup == "alone" {
-			alone, _ = DecodeSamples(t.HPSamples)
+			alone, aloneOrdered, _ = DecodeSeries(t.HPSamples)
 		}
 	}
 	for _, t := range mc.Torch {
 		if t.Setup == "alone" || len(alone) == 0 {
 			continue
 		}
-		s, err := DecodeSamples(t.HPSamples)
+		s, ordered, err := DecodeSeries(t.HPSamples)
 		if err != nil || len(s) < 2 {
 			continue
 		}
-		ci := BootstrapOverhead(s, alone, 0.99, c.Seed)
-		pt := point{name: "PyTorch " + t.Setup, y: (Quantile(s, 0.99)/Quantile(alone, 0.99) - 1) * 100, lo: ci.Lo * 100, hi: ci.Hi * 100, pytorch: true}
+		var ci CI
+		if ordered && aloneOrdered {
+			ci = BlockBootstrapOverhead(s, alone, 0.99, c.Seed)
+		}
+		ss, sa := slices.Sorted(slices.Values(s)), slices.Sorted(slices.Values(alone))
+		if !ordered || !aloneOrdered {
+			ci = BootstrapOverhead(ss, sa, 0.99, c.Seed)
+		}
+		pt := point{name: "PyTorch " + t.Setup, y: (Quantile(ss, 0.99)/Quantile(sa, 0.99) - 1) * 100, lo: ci.Lo * 100, hi: ci.Hi * 100, pytorch: true}
 		if t.BEAloneSteps > 0 {
 			pt.x = t.BEStepsPerSec / t.BEAloneSteps
 		}

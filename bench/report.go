@@ -71,11 +71,14 @@ type Report struct {
 	BEAloneItersPerSec float64 `json:"beAloneItersPerSec,omitempty"`
 
 	// P99CI and P99OverheadCI are 95 % bootstrap intervals (BootstrapIters
-	// resamples of the requests of this run and of the dedicated run).
+	// resamples of this run's requests and the dedicated run's): moving
+	// blocks of neighbouring requests (BlockLength) where the samples are
+	// in arrival order, single requests where they are stored sorted.
 	P99CI         *CI `json:"p99CiUs,omitempty"`
 	P99OverheadCI *CI `json:"p99OverheadCi,omitempty"`
 	// HPSamples and DedicatedSamples hold every measured request's latency
-	// (EncodeSamples), so any percentile and CI can be recomputed.
+	// (EncodeSeries: arrival order; older reports EncodeSamples: sorted),
+	// so any percentile and CI can be recomputed.
 	HPSamples        string `json:"hpSamples,omitempty"`
 	DedicatedSamples string `json:"dedicatedSamples,omitempty"`
 

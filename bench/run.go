@@ -279,15 +279,17 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		r.BEAloneItersPerSec = float64(len(b.BEAlone.Iterations)) / b.BEAlone.Window().Seconds()
 	}
 	if c.Samples {
-		r.HPSamples, r.DedicatedSamples = EncodeSamples(lat), EncodeSamples(dl)
-		hs, _ := DecodeSamples(r.HPSamples)
-		ds, _ := DecodeSamples(r.DedicatedSamples)
+		// Kept in arrival order: latencies of neighbouring requests are
+		// correlated (one queue), so the CIs resample blocks of them.
+		r.HPSamples, r.DedicatedSamples = EncodeSeries(lat), EncodeSeries(dl)
+		hs, _, _ := DecodeSeries(r.HPSamples)
+		ds, _, _ := DecodeSeries(r.DedicatedSamples)
 		if len(hs) > 1 {
-			ci := BootstrapQuantile(hs, 0.99, c.Seed)
+			ci := BlockBootstrapQuantile(hs, 0.99, c.Seed)
 			r.P99CI = &ci
 		}
 		if len(hs) > 1 && len(ds) > 1 {
-			ci := BootstrapOverhead(hs, ds, 0.99, c.Seed)
+			ci := BlockBootstrapOverhead(hs, ds, 0.99, c.Seed)
 			r.P99OverheadCI = &ci
 		}
 	}

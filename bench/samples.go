@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -37,11 +38,16 @@ func EncodeSamples(ds []time.Duration) string {
 	return base64.StdEncoding.EncodeToString(b.Bytes())
 }
 
-// DecodeSamples unpacks EncodeSamples's string into sorted latencies in
-// microseconds.
+// DecodeSamples unpacks EncodeSamples's or EncodeSeries's string into
+// sorted latencies in microseconds.
 func DecodeSamples(s string) ([]float64, error) {
 	if s == "" {
 		return nil, nil
+	}
+	if strings.HasPrefix(s, seriesPrefix) {
+		xs, _, err := DecodeSeries(s)
+		slices.Sort(xs)
+		return xs, err
 	}
 	z, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
@@ -108,30 +114,7 @@ func resampleQuantile(rng *rand.Rand, sorted []float64, p float64, counts []int)
 	for range n {
 		counts[rng.IntN(n)]++
 	}
-	pos := p * float64(n-1)
-	lo := int(pos)
-	f := pos - float64(lo)
-	seen := 0
-	var a float64
-	for i, c := range counts {
-		if c == 0 {
-			continue
-		}
-		if seen <= lo && lo < seen+c {
-			a = sorted[i]
-			if lo+1 < seen+c || f == 0 {
-				return a
-			}
-			for j := i + 1; j < n; j++ {
-				if counts[j] > 0 {
-					return a + f*(sorted[j]-a)
-				}
-			}
-			return a
-		}
-		seen += c
-	}
-	return sorted[n-1]
+	return quantileOfCounts(sorted, counts, p)
 }
 
 // BootstrapQuantile is the 95 % percentile-bootstrap CI of the p-quantile
@@ -161,6 +144,204 @@ func BootstrapOverhead(shared, base []float64, p float64, seed uint64) CI {
 	os := make([]float64, BootstrapIters)
 	for i := range os {
 		os[i] = resampleQuantile(rng, shared, p, ca)/resampleQuantile(rng, base, p, cb) - 1
+	}
+	slices.Sort(os)
+	return CI{Quantile(os, 0.025), Quantile(os, 0.975)}
+}
+
+// seriesPrefix marks samples kept in arrival order (EncodeSeries).
+const seriesPrefix = "o:"
+
+// EncodeSeries packs latencies in the order given (arrival order) as
+// zigzag varint deltas of 0.1 µs units, deflated and base64-encoded with a
+// marker, so that a block bootstrap can respect the correlation of
+// neighbouring requests. DecodeSamples reads both encodings.
+func EncodeSeries(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return ""
+	}
+	var raw []byte
+	prev := int64(0)
+	for _, d := range ds {
+		v := max(int64(d), 0) / 100
+		raw = binary.AppendVarint(raw, v-prev)
+		prev = v
+	}
+	var b bytes.Buffer
+	w, _ := flate.NewWriter(&b, flate.BestCompression)
+	w.Write(raw)
+	w.Close()
+	return seriesPrefix + base64.StdEncoding.EncodeToString(b.Bytes())
+}
+
+// DecodeSeries unpacks samples in their stored order (µs); ordered is
+// false for samples stored sorted (EncodeSamples), whose order is lost.
+func DecodeSeries(s string) (xs []float64, ordered bool, err error) {
+	if !strings.HasPrefix(s, seriesPrefix) {
+		xs, err = DecodeSamples(s)
+		return xs, false, err
+	}
+	z, err := base64.StdEncoding.DecodeString(s[len(seriesPrefix):])
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: samples: %v", ErrReport, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(z)), 64<<20))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: samples: %v", ErrReport, err)
+	}
+	prev := int64(0)
+	for len(raw) > 0 {
+		d, n := binary.Varint(raw)
+		if n <= 0 {
+			return nil, false, fmt.Errorf("%w: samples: bad varint at byte %d", ErrReport, len(raw))
+		}
+		raw = raw[n:]
+		prev += d
+		xs = append(xs, float64(prev)/10)
+	}
+	return xs, true, nil
+}
+
+// BlockLength is the block length of a moving-block bootstrap of series:
+// the first lag at which its autocorrelation falls below 0.05 (requests
+// further apart are treated as independent), at least 1 and at most
+// len/20.
+func BlockLength(series []float64) int {
+	n := len(series)
+	maxLag := n / 20
+	if maxLag < 1 {
+		return 1
+	}
+	var mean float64
+	for _, x := range series {
+		mean += x
+	}
+	mean /= float64(n)
+	var v0 float64
+	for _, x := range series {
+		v0 += (x - mean) * (x - mean)
+	}
+	if v0 == 0 {
+		return 1
+	}
+	for k := 1; k <= maxLag; k++ {
+		var c float64
+		for i := 0; i+k < n; i++ {
+			c += (series[i] - mean) * (series[i+k] - mean)
+		}
+		if c/v0 < 0.05 {
+			return k
+		}
+	}
+	return maxLag
+}
+
+// blockSampler draws moving-block resamples of a series and answers their
+// quantiles by counting into the series' sorted order.
+type blockSampler struct {
+	sorted []float64
+	rank   []int // rank[i]: position of series[i] in sorted
+	block  int
+	counts []int
+}
+
+func newBlockSampler(series []float64, block int) *blockSampler {
+	n := len(series)
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case series[a] < series[b]:
+			return -1
+		case series[a] > series[b]:
+			return 1
+		}
+		return 0
+	})
+	s := &blockSampler{sorted: make([]float64, n), rank: make([]int, n), block: max(1, min(block, n)), counts: make([]int, n)}
+	for r, i := range idx {
+		s.sorted[r] = series[i]
+		s.rank[i] = r
+	}
+	return s
+}
+
+func (s *blockSampler) quantile(rng *rand.Rand, p float64) float64 {
+	n := len(s.sorted)
+	clear(s.counts)
+	for drawn := 0; drawn < n; {
+		start := rng.IntN(n - s.block + 1)
+		for i := start; i < start+s.block && drawn < n; i++ {
+			s.counts[s.rank[i]]++
+			drawn++
+		}
+	}
+	return quantileOfCounts(s.sorted, s.counts, p)
+}
+
+// quantileOfCounts is the p-quantile of the multiset holding counts[i]
+// copies of sorted[i].
+func quantileOfCounts(sorted []float64, counts []int, p float64) float64 {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	pos := p * float64(n-1)
+	lo := int(pos)
+	f := pos - float64(lo)
+	seen := 0
+	for i, c := range counts {
+		if c == 0 {
+			continue
+		}
+		if seen <= lo && lo < seen+c {
+			a := sorted[i]
+			if lo+1 < seen+c || f == 0 {
+				return a
+			}
+			for j := i + 1; j < len(sorted); j++ {
+				if counts[j] > 0 {
+					return a + f*(sorted[j]-a)
+				}
+			}
+			return a
+		}
+		seen += c
+	}
+	return sorted[len(sorted)-1]
+}
+
+// BlockBootstrapQuantile is the 95 % moving-block bootstrap CI of the
+// p-quantile of a series in arrival order (BlockLength blocks).
+func BlockBootstrapQuantile(series []float64, p float64, seed uint64) CI {
+	if len(series) < 2 {
+		return CI{math.NaN(), math.NaN()}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xb10c))
+	s := newBlockSampler(series, BlockLength(series))
+	qs := make([]float64, BootstrapIters)
+	for i := range qs {
+		qs[i] = s.quantile(rng, p)
+	}
+	slices.Sort(qs)
+	return CI{Quantile(qs, 0.025), Quantile(qs, 0.975)}
+}
+
+// BlockBootstrapOverhead is the 95 % moving-block bootstrap CI of
+// p-quantile(shared)/p-quantile(base) − 1, the two series resampled
+// independently, each with its own block length.
+func BlockBootstrapOverhead(shared, base []float64, p float64, seed uint64) CI {
+	if len(shared) < 2 || len(base) < 2 {
+		return CI{math.NaN(), math.NaN()}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xb10d))
+	a := newBlockSampler(shared, BlockLength(shared))
+	b := newBlockSampler(base, BlockLength(base))
+	os := make([]float64, BootstrapIters)
+	for i := range os {
+		os[i] = a.quantile(rng, p)/b.quantile(rng, p) - 1
 	}
 	slices.Sort(os)
 	return CI{Quantile(os, 0.025), Quantile(os, 0.975)}

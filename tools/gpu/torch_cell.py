@@ -29,13 +29,14 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 def encode_samples(us):
-    """bench.EncodeSamples: sorted 0.1 us units, uvarint deltas, raw deflate, base64."""
-    vals = sorted(max(0, int(round(u * 10))) for u in us)
+    """bench.EncodeSeries: 0.1 us units in arrival order, zigzag varint deltas, raw deflate, base64, "o:" prefix."""
+    vals = [max(0, int(round(u * 10))) for u in us]
     raw = bytearray()
     prev = 0
     for v in vals:
         d = v - prev
         prev = v
+        d = (d << 1) if d >= 0 else ((-d << 1) - 1)  # zigzag, as Go's binary.AppendVarint
         while True:
             b = d & 0x7F
             d >>= 7
@@ -45,7 +46,7 @@ def encode_samples(us):
                 raw.append(b)
                 break
     c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    return base64.b64encode(c.compress(bytes(raw)) + c.flush()).decode()
+    return "o:" + base64.b64encode(c.compress(bytes(raw)) + c.flush()).decode()
 
 
 def pct(xs, p):
