@@ -257,7 +257,9 @@ func randomData(rng *rand.Rand, datatype string, n int) (any, error) {
 	case "UINT8":
 		return ints(0, 256), nil
 	case "INT16", "INT32", "INT64":
-		return ints(-1000, 1000), nil
+		// Non-negative: integer inputs are ids and indices (token ids,
+		// positions), and the daemon refuses negative ones.
+		return ints(0, 1000), nil
 	case "UINT16", "UINT32", "UINT64":
 		return ints(0, 1000), nil
 	case "BOOL":

@@ -117,6 +117,9 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "backend", cfg.Backend, "policy", cfg.Policy, "models", len(eng.Models()))
+	if !isLoopback(ln.Addr()) {
+		log.Warn("the API is open beyond this host and has no authentication: anyone who reaches the port can infer, submit and cancel jobs; listen on 127.0.0.1 (--listen 127.0.0.1:8000) unless a proxy in front guards it", "addr", ln.Addr().String())
+	}
 	// gRPC, when asked for, serves beside HTTP over the same handler state
 	// (drain flag, in-flight count, metrics); gs stays nil otherwise.
 	var gs *grpc.Server
@@ -206,4 +209,11 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		return fmt.Errorf("server: closing the engine: %w", cerr)
 	}
 	return nil
+}
+
+// isLoopback reports whether a listener's address is reachable only from
+// this host.
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

@@ -77,6 +77,8 @@ func NewHandler(eng Engine, opt Options) *Handler {
 	mux.HandleFunc("GET /v2/{$}", h.serverMetadata)
 	mux.HandleFunc("GET /v2/health/live", h.live)
 	mux.HandleFunc("GET /v2/health/ready", h.ready)
+	mux.HandleFunc("GET /v2/models", h.listModels)
+	mux.HandleFunc("GET /v2/models/{$}", h.listModels)
 	for _, prefix := range []string{"/v2/models/{name}", "/v2/models/{name}/versions/{version}"} {
 		mux.HandleFunc("GET "+prefix, h.modelMetadata)
 		mux.HandleFunc("GET "+prefix+"/ready", h.modelReady)
@@ -307,6 +309,29 @@ func (h *Handler) modelMetadata(w http.ResponseWriter, r *http.Request) {
 		m.Outputs = []TensorInfo{}
 	}
 	writeJSON(w, http.StatusOK, m)
+}
+
+// listModels answers GET /v2/models: every served model's metadata (as
+// GET /v2/models/{name} gives it) and readiness. The Open Inference
+// Protocol has no such endpoint; Triton's is POST /v2/repository/index.
+func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
+	type entry struct {
+		ModelInfo
+		Ready bool `json:"ready"`
+	}
+	out := struct {
+		Models []entry `json:"models"`
+	}{Models: []entry{}}
+	for _, m := range h.eng.Models() {
+		if m.Inputs == nil {
+			m.Inputs = []TensorInfo{}
+		}
+		if m.Outputs == nil {
+			m.Outputs = []TensorInfo{}
+		}
+		out.Models = append(out.Models, entry{ModelInfo: m, Ready: m.Ready && !h.draining.Load() && h.eng.Ready()})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (h *Handler) modelReady(w http.ResponseWriter, r *http.Request) {

@@ -106,6 +106,9 @@ func TestMetadataAndHealth(t *testing.T) {
 	}
 	f.ready.Store(true)
 
+	if r := do(t, c, "GET", u+"/v2/models", ""); r.code != 200 || !strings.Contains(r.raw, `"name":"echo"`) || !strings.Contains(r.raw, `"ready":true`) || !strings.Contains(r.raw, `"ready":false`) {
+		t.Errorf("GET /v2/models = %d %s: want every model with its readiness", r.code, r.raw)
+	}
 	for _, path := range []string{"/v2/models/echo", "/v2/models/echo/versions/1"} {
 		r := do(t, c, "GET", u+path, "")
 		if r.code != 200 || r.body["name"] != "echo" || r.body["platform"] != "atoll" {

@@ -45,7 +45,12 @@ func main() {
 
 func run(ctx context.Context, e *env, args []string) int {
 	sort.Slice(commands, func(i, j int) bool { return commands[i].name < commands[j].name })
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		// No command is a usage error: the help goes to stderr, exit 2.
+		usage(e.stderr)
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		if len(args) > 1 {
 			return run(ctx, e, []string{args[1], "--help"})
 		}

@@ -35,7 +35,7 @@ type workloadFlags struct {
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&w.gpuName, "gpu", "", "GPU whose profiles to use and (on the simulator) to simulate: "+strings.Join(gpu.Specs(), ", ")+" (default: H100-SXM on the simulator; on --backend cuda the GPU found)")
+	fs.StringVar(&w.gpuName, "gpu", "", "GPU whose profiles to use and (on the simulator) to simulate: "+strings.Join(profiledGPUs(), ", ")+" (default: H100-SXM on the simulator; on --backend cuda the GPU found)")
 	fs.StringVar(&w.hp, "hp", "resnet50", "HP (latency-critical) model, an inference profile; see 'atoll models'")
 	fs.IntVar(&w.hpBatch, "hp-batch", 1, "HP batch size")
 	fs.StringVar(&w.be, "be", "resnet50-train", "BE (best-effort) model, run closed-loop; \"none\" for HP only")
@@ -179,4 +179,20 @@ func (w *workloadFlags) resolveGPU() error {
 	}
 	w.gpuName = found.Name
 	return nil
+}
+
+// profiledGPUs lists the GPUs that have committed profiles (the only ones
+// --gpu can name usefully), in the order gpu.Specs gives them.
+func profiledGPUs() []string {
+	have := map[string]bool{}
+	for _, e := range profiles.List() {
+		have[e.GPU] = true
+	}
+	var out []string
+	for _, g := range gpu.Specs() {
+		if have[g] {
+			out = append(out, g)
+		}
+	}
+	return out
 }
