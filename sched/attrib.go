@@ -97,11 +97,17 @@ type attributor struct {
 	off     bool // Options.NoAttribution
 	hp      []*profiles.Profile
 	be      []*profiles.Profile
-	pending [][]hpKernel        // per HP client, in launch (= completion) order
-	lastEnd []time.Duration     // per HP client: when its previous request ended
-	raised  []bool              // per BE client: flag raised
-	solo    [][]time.Duration   // per HP client and kernel: the baseline (Options.KernelSolo or the profile)
-	spans   [][][]time.Duration // per HP client and kernel: measured device spans (Options.RecordSpans)
+	pending [][]hpKernel // per HP client, in launch (= completion) order
+	base    []int        // per HP client: the launch serial of pending[c][0]
+	// unblamed holds, per HP client, the serials of pending kernels that
+	// had no BE launch beside them when launched: the next BE launch
+	// blames them all at once (each kernel is visited once, so BE launches
+	// cost O(1) amortised however many HP kernels are queued).
+	unblamed [][]int
+	lastEnd  []time.Duration     // per HP client: when its previous request ended
+	raised   []bool              // per BE client: flag raised
+	solo     [][]time.Duration   // per HP client and kernel: the baseline (Options.KernelSolo or the profile)
+	spans    [][][]time.Duration // per HP client and kernel: measured device spans (Options.RecordSpans)
 	// ByKernel sums, per BE kernel ("model/layer"), the delay of HP
 	// kernels that ran beside it (co-run, drain and padded causes).
 	byKernel map[Blame]time.Duration
@@ -111,6 +117,8 @@ func newAttributor(w Workload, opt Options) *attributor {
 	a := &attributor{
 		off:      opt.NoAttribution,
 		pending:  make([][]hpKernel, len(w.HP)),
+		base:     make([]int, len(w.HP)),
+		unblamed: make([][]int, len(w.HP)),
 		lastEnd:  make([]time.Duration, len(w.HP)),
 		raised:   make([]bool, len(w.BE)),
 		byKernel: map[Blame]time.Duration{},
@@ -146,6 +154,8 @@ func (a *attributor) launched(l Launch, decided, submitted time.Duration, padded
 		padded: padded, drain: draining}
 	if beside != nil {
 		k.blame, k.blamed = *beside, true
+	} else {
+		a.unblamed[c] = append(a.unblamed[c], a.base[c]+len(a.pending[c]))
 	}
 	a.pending[c] = append(a.pending[c], k)
 }
@@ -157,11 +167,16 @@ func (a *attributor) beLaunched(b Blame) {
 		return
 	}
 	for c := range a.pending {
-		for i := range a.pending[c] {
+		for _, serial := range a.unblamed[c] {
+			i := serial - a.base[c]
+			if i < 0 || i >= len(a.pending[c]) {
+				continue // its request is done
+			}
 			if k := &a.pending[c][i]; k.end < 0 && !k.blamed {
 				k.blame, k.blamed = b, true
 			}
 		}
+		a.unblamed[c] = a.unblamed[c][:0]
 	}
 }
 
@@ -252,7 +267,8 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 	cs[CauseVariance] += r.End - t
 	r.Solo, r.Causes = solo, cs
 	a.lastEnd[c] = r.End
-	a.pending[c] = append(a.pending[c][:0], a.pending[c][n:]...)
+	a.pending[c] = a.pending[c][n:] // no copy: see driver.poll
+	a.base[c] += n
 }
 
 // blamed is byKernel by kernel name ("model/layer").
