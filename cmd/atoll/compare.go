@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,27 +97,23 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 
 // writePlot draws the CDFs to path, the format taken from its extension.
 func writePlot(path string, rs []*bench.Report) error {
-	format := strings.TrimPrefix(filepath.Ext(path), ".")
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := bench.PlotCDF(f, rs, format); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	return f.Close()
+	return drawTo(path, func(w io.Writer, format string) error { return bench.PlotCDF(w, rs, format) })
 }
 
 // writeMatrixPlot draws the matrix's overhead-vs-BE plot to path.
 func writeMatrixPlot(path string, cells []*bench.MatrixCell) error {
+	return drawTo(path, func(w io.Writer, format string) error { return bench.PlotMatrix(w, cells, format) })
+}
+
+// drawTo creates path and draws into it in the format its extension names;
+// a failed drawing leaves no file.
+func drawTo(path string, draw func(w io.Writer, format string) error) error {
 	format := strings.TrimPrefix(filepath.Ext(path), ".")
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := bench.PlotMatrix(f, cells, format); err != nil {
+	if err := draw(f, format); err != nil {
 		f.Close()
 		os.Remove(path)
 		return err
