@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -64,6 +65,28 @@ func TestResultsDocIsGenerated(t *testing.T) {
 		got := strings.ReplaceAll(out.String(), "../../", "")
 		if got != block {
 			t.Errorf("%s is not what 'atoll %s' prints now; regenerate it (make docs)", tc.doc, strings.Join(tc.args, " "))
+		}
+	}
+}
+
+// TestDocsNameExistingFiles: every repository file that docs/architecture.md,
+// docs/results.md, docs/fidelity.md and README.md name (a path with a
+// directory and an extension) exists, so the walk-throughs stay true when
+// code moves.
+func TestDocsNameExistingFiles(t *testing.T) {
+	path := regexp.MustCompile(`\b(?:[a-z0-9_.-]+/)+[a-zA-Z0-9_.-]+\.(?:go|cu|yaml|sh|py|md|png|txt)\b`)
+	for _, doc := range []string{"docs/architecture.md", "docs/results.md", "docs/fidelity.md", "README.md"} {
+		data, err := os.ReadFile("../../" + doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range path.FindAllString(string(data), -1) {
+			name := strings.TrimPrefix(p, "../") // docs/ link to the root with ../
+			if _, err := os.Stat("../../" + name); err != nil {
+				if _, err2 := os.Stat("../../docs/" + name); err2 != nil {
+					t.Errorf("%s names %s, which does not exist", doc, p)
+				}
+			}
 		}
 	}
 }
