@@ -1,0 +1,317 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"atoll/gpu"
+)
+
+// Wait spins until the device clock reaches until, a recorded event completes
+// or a HostWord changes, yielding the processor between polls
+// (runtime.Gosched): the scheduler's goroutine keeps a core busy while work
+// is in flight, which is the price of seeing completions within
+// microseconds. With no event pending it sleeps until sleepMargin before
+// the deadline.
+func (d *Device) Wait(ctx context.Context, until time.Duration) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	start := d.Now()
+	if until <= start {
+		return nil
+	}
+	// Keep every context's clock base under a second old (see rebase).
+	for c := range d.ctxs {
+		if start-d.ctxs[c].baseAt > time.Second {
+			d.rebase(int32(c))
+		}
+	}
+	words := *d.words.Load()
+	d.snap = d.snap[:0]
+	for _, w := range words[1:] {
+		d.snap = append(d.snap, atomic.LoadUint32(w))
+	}
+	for {
+		done, err := d.pollPending()
+		if err != nil || done {
+			return err
+		}
+		for i, w := range words[1:] {
+			if atomic.LoadUint32(w) != d.snap[i] {
+				return nil
+			}
+		}
+		now := d.Now()
+		if now >= until {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// With work in flight, spin: a completion must be seen within
+		// microseconds, and sleeps on a VM end up to ~1 ms late (measured
+		// by the physics probe, docs/physics.md). With nothing recorded
+		// there is nothing to miss, so sleep until sleepMargin before the
+		// deadline and spin the rest.
+		if d.npending == 0 && until-now > 2*sleepMargin {
+			time.Sleep(until - now - sleepMargin)
+		} else {
+			runtime.Gosched()
+		}
+	}
+}
+
+// sleepMargin is how long before a deadline an idle Wait stops sleeping
+// and spins, covering the lateness of timer wake-ups seen on the GPU VMs.
+const sleepMargin = 1500 * time.Microsecond
+
+// pollPending queries the recorded, not yet completed events and drops the
+// completed ones; it reports whether any completed.
+func (d *Device) pollPending() (bool, error) {
+	any := false
+	for st, q := range d.pending {
+		n := 0
+		for ; n < len(q); n++ {
+			ev := &d.events[q[n]]
+			if !ev.live || !ev.pending {
+				continue
+			}
+			ok, err := d.query(ev)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				break // later events of the stream complete later
+			}
+			any = true
+		}
+		if n > 0 {
+			d.npending -= n
+			if n == len(q) {
+				delete(d.pending, st)
+			} else {
+				d.pending[st] = append(q[:0], q[n:]...)
+			}
+		}
+	}
+	return any, nil
+}
+
+// NewEvent makes an event. Its CUDA events are created per context on first
+// Record there, with timing enabled.
+func (d *Device) NewEvent() (gpu.Event, error) {
+	if err := d.live(); err != nil {
+		return 0, err
+	}
+	ev := eventRec{ctx: -1, live: true}
+	h, err := d.newNative(0)
+	if err != nil {
+		return 0, err
+	}
+	ev.native[0] = h
+	d.events = append(d.events, ev)
+	return gpu.Event(len(d.events) - 1), nil
+}
+
+func (d *Device) newNative(c int32) (uintptr, error) {
+	if err := d.use(c); err != nil {
+		return 0, err
+	}
+	var h uintptr
+	err := check("cuEventCreate", d.drv.call(d.drv.cuEventCreate, uintptr(unsafe.Pointer(&h)), cuEventDefault))
+	return h, err
+}
+
+func (d *Device) event(e gpu.Event) (*eventRec, error) {
+	if e <= 0 || int(e) >= len(d.events) || !d.events[e].live {
+		return nil, fmt.Errorf("%w: cuda: event %d", gpu.ErrInvalidHandle, e)
+	}
+	return &d.events[e], nil
+}
+
+// DestroyEvent destroys e.
+func (d *Device) DestroyEvent(e gpu.Event) error {
+	ev, err := d.event(e)
+	if err != nil {
+		return err
+	}
+	ev.live = false
+	var first error
+	for c, h := range ev.native {
+		if h == 0 {
+			continue
+		}
+		if err := d.use(int32(c)); err != nil && first == nil {
+			first = err
+		}
+		if err := check("cuEventDestroy_v2", d.fast(d.drv.cuEventDestroy, h)); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Record places e in s.
+func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
+	ev, err := d.event(e)
+	if err != nil {
+		return err
+	}
+	st, err := d.stream(s)
+	if err != nil {
+		return err
+	}
+	c := st.ctx
+	if ev.native[c] == 0 {
+		h, err := d.newNative(c)
+		if err != nil {
+			return err
+		}
+		ev.native[c] = h
+	}
+	if err := d.use(c); err != nil {
+		return err
+	}
+	if err := check("cuEventRecord", d.fast(d.drv.cuEventRecord, ev.native[c], st.h)); err != nil {
+		return err
+	}
+	ev.ctx = c
+	if !ev.pending {
+		ev.pending = true
+		d.pending[s] = append(d.pending[s], e)
+		d.npending++
+	}
+	return nil
+}
+
+func (d *Device) query(ev *eventRec) (bool, error) {
+	if ev.ctx < 0 {
+		return false, nil
+	}
+	if err := d.use(ev.ctx); err != nil {
+		return false, err
+	}
+	switch r := d.fast(d.drv.cuEventQuery, ev.native[ev.ctx]); r {
+	case resultSuccess:
+		ev.pending = false // seen: Wait need not report it again
+		return true, nil
+	case resultNotReady:
+		return false, nil
+	default:
+		return false, check("cuEventQuery", r)
+	}
+}
+
+// Query reports whether e has completed. An event never recorded has not.
+func (d *Device) Query(e gpu.Event) (bool, error) {
+	ev, err := d.event(e)
+	if err != nil {
+		return false, err
+	}
+	return d.query(ev)
+}
+
+// Time is the device-clock time at which e completed: the time of its
+// context's base event plus cuEventElapsedTime(base, e). Resolution is that of
+// CUDA event timestamps (about 0.5 µs); the offset to the host clock is
+// uncertain by ClockUncertainty.
+func (d *Device) Time(e gpu.Event) (time.Duration, error) {
+	ev, err := d.event(e)
+	if err != nil {
+		return 0, err
+	}
+	ok, err := d.query(ev)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: cuda: event %d has not completed", gpu.ErrNotReady, e)
+	}
+	cr := &d.ctxs[ev.ctx]
+	t, err := d.since(cr, ev.native[ev.ctx])
+	if err != nil {
+		return 0, err
+	}
+	if t-cr.baseAt > time.Second {
+		d.rebase(ev.ctx)
+	}
+	return t, nil
+}
+
+// since is the device-clock time of completed event h of context cr.
+func (d *Device) since(cr *ctxRec, h uintptr) (time.Duration, error) {
+	if err := check("cuEventElapsedTime", d.fast(d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&d.cm.ms)), cr.base, h)); err != nil {
+		return 0, err
+	}
+	return cr.baseAt + time.Duration(float64(d.cm.ms)*1e6), nil
+}
+
+// rebase keeps elapsed times short: cuEventElapsedTime returns float32
+// milliseconds, whose resolution decays with distance from the base (61 ns at
+// 1 s, 62 µs at 1000 s). Once the base is over a second old a new base event
+// is recorded; when it has completed its time is derived from the old base
+// and it replaces it.
+func (d *Device) rebase(c int32) {
+	cr := &d.ctxs[c]
+	if d.use(c) != nil {
+		return
+	}
+	if !cr.nextRec {
+		t1 := d.Now()
+		if d.fast(d.drv.cuEventRecord, cr.next, cr.copyStr) != resultSuccess {
+			return
+		}
+		cr.nextRec, cr.nextHost = true, -1
+		// The copy stream is idle between uploads: the event completes
+		// within microseconds, and then its host time is known.
+		for d.Now()-t1 < hostAnchor {
+			if d.fast(d.drv.cuEventQuery, cr.next) == resultSuccess {
+				t2 := d.Now()
+				cr.nextHost = t1 + (t2-t1)/2
+				break
+			}
+		}
+		if cr.nextHost < 0 {
+			return
+		}
+	}
+	if d.fast(d.drv.cuEventQuery, cr.next) != resultSuccess {
+		return
+	}
+	at, err := d.since(cr, cr.next)
+	if err != nil {
+		return
+	}
+	// Steer the GPU-derived clock toward the host's: events are timed by
+	// the GPU's timer, arrivals and launches by the host's, and the two
+	// drift apart (tens of ppm); unsteered, latencies drifted by about a
+	// millisecond a minute on an H100. A step is bounded, so event times
+	// move by at most maxSteer across one rebase.
+	if cr.nextHost >= 0 {
+		step := min(max(cr.nextHost-at, -maxSteer), maxSteer)
+		at += step
+		d.steered += step.Abs()
+		d.maxStep = max(d.maxStep, step.Abs())
+	}
+	cr.base, cr.next = cr.next, cr.base
+	cr.baseAt = at
+	cr.nextRec = false
+}
+
+// hostAnchor is how long rebase spins for its event to complete (so that
+// its host time is known to within half of it), and maxSteer the largest
+// correction of the GPU-derived clock toward the host's at one rebase
+// (about one a second: 200 ppm).
+const (
+	hostAnchor = 20 * time.Microsecond
+	maxSteer   = 200 * time.Microsecond
+)
+
+// ClockSteering reports how far rebases have moved the event clock toward
+// the host clock in total, and the largest single step.
+func (d *Device) ClockSteering() (total, maxStep time.Duration) { return d.steered, d.maxStep }

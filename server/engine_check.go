@@ -1,0 +1,163 @@
+package server
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"atoll/kernels"
+	"atoll/models"
+)
+
+func engDatatype(d kernels.DType) string {
+	switch d {
+	case kernels.F32:
+		return "FP32"
+	case kernels.F16:
+		return "FP16"
+	case kernels.BF16:
+		return "BF16"
+	case kernels.I32:
+		return "INT32"
+	}
+	return strings.ToUpper(d.String())
+}
+
+func engShape(s []int) []int64 {
+	out := make([]int64, len(s))
+	for i, d := range s {
+		out[i] = int64(d)
+	}
+	return out
+}
+
+// engIntRange is the exclusive bound of an integer input: the vocabulary
+// of the gather that reads it, or the classes of the loss.
+func engIntRange(g *models.Graph, name string) int {
+	for _, l := range g.Layers {
+		if !slices.Contains(l.In, name) {
+			continue
+		}
+		switch o := l.Op.(type) {
+		case kernels.Gather:
+			return o.Vocab
+		case kernels.Reduce:
+			return o.Cols
+		}
+	}
+	return math.MaxInt32
+}
+
+// check validates req's inputs against the model and builds the input
+// bundle.
+func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
+	b := &models.Bundle{}
+	seen := map[string]bool{}
+	for _, t := range req.Inputs {
+		ti, ok := engFind(m.info.Inputs, t.Name)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s has no input %q; its inputs are %s", ErrBadInput, m.info.Name, t.Name, engNames(m.info.Inputs))
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("%w: input %q given twice", ErrBadInput, t.Name)
+		}
+		seen[t.Name] = true
+		if t.Datatype != ti.Datatype {
+			return nil, fmt.Errorf("%w: input %q is %s, not %s", ErrBadInput, t.Name, ti.Datatype, t.Datatype)
+		}
+		if !slices.Equal(t.Shape, ti.Shape) {
+			return nil, fmt.Errorf("%w: input %q has shape %v; %s takes %v (batch %d)", ErrBadInput, t.Name, t.Shape, m.info.Name, ti.Shape, m.graph.Batch)
+		}
+		n := 1
+		for _, d := range ti.Shape {
+			n *= int(d)
+		}
+		gt, _ := m.graph.Tensor(t.Name)
+		if t.Raw != nil {
+			d, err := m.checkRaw(t, gt, n)
+			if err != nil {
+				return nil, err
+			}
+			b.Add(d)
+			continue
+		}
+		if len(t.Data) != n {
+			return nil, fmt.Errorf("%w: input %q has %d values; shape %v needs %d", ErrBadInput, t.Name, len(t.Data), ti.Shape, n)
+		}
+		if bound, isInt := m.intMax[t.Name]; isInt {
+			for i, v := range t.Data {
+				if v != math.Trunc(v) || v < 0 || v >= float64(bound) {
+					return nil, fmt.Errorf("%w: input %q value %d is %v; it must be an integer in [0, %d)", ErrBadInput, t.Name, i, v, bound)
+				}
+			}
+		} else {
+			for i, v := range t.Data {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					return nil, fmt.Errorf("%w: input %q value %d is %v; send finite numbers", ErrBadInput, t.Name, i, v)
+				}
+			}
+		}
+		b.Add(models.NewData(t.Name, gt.DType, gt.Shape, t.Data))
+	}
+	for _, ti := range m.info.Inputs {
+		if !seen[ti.Name] {
+			return nil, fmt.Errorf("%w: input %q (%s %v) is missing", ErrBadInput, ti.Name, ti.Datatype, ti.Shape)
+		}
+	}
+	for _, o := range req.Outputs {
+		if _, ok := engFind(m.info.Outputs, o); !ok {
+			return nil, fmt.Errorf("%w: %s has no output %q; its outputs are %s", ErrBadInput, m.info.Name, o, engNames(m.info.Outputs))
+		}
+	}
+	return b, nil
+}
+
+// AcceptsRaw implements RawInputs: check takes raw inputs in the model
+// input's storage type and the bundle keeps their bytes.
+func (e *engineImpl) AcceptsRaw() bool { return true }
+
+// checkRaw is check for an input that came as raw bytes in the model
+// input's datatype (Tensor.Raw, the raw fast path): the values are checked
+// on their bit patterns (finite floats; integer inputs in [0, bound)) with
+// the messages the decoding path gives, and the bundle takes the bytes as
+// they are (they are what the device gets; the simulator's CPU reference
+// decodes them itself, engReference). The caller has matched the name,
+// datatype and shape.
+func (m *engModel) checkRaw(t Tensor, gt models.Tensor, n int) (*models.Data, error) {
+	size := gt.DType.Size()
+	if len(t.Raw) != n*size {
+		return nil, fmt.Errorf("%w: input %q has %d bytes; shape %v of %s needs %d × %d = %d", ErrBadInput, t.Name, len(t.Raw), t.Shape, t.Datatype, n, size, n*size)
+	}
+	if bound, isInt := m.intMax[t.Name]; isInt {
+		if i := firstOutOfRange(t.Raw, bound); i >= 0 {
+			return nil, fmt.Errorf("%w: input %q value %d is %v; it must be an integer in [0, %d)", ErrBadInput, t.Name, i, rawValue(t.Datatype, t.Raw, i), bound)
+		}
+	} else if i := firstNonFinite(t.Datatype, t.Raw); i >= 0 {
+		// The decoding path's words (decodeRaw, via badInput).
+		return nil, badInput("input %q: %v", t.Name, nonFinite(i, rawValue(t.Datatype, t.Raw, i)))
+	}
+	d, err := models.DataFromRaw(t.Name, gt.DType, gt.Shape, t.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: input %q: %w", ErrBadInput, t.Name, err)
+	}
+	return d, nil
+}
+
+func engFind(ts []TensorInfo, name string) (TensorInfo, bool) {
+	for _, t := range ts {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return TensorInfo{}, false
+}
+
+func engNames(ts []TensorInfo) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = strconv.Quote(t.Name)
+	}
+	return strings.Join(s, ", ")
+}

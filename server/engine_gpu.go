@@ -1,0 +1,110 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+
+	"atoll/gpu"
+	"atoll/gpu/cuda"
+	"atoll/kernels"
+	"atoll/models"
+	"atoll/models/run"
+	"atoll/profiles"
+	"atoll/sched"
+)
+
+// engOnlyBatch is the batch of the only embedded profile of zoo on gpuName
+// (0 when there are none or several: Lookup then says what exists).
+func engOnlyBatch(gpuName, zoo string) int {
+	b := 0
+	for _, en := range profiles.List() {
+		if en.Model == zoo && strings.EqualFold(en.GPU, gpuName) {
+			if b != 0 {
+				return 0
+			}
+			b = en.Batch
+		}
+	}
+	return b
+}
+
+// cudaGPUName is the name of CUDA device ordinal (NVML's inventory where
+// it answers, else the driver's, opening the device briefly). Tests
+// replace it.
+var cudaGPUName = func(ordinal int) (string, error) {
+	if inv, err := cuda.Inventory(); err == nil && ordinal < len(inv) {
+		return inv[ordinal].Name, nil
+	}
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	return dev.Info().Name, nil
+}
+
+// bindInstances runs in the owner goroutine once the device is open: it
+// loads an instance per client (HP and BE request instances of each
+// served model, and one per job model) and binds them. Layers the kernel
+// library runs only through a substitute (ResNet's NHWC global average
+// pool) are bound to it (run.Options.Substitute); a model with a layer no
+// kernel runs is refused, naming the layer.
+func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, error) {
+	lib := kernels.New(dev)
+	load := func(g *models.Graph) (*run.Instance, error) {
+		in, err := run.NewWith(dev, lib, g, models.InitWeights(g, seed), models.InitInputs(g, seed), run.Options{Substitute: true})
+		if err != nil {
+			return nil, fmt.Errorf("load %s bs%d: %w", g.Model, g.Batch, err)
+		}
+		if in.Runnable() < len(g.Layers) {
+			err := in.Err(in.Runnable())
+			_ = in.Close()
+			return nil, fmt.Errorf("%w: %s bs%d cannot run on the device from layer %d (serve another model, or use the simulator): %w", ErrConfig, g.Model, g.Batch, in.Runnable(), err)
+		}
+		return in, nil
+	}
+	hp := make([]*run.Instance, e.hpClients)
+	var be []*run.Instance
+	for _, m := range e.models {
+		var err error
+		if m.hpInst, err = load(m.graph); err != nil {
+			return nil, err
+		}
+		hp[m.hp] = m.hpInst
+		if m.beInst, err = load(m.graph); err != nil {
+			return nil, err
+		}
+		be = append(be, nil)
+		be[m.be] = m.beInst
+	}
+	for _, j := range e.jobsM {
+		zm, _ := models.Get(j.zoo)
+		g, err := zm.Graph(j.batch)
+		if err != nil {
+			return nil, err
+		}
+		if j.inst, err = load(g); err != nil {
+			return nil, err
+		}
+		for len(be) <= j.be {
+			be = append(be, nil)
+		}
+		be[j.be] = j.inst
+	}
+	return run.NewBinder(lib, hp, be)
+}
+
+func (e *engineImpl) releaseCUDA() {
+	for _, m := range e.models {
+		for _, in := range []*run.Instance{m.hpInst, m.beInst} {
+			if in != nil {
+				_ = in.Close()
+			}
+		}
+	}
+	for _, j := range e.jobsM {
+		if j.inst != nil {
+			_ = j.inst.Close()
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package server
+
+import (
+	"fmt"
+
+	"atoll/models"
+)
+
+func (e *engineImpl) refWorker() {
+	defer e.workers.Done()
+	for r := range e.refQ {
+		r.out, r.err = engReference(r.call)
+		close(r.done)
+	}
+}
+
+// engReference computes a request's outputs on the CPU (simulator). It is
+// the only place request inputs become float64 on the raw fast path:
+// models.Reference decodes the bundle's bytes (Data.Values) itself.
+func engReference(c *engCall) (out []float64, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: CPU reference of %s panicked: %v", ErrInternal, c.m.info.Name, p)
+		}
+	}()
+	acts, err := models.Reference(c.m.graph, c.m.weights, c.inputs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CPU reference of %s: %w", ErrInternal, c.m.info.Name, err)
+	}
+	return acts[c.m.graph.Output], nil
+}
+
+func (e *engineImpl) stopWorkers() {
+	e.stopRef.Do(func() {
+		e.refMu.Lock()
+		e.refDone = true
+		if e.refQ != nil {
+			close(e.refQ)
+		}
+		e.refMu.Unlock()
+	})
+	e.workers.Wait()
+}
