@@ -90,3 +90,23 @@ func TestDocsNameExistingFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestMatrixCIFile: the committed small matrix runs on the simulator end to
+// end through the CLI, and 'atoll compare' reads its directory back.
+func TestMatrixCIFile(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	e := &env{stdout: &out, stderr: &errb}
+	if code := run(context.Background(), e, []string{"matrix", "--quiet", "--out", dir, "../../bench/matrix/ci.yaml"}); code != 0 {
+		t.Fatalf("atoll matrix: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"### resnet50-train", "### bert-vgg19-bursty", "| atoll |", "Delay by cause"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("matrix output lacks %q", want)
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), e, []string{"compare", dir}); code != 0 || !strings.Contains(out.String(), "dedicated re-run") {
+		t.Errorf("atoll compare DIR: exit %d: %s", code, errb.String())
+	}
+}
