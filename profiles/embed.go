@@ -25,17 +25,26 @@ type Entry struct {
 	Model string // zoo name, e.g. "resnet50" or "resnet50-train"
 	Batch int
 	Phase string // PhaseInference or PhaseTraining
-	Path  string // inside the embedded tree, e.g. "H100-SXM/resnet50-bs1.json"
+	Path  string // inside the embedded tree, e.g. "H100-SXM/resnet50-bs1.json", or the store's file
+	// Stored: the profile is in the store (StoreDir), where it takes
+	// precedence over an embedded one of the same GPU, model and batch.
+	Stored bool
 }
 
 func (e Entry) String() string { return fmt.Sprintf("%s/%s-bs%d", e.GPU, e.Model, e.Batch) }
 
-// List returns the embedded profiles sorted by GPU, model and batch.
+// List returns the profiles a lookup can find — the store's and the
+// embedded ones, a stored profile in place of an embedded one of the same
+// name — sorted by GPU, model and batch.
 func List() []Entry {
-	var out []Entry
+	out := storeEntries()
+	stored := map[string]bool{}
+	for _, e := range out {
+		stored[e.String()] = true
+	}
 	paths, _ := fs.Glob(embedded, "*/*.json")
 	for _, p := range paths {
-		if e, ok := parseEntry(p); ok {
+		if e, ok := parseEntry(p); ok && !stored[e.String()] {
 			out = append(out, e)
 		}
 	}
@@ -84,7 +93,14 @@ func FileName(gpuName, model string, batch int) string {
 	return fmt.Sprintf("%s/%s-bs%d.json", gpuName, model, batch)
 }
 
-// Lookup parses the embedded profile for a GPU (spec or driver name), model,
+func storeText() string {
+	if d := StoreDir(); d != "" {
+		return d
+	}
+	return "(none)"
+}
+
+// Lookup parses the profile (the store's, else the embedded one) for a GPU (spec or driver name), model,
 // batch size and phase. model is a zoo name; a training profile can be named
 // either by its zoo name ("resnet50-train") or by the architecture with
 // phase PhaseTraining ("resnet50", "training"). An empty phase means the one
@@ -108,14 +124,22 @@ func Lookup(gpuName, model string, batch int, phase string) (*Profile, error) {
 		return nil, fmt.Errorf("%w: unknown phase %q (want %q or %q)", ErrNotFound, phase, PhaseInference, PhaseTraining)
 	}
 	file := FileName(spec.Name, name, batch)
+	if strings.ContainsAny(name, `/\`) || strings.Contains(name, "..") {
+		return nil, fmt.Errorf("%w: model name %q is not a zoo name", ErrNotFound, model)
+	}
+	if data, path, ok, err := readStore(file); err != nil {
+		return nil, fmt.Errorf("profile store: %w", err)
+	} else if ok {
+		return parse(bytes.NewReader(data), path)
+	}
 	data, err := embedded.ReadFile(file)
 	if err != nil {
 		var have []string
 		for _, e := range List() {
 			have = append(have, e.String())
 		}
-		return nil, fmt.Errorf("%w for %s (looked for %s); embedded: %s; make one with `atoll profile`",
-			ErrNotFound, strings.TrimSuffix(file, ".json"), file, strings.Join(have, ", "))
+		return nil, fmt.Errorf("%w for %s (looked for %s in the store %s and the embedded set); have: %s; make one with `atoll profile --model %s --batch %d`",
+			ErrNotFound, strings.TrimSuffix(file, ".json"), file, storeText(), strings.Join(have, ", "), name, batch)
 	}
 	return parse(bytes.NewReader(data), file)
 }

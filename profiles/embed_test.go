@@ -77,14 +77,14 @@ func TestLookup(t *testing.T) {
 		phase      string
 		want       string
 	}{
-		{"H100-SXM", "resnet50", 3, "", "embedded: "},
+		{"H100-SXM", "resnet50", 3, "", "have: "},
 		{"H100-SXM", "resnet50", 3, "", "H100-SXM/resnet50-bs1"},
 		{"A100-SXM", "resnet50", 1, "", "looked for A100-SXM/resnet50-bs1.json"},
 		{"H200", "resnet50-train", 8, "", "looked for H200/resnet50-train-bs8.json"},
 		{"B200", "resnet50", 1, "", `unknown GPU "B200"`},
 		{"H100-SXM", "resnet50", 1, "serving", `unknown phase "serving"`},
 		{"H100-SXM", "resnet50-train", 32, profiles.PhaseInference, "is a training step"},
-		{"H100-SXM", "../resnet50", 1, "", "embedded: "},
+		{"H100-SXM", "../resnet50", 1, "", "not a zoo name"},
 	} {
 		_, err := profiles.Lookup(tc.gpu, tc.model, tc.batch, tc.phase)
 		if !errors.Is(err, profiles.ErrNotFound) || !strings.Contains(err.Error(), tc.want) {

@@ -6,10 +6,21 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"atoll/profiles"
 )
 
 // TestMain lets testscript run the atoll command in-process as "atoll".
+// Every test sees an empty profile store of its own (never the user's).
 func TestMain(m *testing.M) {
+	if os.Getenv(profiles.StoreEnv) == "" {
+		dir, err := os.MkdirTemp("", "atoll-profiles-")
+		if err != nil {
+			panic(err)
+		}
+		os.Setenv(profiles.StoreEnv, dir)
+		defer os.RemoveAll(dir)
+	}
 	testscript.Main(m, map[string]func(){
 		"atoll": func() {
 			os.Exit(run(context.Background(), &env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
@@ -20,5 +31,8 @@ func TestMain(m *testing.M) {
 // TestScripts runs the CLI's behaviour scripts in testdata/script: what a
 // user types and what they must see, bad input included.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{Dir: "testdata/script"})
+	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: func(e *testscript.Env) error {
+		e.Setenv(profiles.StoreEnv, e.WorkDir+"/store")
+		return nil
+	}})
 }

@@ -25,8 +25,11 @@ import (
 const profileHelp = `
 Usage: atoll profile --model NAME [--batch N] [flags]
 
-Runs a zoo model alone on the GPU and writes its per-kernel profile to
-profiles/<gpu>/<model>-bs<N>.json (or --out): warm-up passes, then timed
+Runs a zoo model alone on the GPU and writes its per-kernel profile to the
+profile store, <store>/<gpu>/<model>-bs<N>.json (or --out), where demo,
+bench, matrix and serve find it at once, before the profiles built into
+atoll: the store is $ATOLL_PROFILES, else atoll/profiles in the user's cache
+directory ('atoll models' lists what it holds). Warm-up passes, then timed
 passes with a CUDA event between every two launches; per kernel the
 median duration and its spread (p90 - p10), launch shape, registers and
 shared memory from the driver, FLOPs and bytes, achieved compute and
@@ -34,27 +37,27 @@ memory % of peaks measured on this GPU first, class, SMs needed, and the
 duration at 8, 16, 33, 66 and all SMs (what padding needs). See
 docs/profiles.md, "Measuring".
 
-A measured profile is never overwritten without --force. Models with a
-layer the kernel library cannot run are refused, naming the layer;
---substitute binds such layers (e.g. the global average pool) to an
-equivalent library kernel and records that in the profile's notes.
+A measured profile is never overwritten without --force. A layer the
+kernel library cannot run is bound to an equivalent library kernel (e.g. the
+global average pool to an average pool) and named in the profile's notes;
+--substitute=false refuses such a model instead, naming the layer.
 
 --backend sim runs the same code on the simulator (for tests): its
 durations are the estimated profile's, it is marked "estimated" with a
-"simulated" note, needs --out, and is never written over a measured
-profile.
+"simulated" note, needs --out (a simulated profile in the store would take
+the place of a measured one), and is never written over a measured profile.
 
 Nsight Compute: --print-ncu-command prints the ncu command that collects
 one pass of the model; --ncu FILE imports that CSV over the measured
 durations and % columns (each row matched to its kernel by order and name).
 
 Examples:
-  atoll profile --model resnet50 --batch 1
+  atoll profile --model resnet50 --batch 4             # then: atoll demo --hp resnet50 --hp-batch 4 --backend cuda
   atoll profile --model vgg19 --runs 50 --out /tmp/vgg19.json
-  atoll profile --model resnet50 --substitute --force
-  atoll profile --model resnet50 --substitute --print-ncu-command
-  atoll profile --model resnet50 --substitute --ncu resnet50-bs1.ncu.csv
-  atoll profile --model resnet50 --substitute --backend sim --out /tmp/r50.json
+  atoll profile --model resnet50 --force
+  atoll profile --model resnet50 --print-ncu-command
+  atoll profile --model resnet50 --ncu resnet50-bs1.ncu.csv
+  atoll profile --model resnet50 --backend sim --out /tmp/r50.json
 `
 
 func init() {
@@ -68,14 +71,14 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 	backend := fs.String("backend", "cuda", "cuda (the GPU) or sim (the simulator; for tests)")
 	simGPU := fs.String("gpu", gpu.H100SXM.Name, "--backend sim: the simulated GPU")
 	ordinal := fs.Int("device", 0, "GPU ordinal")
-	out := fs.String("out", "", "write the profile here (default profiles/<gpu>/<model>-bs<N>.json)")
+	out := fs.String("out", "", "write the profile here (default: the profile store, <store>/<gpu>/<model>-bs<N>.json; see above)")
 	force := fs.Bool("force", false, "overwrite a measured profile")
 	var o profiler.MeasureOptions
 	fs.IntVar(&o.Warmup, "warmup", profiler.DefaultWarmup, "warm-up passes")
 	fs.IntVar(&o.Runs, "runs", profiler.DefaultRuns, "timed passes")
 	fs.BoolVar(&o.NoScaling, "no-scaling", false, "skip the duration-against-SM-share measurement")
 	fs.IntVar(&o.ScalingRuns, "scaling-runs", profiler.DefaultScalingRuns, "timed launches per SM share")
-	fs.BoolVar(&o.Substitute, "substitute", false, "bind layers the kernel library lacks to an equivalent kernel (recorded in the notes)")
+	fs.BoolVar(&o.Substitute, "substitute", true, "bind layers the kernel library lacks to an equivalent kernel (recorded in the notes); false refuses such models")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the weights and inputs")
 	ncu := fs.String("ncu", "", "import this Nsight Compute CSV over the durations and % columns")
 	printNCU := fs.Bool("print-ncu-command", false, "print the ncu command that collects the CSV for --ncu, and exit")
@@ -145,7 +148,12 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 		}
 		path := *out
 		if path == "" {
-			path = filepath.Join("profiles", filepath.FromSlash(profiles.FileName(spec.Name, m.Name(), *batch)))
+			if path = profiles.StorePath(spec.Name, m.Name(), *batch); path == "" {
+				return fmt.Errorf("no profile store (no user cache directory): set %s to a directory, or pass --out", profiles.StoreEnv)
+			}
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return fmt.Errorf("profile store: %w", err)
+			}
 		}
 		simulated := info.Backend == "sim"
 		if err := mayWrite(path, *force, simulated); err != nil {
@@ -164,7 +172,7 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 	switch *backend {
 	case "sim":
 		if *out == "" && !*ncuPass {
-			return errors.New("--backend sim needs --out: a simulated profile must not land in profiles/ (where measured and committed estimated profiles live)")
+			return errors.New("--backend sim needs --out: a simulated profile must not land in the profile store, where it would take the place of a measured one (e.g. --out /tmp/" + m.Name() + ".json)")
 		}
 		spec, err := gpu.LookupSpec(*simGPU)
 		if err != nil {

@@ -1,0 +1,62 @@
+package profiles_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"atoll/profiles"
+)
+
+// TestStoreTakesPrecedence: a profile in the store (ATOLL_PROFILES) is
+// found by Lookup and listed, in place of the embedded one of the same
+// name, and a new batch size needs no rebuild.
+func TestStoreTakesPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(profiles.StoreEnv, dir)
+	if profiles.StoreDir() != dir {
+		t.Fatalf("StoreDir %q, want %q", profiles.StoreDir(), dir)
+	}
+	emb, err := profiles.Lookup("H100-SXM", "mobilenetv2", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join("H100-SXM", "mobilenetv2-bs1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same profile as batch 4 (a made-up file: only its name and
+	// batch field differ), and batch 1 with a marker in its notes.
+	bs4 := strings.Replace(string(data), `"batch": 1,`, `"batch": 4,`, 1)
+	for name, text := range map[string]string{"mobilenetv2-bs4.json": bs4, "mobilenetv2-bs1.json": string(data)} {
+		p := filepath.Join(dir, "H100-SXM", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p4, err := profiles.Lookup("H100-SXM", "mobilenetv2", 4, "")
+	if err != nil || p4.Batch != 4 || len(p4.Kernels) != len(emb.Kernels) {
+		t.Fatalf("stored bs4: %v %+v", err, p4)
+	}
+	stored := 0
+	names := map[string]int{}
+	for _, e := range profiles.List() {
+		names[e.String()]++
+		if e.Stored {
+			stored++
+		}
+	}
+	if stored != 2 || names["H100-SXM/mobilenetv2-bs1"] != 1 || names["H100-SXM/mobilenetv2-bs4"] != 1 {
+		t.Errorf("List: %d stored, names %v", stored, names)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "H100-SXM", "mobilenetv2-bs1.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := profiles.Lookup("H100-SXM", "mobilenetv2", 1, ""); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Errorf("a broken stored profile: %v, want an error naming its path", err)
+	}
+}
