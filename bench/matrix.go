@@ -214,8 +214,11 @@ type CellResult struct {
 	// the second runs with the set frozen for the measured runs.
 	WarmupUnpadded []int `json:"warmupUnpadded,omitempty"`
 	// Pairs says how many pair compiles finished before the set froze.
-	Pairs   string  `json:"pairs,omitempty"`
-	WallSec float64 `json:"wallSec"`
+	Pairs string `json:"pairs,omitempty"`
+	// HostJitter is how late 2,000 sleeps of 100 µs woke up just before
+	// the cell measured (µs): a stalling host shows here first.
+	HostJitter *Latency `json:"hostJitterUs,omitempty"`
+	WallSec    float64  `json:"wallSec"`
 }
 
 // MatrixEnv is what RunMatrix needs from its caller.
@@ -302,13 +305,18 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 
 	// A first solo pass warms HP's kernels and the clocks; it is not kept.
 	say("warming up")
-	solo0, _, err := soloLatency(ctx, c)
+	solo0, info0, err := soloLatency(ctx, c)
 	if err != nil {
 		return fmt.Errorf("solo latency: %w", err)
 	}
 	rate0 := cell.Load / solo0.Seconds()
 	if err := m.warmPolicies(ctx, c, rate0, res); err != nil {
 		return err
+	}
+	if info0.Backend != "sim" { // simulated time does not wait for the host
+		hj := HostJitter(2000, 100*time.Microsecond)
+		res.HostJitter = &hj
+		say("host wake-up lateness p99 %.0f µs, max %.0f µs", hj.P99, hj.Max)
 	}
 	say("solo latency ×%d", m.SoloRepeats)
 	var solos []float64
@@ -598,4 +606,19 @@ func ReadMatrixDir(dir string) ([]*MatrixCell, error) {
 		out = append(out, mc)
 	}
 	return out, nil
+}
+
+// HostJitter measures how late the host wakes the measuring goroutine:
+// n sleeps of d, each one's oversleep (µs). A busy or stalling host (other
+// tenants, CPU throttling) delays the scheduler's loop the same way and
+// shows up as `host` delay even in dedicated runs; cells record this
+// before they measure.
+func HostJitter(n int, d time.Duration) Latency {
+	late := make([]time.Duration, n)
+	for i := range late {
+		t := time.Now()
+		time.Sleep(d)
+		late[i] = max(time.Since(t)-d, 0)
+	}
+	return Summarize(late)
 }

@@ -26,6 +26,12 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 			ew.printf(" **Refused:** %s\n\n", res.Refused)
 			continue
 		}
+		if hj := res.HostJitter; hj != nil {
+			ew.printf(" Host wake-up lateness p99 %.0f µs (max %.0f).", hj.P99, hj.Max)
+			if hj.P99 > hostJitterWarnUs {
+				ew.printf(" **The host stalled: every run of this cell is suspect.**")
+			}
+		}
 		for _, r := range mc.Reports {
 			if r.BEAloneItersPerSec > 0 {
 				ew.printf(" BE alone %.1f steps/s.", r.BEAloneItersPerSec)
@@ -80,6 +86,11 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 	}
 	return ew.err
 }
+
+// hostJitterWarnUs is the p99 wake-up lateness above which a cell's
+// host is called stalling: an order of magnitude above what an idle GPU
+// host shows.
+const hostJitterWarnUs = 500
 
 func firstSolo(rs []*Report) float64 {
 	for _, r := range rs {

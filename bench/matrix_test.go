@@ -173,3 +173,10 @@ func TestReadMatrixDirErrors(t *testing.T) {
 		t.Errorf("wrong version: %v", err)
 	}
 }
+
+func TestHostJitter(t *testing.T) {
+	l := HostJitter(50, 50*time.Microsecond)
+	if l.Count != 50 || l.P99 < 0 || l.Max < l.P50 {
+		t.Errorf("HostJitter: %+v", l)
+	}
+}
