@@ -142,9 +142,14 @@ type engModel struct {
 	hp, be   int            // client indices
 	maxQueue int
 	depth    [2]atomic.Int32 // HP, BE accepted and not finished
-	intMax   map[string]int  // integer inputs: exclusive bound
-	hpInst   *run.Instance   // cuda
-	beInst   *run.Instance   // cuda
+	// svc is a moving average of the time each HP request holds the
+	// model for (a request's time in the engine over the requests it found
+	// there, itself included; ns): admission refuses a request predicted
+	// to finish after its deadline (0: nothing measured yet).
+	svc    atomic.Int64
+	intMax map[string]int // integer inputs: exclusive bound
+	hpInst *run.Instance  // cuda
+	beInst *run.Instance  // cuda
 }
 
 type engJobModel struct {
@@ -578,9 +583,14 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 	if class == BE {
 		ci = 1
 	}
-	if int(m.depth[ci].Add(1)) > m.maxQueue {
+	depth := int(m.depth[ci].Add(1))
+	if depth > m.maxQueue {
 		m.depth[ci].Add(-1)
 		return nil, fmt.Errorf("%w: %s has %d %s requests waiting (limit %d)", ErrQueueFull, m.info.Name, m.maxQueue, class, m.maxQueue)
+	}
+	if err := m.admit(ctx, class, depth); err != nil {
+		m.depth[ci].Add(-1)
+		return nil, err
 	}
 	defer m.depth[ci].Add(-1)
 	e.depth.Add(1)
@@ -640,6 +650,11 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 			return nil, ref.err
 		}
 		out = ref.out
+	}
+	if class == HP {
+		// Its time in the engine, shared among the requests it found
+		// there: what each request ahead holds the next one for.
+		m.observe(time.Since(submitted) / time.Duration(depth))
 	}
 	o := m.info.Outputs[0]
 	result := &InferResult{Queue: res.Queue, Service: res.Service, Input: res.Input, Output: res.Output, Delay: res.Causes}
@@ -702,4 +717,34 @@ func (e *engineImpl) Close(ctx context.Context) error {
 		return fmt.Errorf("%w: the scheduler loop stopped with: %w", ErrInternal, err)
 	}
 	return nil
+}
+
+// admit refuses an HP request that, behind the depth−1 requests of its
+// model already accepted, is predicted to finish after ctx's deadline: an
+// explicit 503 now instead of a time-out later.
+func (m *engModel) admit(ctx context.Context, class Class, depth int) error {
+	deadline, ok := ctx.Deadline()
+	svc := time.Duration(m.svc.Load())
+	if class != HP || !ok || svc <= 0 {
+		return nil
+	}
+	if wait := time.Duration(depth) * svc; time.Now().Add(wait).After(deadline) {
+		return fmt.Errorf("%w: %s would finish in about %v (%d requests ahead at %v each), after the request's deadline in %v",
+			ErrQueueFull, m.info.Name, wait.Round(time.Microsecond), depth-1, svc.Round(time.Microsecond), time.Until(deadline).Round(time.Microsecond))
+	}
+	return nil
+}
+
+// observe folds one request's holding time into svc (weight 1/8).
+func (m *engModel) observe(d time.Duration) {
+	for {
+		old := m.svc.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if m.svc.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }

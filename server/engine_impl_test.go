@@ -674,3 +674,52 @@ func TestEngineReopensTheDeviceAfterAFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineRefusesWhatCannotMeetItsDeadline: once a request's service
+// time is known, a request whose predicted completion (the queue ahead ×
+// that time) falls after its deadline is refused at once with
+// ErrQueueFull, and the ones that are admitted finish in time.
+func TestEngineRefusesWhatCannotMeetItsDeadline(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, func(c *server.EngineConfig) {
+		c.Virtual = false
+		c.Models[0].MaxQueue = 64
+	})
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	start := time.Now()
+	r0 := *req
+	if _, err := e.Infer(context.Background(), &r0); err != nil {
+		t.Fatal(err)
+	}
+	one := time.Since(start)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	predicted, ok, late := 0, 0, 0
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 8*one)
+			defer cancel()
+			r := *req
+			_, err := e.Infer(ctx, &r)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, server.ErrQueueFull) && strings.Contains(err.Error(), "deadline"):
+				predicted++
+			case errors.Is(err, context.DeadlineExceeded):
+				late++
+			default:
+				t.Errorf("unexpected: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("one request %v; of 64 at once: %d served, %d refused up front, %d timed out", one, ok, predicted, late)
+	if predicted == 0 || ok == 0 || late >= predicted {
+		t.Errorf("want some served and the overload refused up front rather than timed out: %d served, %d refused, %d timed out", ok, predicted, late)
+	}
+}
