@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -52,6 +53,20 @@ type Client struct {
 	hc      *http.Client
 	tr      *http.Transport
 	timeout time.Duration
+	// msgs keeps the daemon's first error message per HTTP error kind
+	// ("http-400" → "value 0 is -5; ..."), for the report.
+	msgs sync.Map
+}
+
+// Messages returns the daemon's first error message for each HTTP error
+// kind seen so far.
+func (c *Client) Messages() map[string]string {
+	out := map[string]string{}
+	c.msgs.Range(func(k, v any) bool {
+		out[k.(string)] = v.(string)
+		return true
+	})
+	return out
 }
 
 // CheckURL parses a daemon's base URL: http or https, a host, and nothing
@@ -276,11 +291,27 @@ func (c *Client) Infer(ctx context.Context, model string, b *Body, id int) (kind
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		// Drain so the connection is reused.
-		if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody)); err != nil {
+		kind := KindHTTP(resp.StatusCode)
+		// Read it all so the connection is reused; keep the first
+		// message of each kind.
+		var body bytes.Buffer
+		if _, err := body.ReadFrom(io.LimitReader(resp.Body, maxBody)); err != nil {
 			return classifyErr(ctx, rctx, err)
 		}
-		return KindHTTP(resp.StatusCode)
+		if _, seen := c.msgs.Load(kind); !seen {
+			var e struct {
+				Error string `json:"error"`
+			}
+			msg := strings.TrimSpace(body.String())
+			if json.Unmarshal(body.Bytes(), &e) == nil && e.Error != "" {
+				msg = e.Error
+			}
+			if len(msg) > 300 {
+				msg = msg[:300] + "…"
+			}
+			c.msgs.LoadOrStore(kind, msg)
+		}
+		return kind
 	}
 	var buf bytes.Buffer
 	if resp.ContentLength > 0 && resp.ContentLength <= maxBody {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -73,6 +74,9 @@ type Report struct {
 	Interrupted   bool          `json:"interrupted"`
 	WallSec       float64       `json:"wallSec"`
 	WarmupSkipped int           `json:"warmupRequests"`
+	// ErrorMessages is the daemon's first message for each HTTP error
+	// kind ("http-400": why it refused).
+	ErrorMessages map[string]string `json:"errorMessages,omitempty"`
 }
 
 // Summarize turns a run's records into its report.
@@ -113,6 +117,9 @@ func Summarize(res *Result) *Report {
 	r.SendLag = bench.Summarize(lags)
 	r.MaxLagUs = r.SendLag.Max
 	r.Total = classReport(res, -1, window)
+	if len(res.Messages) > 0 {
+		r.ErrorMessages = res.Messages
+	}
 	if len(cfg.Classes) > 1 {
 		for _, i := range classOrder(cfg.Classes) {
 			r.Classes = append(r.Classes, classReport(res, i, window))
@@ -228,6 +235,14 @@ func Table(w io.Writer, r *Report) error {
 	}
 	if err := t.Render(); err != nil {
 		return err
+	}
+	kinds := make([]string, 0, len(r.ErrorMessages))
+	for k := range r.ErrorMessages {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, "%s: %s\n", k, r.ErrorMessages[k])
 	}
 	fmt.Fprintf(w, "send lag (sent − scheduled): p50 %.0fµs p99 %.0fµs max %.0fµs; %d sends later than %v\n",
 		r.SendLag.P50, r.SendLag.P99, r.SendLag.Max, r.LateSends, time.Duration(r.LateThreshUs*float64(time.Microsecond)))

@@ -124,6 +124,8 @@ type Result struct {
 	Records     []Record // one per scheduled request; Kind "" if never due (interrupted)
 	Interrupted bool
 	Wall        time.Duration
+	// Messages is the daemon's first error message per HTTP error kind.
+	Messages map[string]string
 }
 
 func (cfg *Config) check() error {
@@ -257,7 +259,7 @@ loop:
 		cancel()
 	}
 	wg.Wait()
-	return &Result{URL: c.URL(), Config: cfg, Records: recs, Interrupted: interrupted, Wall: time.Since(start)}, nil
+	return &Result{URL: c.URL(), Config: cfg, Records: recs, Interrupted: interrupted, Wall: time.Since(start), Messages: c.Messages()}, nil
 }
 
 // spinAhead is how long before a request is due the generator stops

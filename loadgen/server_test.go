@@ -106,6 +106,15 @@ func TestAgainstDaemonHTTPLayer(t *testing.T) {
 	if rep.Total.Errors["http-503"] != 4 || rep.Total.OK != 36 {
 		t.Errorf("totals %+v", rep.Total)
 	}
+	// The report carries the daemon's reason for each error kind.
+	if msg := rep.ErrorMessages["http-503"]; msg == "" {
+		t.Errorf("no message for http-503: %v", rep.ErrorMessages)
+	} else {
+		var b strings.Builder
+		if err := loadgen.Table(&b, rep); err != nil || !strings.Contains(b.String(), "http-503: "+msg) {
+			t.Errorf("the table does not show the daemon's message %q:\n%s", msg, b.String())
+		}
+	}
 
 	// An unknown model is the daemon's 404 with its message.
 	if _, err := c.Metadata(context.Background(), "bert"); !errors.Is(err, loadgen.ErrUnknownModel) || !strings.Contains(err.Error(), "served models") {
