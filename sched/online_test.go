@@ -366,8 +366,11 @@ func TestOnlinePacedFollowsWallClock(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 		// Paced: the answer cannot come before the simulated service time
-		// has passed on the wall clock.
-		if wall < r.Service {
+		// has passed on the wall clock, less the paced clock's lag behind
+		// the wall clock at the arrival (one loop iteration: up to 44 µs
+		// of a 2 ms request seen under -race on 2 busy cores). Unpaced, the
+		// answer would come within microseconds.
+		if wall < r.Service-r.Service/20 {
 			t.Errorf("answer after %v of wall time, but the simulated service took %v", wall, r.Service)
 		}
 	}
