@@ -146,13 +146,9 @@ class BE:
         try:
             torch.cuda.set_device(0)
             if self.green_sms:
-                from torch.cuda.green_contexts import GreenContext
-                try:
-                    self.gc = GreenContext.create(num_sms=self.green_sms, device_id=0)
-                except TypeError:
-                    self.gc = GreenContext.create(self.green_sms, 0)
-                self.gc.set_context()
-            s = torch.cuda.Stream(priority=self.prio)
+                s = self.green_stream()
+            else:
+                s = torch.cuda.Stream(priority=self.prio)
             with torch.cuda.stream(s):
                 step, self.m, self.opt = be_step_fn(self.name, self.batch)
             g = capture(step, s)
@@ -167,6 +163,31 @@ class BE:
         except Exception as e:  # noqa: BLE001
             self.err = f"{type(e).__name__}: {e}"
             self.ready.set()
+
+    def green_stream(self):
+        """A stream of a green context of green_sms SMs, current on this thread.
+
+        PyTorch 2.11's GreenContext.set_context() makes the green context
+        current but leaves work on streams from PyTorch's pool, which were
+        created in the primary context (and are not confined); so the stream
+        is made here with the driver API while the green context is current,
+        and wrapped as an external stream.
+        """
+        import ctypes
+        from torch.cuda.green_contexts import GreenContext
+        try:
+            self.gc = GreenContext.create(num_sms=self.green_sms, device_id=0)
+        except TypeError:
+            self.gc = GreenContext.create(self.green_sms, 0)
+        if hasattr(self.gc, "Stream"):  # newer PyTorch: streams of the green context itself
+            return self.gc.Stream()
+        self.gc.set_context()
+        cuda = ctypes.CDLL("libcuda.so.1")
+        h = ctypes.c_void_p()
+        rc = cuda.cuStreamCreateWithPriority(ctypes.byref(h), ctypes.c_uint(1), ctypes.c_int(self.prio))
+        if rc != 0:
+            raise RuntimeError(f"cuStreamCreateWithPriority in the green context: CUresult {rc}")
+        return torch.cuda.ExternalStream(h.value)
 
     def steps_in(self, t0, t1):
         return sum(1 for t in self.times if t0 <= t < t1) / (t1 - t0)
