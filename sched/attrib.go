@@ -26,8 +26,8 @@ const (
 	// CausePolicy: the stream was free but the policy decided the launch
 	// later (a held launch, a tick).
 	CausePolicy
-	// CauseHost: decided, but the launch had not reached the device: the
-	// driver's poll, bind, launch call and event record.
+	// CauseHost: decided, but the launch call not yet made: the driver's
+	// poll and bind (the call itself counts in the kernel's span).
 	CauseHost
 	// CauseDrain: the kernel ran longer than its profile while a BE
 	// preemption was draining (flag raised, BE blocks still resident).
@@ -80,7 +80,7 @@ type Blame struct {
 // hpKernel is what the driver knows of one HP launch.
 type hpKernel struct {
 	decided   time.Duration // core time of the decision
-	submitted time.Duration // device clock after the launch and its event record returned
+	submitted time.Duration // device clock just before the launch call
 	end       time.Duration // completion (device clock); -1 until seen
 	solo      time.Duration // the profile's duration
 	padded    bool          // a padded launch (the pair ran)

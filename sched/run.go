@@ -626,6 +626,9 @@ func (d *driver) launch(l Launch) error {
 	if f.unpadded {
 		gl.Form, gl.Pad = gpu.Plain, nil
 	}
+	// The kernel may start as soon as the launch call is made: attribution
+	// counts the host's part up to here.
+	submitted := d.dev.Now()
 	if err := d.dev.Launch(f.stream, &gl); err != nil {
 		if f.done.Valid() {
 			d.words = append(d.words, f.done)
@@ -646,7 +649,7 @@ func (d *driver) launch(l Launch) error {
 		if padded {
 			beside = &Blame{Client: l.Pad.Client, Kernel: l.Pad.Kernel}
 		}
-		d.attr.launched(l, d.core.State().Now(), d.dev.Now(), padded, beside, d.draining())
+		d.attr.launched(l, d.core.State().Now(), submitted, padded, beside, d.draining())
 	} else {
 		d.attr.beLaunched(Blame{Client: l.Client, Kernel: l.Kernel})
 	}
