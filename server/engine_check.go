@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"atoll/kernels"
@@ -56,9 +55,9 @@ func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
 	b := &models.Bundle{}
 	seen := map[string]bool{}
 	for _, t := range req.Inputs {
-		ti, ok := engFind(m.info.Inputs, t.Name)
+		ti, ok := findTensor(m.info.Inputs, t.Name)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s has no input %q; its inputs are %s", ErrBadInput, m.info.Name, t.Name, engNames(m.info.Inputs))
+			return nil, fmt.Errorf("%w: %s has no input %q; its inputs are %s", ErrBadInput, m.info.Name, t.Name, tensorNames(m.info.Inputs))
 		}
 		if seen[t.Name] {
 			return nil, fmt.Errorf("%w: input %q given twice", ErrBadInput, t.Name)
@@ -107,8 +106,8 @@ func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
 		}
 	}
 	for _, o := range req.Outputs {
-		if _, ok := engFind(m.info.Outputs, o); !ok {
-			return nil, fmt.Errorf("%w: %s has no output %q; its outputs are %s", ErrBadInput, m.info.Name, o, engNames(m.info.Outputs))
+		if _, ok := findTensor(m.info.Outputs, o); !ok {
+			return nil, fmt.Errorf("%w: %s has no output %q; its outputs are %s", ErrBadInput, m.info.Name, o, tensorNames(m.info.Outputs))
 		}
 	}
 	return b, nil
@@ -143,21 +142,4 @@ func (m *engModel) checkRaw(t Tensor, gt models.Tensor, n int) (*models.Data, er
 		return nil, fmt.Errorf("%w: input %q: %w", ErrBadInput, t.Name, err)
 	}
 	return d, nil
-}
-
-func engFind(ts []TensorInfo, name string) (TensorInfo, bool) {
-	for _, t := range ts {
-		if t.Name == name {
-			return t, true
-		}
-	}
-	return TensorInfo{}, false
-}
-
-func engNames(ts []TensorInfo) string {
-	s := make([]string, len(ts))
-	for i, t := range ts {
-		s[i] = strconv.Quote(t.Name)
-	}
-	return strings.Join(s, ", ")
 }

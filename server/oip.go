@@ -149,6 +149,37 @@ func jsonKind(k string) string {
 	return k
 }
 
+// header checks an input's datatype and shape (the part every encoding
+// shares) and returns its element count.
+func (in *inputJSON) header(where string) (int64, error) {
+	_, ok := datatypes[in.Datatype]
+	switch {
+	case in.Datatype == "":
+		return 0, badInput("%s has no \"datatype\"; use one of %s", where, knownDatatypes)
+	case in.Datatype == "BYTES":
+		return 0, badInput("%s: datatype BYTES is not supported by atoll; send numeric tensors (%s)", where, knownDatatypes)
+	case !ok:
+		return 0, badInput("%s: unknown datatype %q; use one of %s", where, in.Datatype, knownDatatypes)
+	}
+	if in.Shape == nil {
+		return 0, badInput("%s has no \"shape\"", where)
+	}
+	if len(in.Shape) > maxRank {
+		return 0, badInput("%s has rank %d; at most %d dimensions are accepted", where, len(in.Shape), maxRank)
+	}
+	n := int64(1)
+	for d, s := range in.Shape {
+		if s < 0 {
+			return 0, badInput("%s: shape[%d] is %d; dimensions must be >= 0", where, d, s)
+		}
+		if s != 0 && n > math.MaxInt32/s {
+			return 0, badInput("%s: shape %v has more than %d elements", where, in.Shape, math.MaxInt32)
+		}
+		n *= s
+	}
+	return n, nil
+}
+
 // tensor checks one input for well-formedness and flattens its data.
 func (in *inputJSON) tensor(i int) (Tensor, error) {
 	where := fmt.Sprintf("inputs[%d]", i)
@@ -156,31 +187,11 @@ func (in *inputJSON) tensor(i int) (Tensor, error) {
 		return Tensor{}, badInput("%s has no \"name\"", where)
 	}
 	where = fmt.Sprintf("input %q", in.Name)
-	rng, ok := datatypes[in.Datatype]
-	switch {
-	case in.Datatype == "":
-		return Tensor{}, badInput("%s has no \"datatype\"; use one of %s", where, knownDatatypes)
-	case in.Datatype == "BYTES":
-		return Tensor{}, badInput("%s: datatype BYTES is not supported by atoll; send numeric tensors (%s)", where, knownDatatypes)
-	case !ok:
-		return Tensor{}, badInput("%s: unknown datatype %q; use one of %s", where, in.Datatype, knownDatatypes)
+	n, err := in.header(where)
+	if err != nil {
+		return Tensor{}, err
 	}
-	if in.Shape == nil {
-		return Tensor{}, badInput("%s has no \"shape\"", where)
-	}
-	if len(in.Shape) > maxRank {
-		return Tensor{}, badInput("%s has rank %d; at most %d dimensions are accepted", where, len(in.Shape), maxRank)
-	}
-	n := int64(1)
-	for d, s := range in.Shape {
-		if s < 0 {
-			return Tensor{}, badInput("%s: shape[%d] is %d; dimensions must be >= 0", where, d, s)
-		}
-		if s != 0 && n > math.MaxInt32/s {
-			return Tensor{}, badInput("%s: shape %v has more than %d elements", where, in.Shape, math.MaxInt32)
-		}
-		n *= s
-	}
+	rng := datatypes[in.Datatype]
 	if len(in.Data) == 0 {
 		if _, ok := in.Parameters["binary_data_size"]; ok {
 			return Tensor{}, badInput("%s has \"binary_data_size\" but the request has no %s header; send the header with the length of the JSON part (docs/api.md, binary tensor data)", where, inferHeaderLength)

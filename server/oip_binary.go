@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 )
 
@@ -144,31 +143,11 @@ func (in *inputJSON) binaryTensor(i int, raw []byte, keep bool) (Tensor, error) 
 	if in.Name == "" {
 		return Tensor{}, badInput("%s has no \"name\"", where)
 	}
-	size, ok := rawSize[in.Datatype]
-	switch {
-	case in.Datatype == "":
-		return Tensor{}, badInput("%s has no \"datatype\"; use one of %s", where, knownDatatypes)
-	case in.Datatype == "BYTES":
-		return Tensor{}, badInput("%s: datatype BYTES is not supported by atoll; send numeric tensors (%s)", where, knownDatatypes)
-	case !ok:
-		return Tensor{}, badInput("%s: unknown datatype %q; use one of %s", where, in.Datatype, knownDatatypes)
+	n, err := in.header(where)
+	if err != nil {
+		return Tensor{}, err
 	}
-	if in.Shape == nil {
-		return Tensor{}, badInput("%s has no \"shape\"", where)
-	}
-	if len(in.Shape) > maxRank {
-		return Tensor{}, badInput("%s has rank %d; at most %d dimensions are accepted", where, len(in.Shape), maxRank)
-	}
-	n := int64(1)
-	for d, s := range in.Shape {
-		if s < 0 {
-			return Tensor{}, badInput("%s: shape[%d] is %d; dimensions must be >= 0", where, d, s)
-		}
-		if s != 0 && n > math.MaxInt32/s {
-			return Tensor{}, badInput("%s: shape %v has more than %d elements", where, in.Shape, math.MaxInt32)
-		}
-		n *= s
-	}
+	size := rawSize[in.Datatype]
 	if int64(len(raw)) != n*size {
 		return Tensor{}, badInput("%s: binary_data_size is %d bytes but shape %v of %s needs %d × %d = %d bytes", where, len(raw), in.Shape, in.Datatype, n, size, n*size)
 	}
