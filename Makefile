@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # builds quiet without hiding other warnings.
 export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 
-.PHONY: build demo test bench gpu-build docs fuzz clean
+.PHONY: build demo test bench gpu-build gpu-matrix docs fuzz clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/atoll ./cmd/atoll
@@ -31,6 +31,14 @@ gpu-build:
 	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/cuda.test ./gpu/cuda
 	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/kernels.test ./kernels
 	GOOS=linux GOARCH=amd64 $(GO) build -ldflags "$(LDFLAGS) -s -w" -o bin/atoll ./cmd/atoll
+
+# On the GPU machine (after gpu-build here, bin/ carried): the committed
+# GPU matrix, resumable; run again until every cell is done.
+# OUT=results/matrix-h100 BUDGET=8m by default.
+OUT    ?= results/matrix-h100
+BUDGET ?= 8m
+gpu-matrix:
+	tools/gpu/matrix.sh $(OUT) $(BUDGET)
 
 # The generated tables of docs/results.md and docs/fidelity.md, from the
 # committed matrix runs under results/.
