@@ -34,11 +34,11 @@ gpu-build:
 
 # On the GPU machine (after gpu-build here, bin/ carried): the committed
 # GPU matrix, resumable; run again until every cell is done.
-# OUT=results/matrix-h100 BUDGET=8m by default.
-OUT    ?= results/matrix-h100
-BUDGET ?= 8m
+# MATRIX_OUT=results/matrix-h100 MATRIX_BUDGET=8m by default.
+MATRIX_OUT    ?= results/matrix-h100
+MATRIX_BUDGET ?= 8m
 gpu-matrix:
-	tools/gpu/matrix.sh $(OUT) $(BUDGET)
+	tools/gpu/matrix.sh $(MATRIX_OUT) $(MATRIX_BUDGET)
 
 # The generated tables of docs/results.md and docs/fidelity.md, from the
 # committed matrix runs under results/.
