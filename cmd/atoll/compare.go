@@ -35,7 +35,7 @@ Examples:
 `
 
 func init() {
-	register(command{name: "compare", summary: "print the comparison table of bench reports", run: runCompare})
+	register(command{name: "compare", summary: "tabulate bench reports or a matrix directory (delay by cause, CIs, --plot)", run: runCompare})
 }
 
 func runCompare(ctx context.Context, e *env, args []string) error {
