@@ -91,9 +91,9 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 	}
 	ew.printf("\nHP p99 within 10 %% (or inside the GPU run's CI): %d of %d (✓ above); median |error| HP p99 %.0f %%, BE normalized %.0f %%. "+
 		"Policies ranked as on the GPU by HP p99 in %d of %d cells, by BE throughput in %d of %d.\n",
-		within, total, median(p99Err)*100, median(beErr)*100, rankP99, cells, rankBE, cells)
+		within, total, sortedQuantile(p99Err, 0.5)*100, sortedQuantile(beErr, 0.5)*100, rankP99, cells, rankBE, cells)
 	return Fidelity{Within: within, Runs: total, RankP99: rankP99, RankBE: rankBE, Cells: cells,
-		MedianP99: median(p99Err), MedianBE: median(beErr)}, ew.err
+		MedianP99: sortedQuantile(p99Err, 0.5), MedianBE: sortedQuantile(beErr, 0.5)}, ew.err
 }
 
 type rank struct {
@@ -132,11 +132,7 @@ func signedPct(v float64) string {
 	return fmt.Sprintf("%+.0f%%", v*100)
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
+// sortedQuantile is Quantile of a sorted copy of xs.
+func sortedQuantile(xs []float64, p float64) float64 {
+	return Quantile(slices.Sorted(slices.Values(xs)), p)
 }

@@ -165,7 +165,7 @@ func MatrixSummary(w io.Writer, cells []*MatrixCell) error {
 	var pols []string
 	for _, mc := range cells {
 		for _, r := range mc.Reports {
-			if !strings.HasPrefix(r.Policy, "dedicated") && !slicesContains(pols, r.Policy) {
+			if !strings.HasPrefix(r.Policy, "dedicated") && !slices.Contains(pols, r.Policy) {
 				pols = append(pols, r.Policy)
 			}
 		}
@@ -200,15 +200,6 @@ func MatrixSummary(w io.Writer, cells []*MatrixCell) error {
 		ew.printf(" %s |\n", re)
 	}
 	return ew.err
-}
-
-func slicesContains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // torchP99CI is the 95 % bootstrap CI of a PyTorch run's p99: blocks of

@@ -282,6 +282,8 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		// Kept in arrival order: latencies of neighbouring requests are
 		// correlated (one queue), so the CIs resample blocks of them.
 		r.HPSamples, r.DedicatedSamples = EncodeSeries(lat), EncodeSeries(dl)
+		// The CIs come from the stored (0.1 µs) samples, so that anyone
+		// recomputes the same intervals from the report.
 		hs, _, _ := DecodeSeries(r.HPSamples)
 		ds, _, _ := DecodeSeries(r.DedicatedSamples)
 		if len(hs) > 1 {

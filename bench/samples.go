@@ -105,48 +105,17 @@ func (c CI) Overlaps(o CI) bool { return c.Lo <= o.Hi && o.Lo <= c.Hi }
 // BootstrapIters is the number of resamples of every bootstrap CI.
 const BootstrapIters = 1000
 
-// resampleQuantile draws len(xs) samples with replacement and returns
-// their p-quantile. It counts into a histogram of xs's sorted positions
-// instead of sorting the draw.
-func resampleQuantile(rng *rand.Rand, sorted []float64, p float64, counts []int) float64 {
-	n := len(sorted)
-	clear(counts)
-	for range n {
-		counts[rng.IntN(n)]++
-	}
-	return quantileOfCounts(sorted, counts, p)
-}
-
 // BootstrapQuantile is the 95 % percentile-bootstrap CI of the p-quantile
-// of sorted (seeded: the same input gives the same interval).
+// of samples whose order is unknown (sorted): single samples resampled
+// (seeded: the same input gives the same interval).
 func BootstrapQuantile(sorted []float64, p float64, seed uint64) CI {
-	if len(sorted) < 2 {
-		return CI{math.NaN(), math.NaN()}
-	}
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	counts := make([]int, len(sorted))
-	qs := make([]float64, BootstrapIters)
-	for i := range qs {
-		qs[i] = resampleQuantile(rng, sorted, p, counts)
-	}
-	slices.Sort(qs)
-	return CI{Quantile(qs, 0.025), Quantile(qs, 0.975)}
+	return quantileCI(sorted, 1, p, seed)
 }
 
 // BootstrapOverhead is the 95 % CI of p-quantile(shared)/p-quantile(base)
-// − 1, both samples resampled independently.
+// − 1, both samples resampled independently, single samples.
 func BootstrapOverhead(shared, base []float64, p float64, seed uint64) CI {
-	if len(shared) < 2 || len(base) < 2 {
-		return CI{math.NaN(), math.NaN()}
-	}
-	rng := rand.New(rand.NewPCG(seed, 0x0ead))
-	ca, cb := make([]int, len(shared)), make([]int, len(base))
-	os := make([]float64, BootstrapIters)
-	for i := range os {
-		os[i] = resampleQuantile(rng, shared, p, ca)/resampleQuantile(rng, base, p, cb) - 1
-	}
-	slices.Sort(os)
-	return CI{Quantile(os, 0.025), Quantile(os, 0.975)}
+	return overheadCI(shared, 1, base, 1, p, seed)
 }
 
 // seriesPrefix marks samples kept in arrival order (EncodeSeries).
@@ -316,33 +285,48 @@ func quantileOfCounts(sorted []float64, counts []int, p float64) float64 {
 // BlockBootstrapQuantile is the 95 % moving-block bootstrap CI of the
 // p-quantile of a series in arrival order (BlockLength blocks).
 func BlockBootstrapQuantile(series []float64, p float64, seed uint64) CI {
-	if len(series) < 2 {
-		return CI{math.NaN(), math.NaN()}
-	}
-	rng := rand.New(rand.NewPCG(seed, 0xb10c))
-	s := newBlockSampler(series, BlockLength(series))
-	qs := make([]float64, BootstrapIters)
-	for i := range qs {
-		qs[i] = s.quantile(rng, p)
-	}
-	slices.Sort(qs)
-	return CI{Quantile(qs, 0.025), Quantile(qs, 0.975)}
+	return quantileCI(series, BlockLength(series), p, seed)
 }
 
 // BlockBootstrapOverhead is the 95 % moving-block bootstrap CI of
 // p-quantile(shared)/p-quantile(base) − 1, the two series resampled
 // independently, each with its own block length.
 func BlockBootstrapOverhead(shared, base []float64, p float64, seed uint64) CI {
+	return overheadCI(shared, BlockLength(shared), base, BlockLength(base), p, seed)
+}
+
+// quantileCI resamples blocks of block neighbouring samples (1: single
+// samples) BootstrapIters times and returns the 2.5 and 97.5 percentiles
+// of the resamples' p-quantiles.
+func quantileCI(xs []float64, block int, p float64, seed uint64) CI {
+	if len(xs) < 2 {
+		return CI{math.NaN(), math.NaN()}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	s := newBlockSampler(xs, block)
+	qs := make([]float64, BootstrapIters)
+	for i := range qs {
+		qs[i] = s.quantile(rng, p)
+	}
+	return percentileCI(qs)
+}
+
+// overheadCI is quantileCI of the ratio of two independently resampled
+// quantiles, less 1.
+func overheadCI(shared []float64, sb int, base []float64, bb int, p float64, seed uint64) CI {
 	if len(shared) < 2 || len(base) < 2 {
 		return CI{math.NaN(), math.NaN()}
 	}
-	rng := rand.New(rand.NewPCG(seed, 0xb10d))
-	a := newBlockSampler(shared, BlockLength(shared))
-	b := newBlockSampler(base, BlockLength(base))
+	rng := rand.New(rand.NewPCG(seed, 0x0ead))
+	a, b := newBlockSampler(shared, sb), newBlockSampler(base, bb)
 	os := make([]float64, BootstrapIters)
 	for i := range os {
 		os[i] = a.quantile(rng, p)/b.quantile(rng, p) - 1
 	}
-	slices.Sort(os)
-	return CI{Quantile(os, 0.025), Quantile(os, 0.975)}
+	return percentileCI(os)
+}
+
+func percentileCI(xs []float64) CI {
+	slices.Sort(xs)
+	return CI{Quantile(xs, 0.025), Quantile(xs, 0.975)}
 }

@@ -37,8 +37,8 @@ func TestSamplesRoundTrip(t *testing.T) {
 	}
 }
 
-// TestResampleQuantileMatchesNaive: the counting resample equals sorting
-// the same draw.
+// TestResampleQuantileMatchesNaive: the counting resample (single
+// samples) equals sorting the same draw.
 func TestResampleQuantileMatchesNaive(t *testing.T) {
 	for trial := range 200 {
 		rng := rand.New(rand.NewPCG(uint64(trial), 7))
@@ -51,7 +51,7 @@ func TestResampleQuantileMatchesNaive(t *testing.T) {
 		p := rng.Float64()
 		seed := uint64(trial)
 		r1 := rand.New(rand.NewPCG(seed, 1))
-		got := resampleQuantile(r1, xs, p, make([]int, n))
+		got := newBlockSampler(xs, 1).quantile(r1, p)
 		r2 := rand.New(rand.NewPCG(seed, 1))
 		draw := make([]float64, n)
 		for i := range draw {

@@ -95,17 +95,16 @@ type hpKernel struct {
 // launch and no device calls.
 type attributor struct {
 	off     bool // Options.NoAttribution
-	hp      []*profiles.Profile
 	be      []*profiles.Profile
 	pending [][]hpKernel // per HP client, in launch (= completion) order
 	base    []int        // per HP client: the launch serial of pending[c][0]
+	next    []int        // per HP client: the launch serial of the next kernel to complete
 	// unblamed holds, per HP client, the serials of pending kernels that
 	// had no BE launch beside them when launched: the next BE launch
 	// blames them all at once (each kernel is visited once, so BE launches
 	// cost O(1) amortised however many HP kernels are queued).
 	unblamed [][]int
 	lastEnd  []time.Duration     // per HP client: when its previous request ended
-	raised   []bool              // per BE client: flag raised
 	solo     [][]time.Duration   // per HP client and kernel: the baseline (Options.KernelSolo or the profile)
 	spans    [][][]time.Duration // per HP client and kernel: measured device spans (Options.RecordSpans)
 	// ByKernel sums, per BE kernel ("model/layer"), the delay of HP
@@ -118,13 +117,12 @@ func newAttributor(w Workload, opt Options) *attributor {
 		off:      opt.NoAttribution,
 		pending:  make([][]hpKernel, len(w.HP)),
 		base:     make([]int, len(w.HP)),
+		next:     make([]int, len(w.HP)),
 		unblamed: make([][]int, len(w.HP)),
 		lastEnd:  make([]time.Duration, len(w.HP)),
-		raised:   make([]bool, len(w.BE)),
 		byKernel: map[Blame]time.Duration{},
 	}
 	for i, c := range w.HP {
-		a.hp = append(a.hp, c.Profile)
 		solo := make([]time.Duration, len(c.Profile.Kernels))
 		for k := range solo {
 			solo[k] = c.Profile.Kernels[k].Duration()
@@ -180,11 +178,10 @@ func (a *attributor) beLaunched(b Blame) {
 	}
 }
 
-// flag records a BE client's flag; raising it marks the HP kernels in
-// flight as running beside a drain.
-func (a *attributor) flag(be int, raised bool) {
-	a.raised[be] = raised
-	if !raised || a.off {
+// raised marks the HP kernels in flight as running beside a drain: a BE
+// client's flag was just raised.
+func (a *attributor) raised() {
+	if a.off {
 		return
 	}
 	for c := range a.pending {
@@ -202,11 +199,9 @@ func (a *attributor) completed(c int, t time.Duration) {
 	if a.off {
 		return
 	}
-	for i := range a.pending[c] {
-		if a.pending[c][i].end < 0 {
-			a.pending[c][i].end = t
-			return
-		}
+	if i := a.next[c] - a.base[c]; i >= 0 && i < len(a.pending[c]) {
+		a.pending[c][i].end = t
+		a.next[c]++
 	}
 }
 
@@ -218,7 +213,7 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 		return
 	}
 	c := r.Client.Index
-	n := len(a.hp[c].Kernels)
+	n := len(a.solo[c])
 	if len(a.pending[c]) < n {
 		return // records missing (cannot happen with a consistent driver)
 	}
@@ -311,6 +306,27 @@ func (a *attributor) blameName(b Blame) string {
 	return b.Client.String()
 }
 
+// attribute tells the attributor of launch l (f in flight), submitted at
+// the given device time: for an HP kernel, what runs beside it; for a BE
+// one, the HP kernels it now runs beside.
+func (d *driver) attribute(l Launch, f *dflight, submitted time.Duration) {
+	if d.attr.off {
+		return
+	}
+	if l.Client.Class == BE {
+		d.attr.beLaunched(Blame{Client: l.Client, Kernel: l.Kernel})
+		return
+	}
+	padded := l.Form == gpu.Padded && !f.unpadded
+	var beside *Blame
+	if padded {
+		beside = &Blame{Client: l.Pad.Client, Kernel: l.Pad.Kernel}
+	} else {
+		beside = d.oldestBE()
+	}
+	d.attr.launched(l, d.core.State().Now(), submitted, padded, beside, d.draining())
+}
+
 // oldestBE is the oldest BE launch in flight on any stream (pads
 // included), or nil.
 func (d *driver) oldestBE() *Blame {
@@ -341,16 +357,12 @@ func (d *driver) oldestBE() *Blame {
 }
 
 // draining reports whether a BE client's flag is raised while launches of
-// it are still in flight.
+// it (pads included) are still in flight.
 func (d *driver) draining() bool {
-	for i, up := range d.attr.raised {
-		if up && d.beInFlight(i) {
+	for _, b := range d.core.State().BE() {
+		if b.Raised() && b.InFlight() > 0 {
 			return true
 		}
 	}
 	return false
-}
-
-func (d *driver) beInFlight(i int) bool {
-	return len(d.queues[d.beS[i]]) > 0
 }

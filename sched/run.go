@@ -558,7 +558,9 @@ func (d *driver) apply(dec Decision) error {
 			}
 		}
 		d.dev.Store(d.flags[dec.Client.Index], v)
-		d.attr.flag(dec.Client.Index, v == 1)
+		if v == 1 {
+			d.attr.raised()
+		}
 	case DecResetProgress:
 		if err := d.dev.Memset32(d.stream(dec.Stream), d.ctrs[dec.Client.Index], 0, d.progressWords()); err != nil {
 			return devErr(fmt.Sprintf("Memset32 (progress counter of %s)", dec.Client), err)
@@ -641,18 +643,7 @@ func (d *driver) launch(l Launch) error {
 	if err := d.dev.Record(f.ev, f.stream); err != nil {
 		return devErr("Record (after "+what()+")", err)
 	}
-	if d.attr.off {
-		// no attribution
-	} else if l.Client.Class == HP {
-		padded := l.Form == gpu.Padded && !f.unpadded
-		beside := d.oldestBE()
-		if padded {
-			beside = &Blame{Client: l.Pad.Client, Kernel: l.Pad.Kernel}
-		}
-		d.attr.launched(l, d.core.State().Now(), submitted, padded, beside, d.draining())
-	} else {
-		d.attr.beLaunched(Blame{Client: l.Client, Kernel: l.Kernel})
-	}
+	d.attribute(l, f, submitted)
 	q, ok := d.queues[f.stream]
 	if !ok {
 		d.qorder = append(d.qorder, f.stream)

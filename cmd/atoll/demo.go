@@ -41,7 +41,7 @@ Examples:
 // recomputes its figures from results/).
 const simulatedNote = `note: these co-location figures are simulated. Beside the committed GPU matrix
 (results/matrix-h100, an H100) the simulator's HP p99 was within 10 % in 11 of
-32 policy runs (median error 29 %), it put every policy but priorities within
+32 policy runs (median error 27 %), it put every policy but priorities within
 ~3 % of dedicated where the GPU measured up to +196 %, and it ranked the
 policies by HP p99 as the GPU did in 1 of 8 cells: docs/fidelity.md. Run
 'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
