@@ -40,7 +40,7 @@ MATRIX_BUDGET ?= 8m
 gpu-matrix:
 	tools/gpu/matrix.sh $(MATRIX_OUT) $(MATRIX_BUDGET)
 
-# The generated tables of docs/results.md and docs/fidelity.md, from the
+# The generated tables of README.md, docs/results.md and docs/fidelity.md, from the
 # committed matrix runs under results/.
 docs: build
 	tools/gendocs.sh

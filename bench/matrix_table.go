@@ -215,3 +215,42 @@ func torchP99CI(t *TorchResult, seed uint64) *CI {
 	slices.Sort(s)
 	return ptr(BootstrapQuantile(s, 0.99, seed))
 }
+
+// TorchTables writes, for each cell PyTorch ran, atoll's absolute figures
+// beside PyTorch's on the same arrivals (Markdown): HP p50 and p99 with the
+// p99's 95 % CI, and BE steps per second (alone in brackets).
+func TorchTables(w io.Writer, cells []*MatrixCell) error {
+	ew := &errWriter{w: w}
+	for _, mc := range cells {
+		if len(mc.Torch) == 0 || mc.Result.Refused != "" {
+			continue
+		}
+		c := mc.Result.Cell
+		ew.printf("| %s bs%d HP at %.0f req/s, %s bs%d BE | HP p50 ms | HP p99 ms [95 %% CI] | BE steps/s |\n|---|---|---|---|\n",
+			c.HP, c.HPBatch, mc.Result.RatePerSec, c.BE, c.BEBatch)
+		for _, t := range mc.Torch {
+			be := "–"
+			if t.BEStepsPerSec > 0 {
+				be = fmt.Sprintf("%.1f", t.BEStepsPerSec)
+			}
+			if t.Setup == "alone" && t.BEAloneSteps > 0 {
+				be = fmt.Sprintf("– (alone %.1f)", t.BEAloneSteps)
+			}
+			name := map[string]string{"alone": "PyTorch, HP alone", "priority": "PyTorch, HP on the high-priority stream",
+				"green": fmt.Sprintf("PyTorch, BE \"in a green context\" of %d SMs (not confined: docs/results.md)", t.GreenSMs)}[t.Setup]
+			ew.printf("| %s | %.2f | %.2f %s | %s |\n", name, t.HPP50Us/1e3, t.HPP99Us/1e3, ciMs(torchP99CI(t, c.Seed)), be)
+		}
+		for _, r := range mc.Reports {
+			if r.Policy == "dedicated-2" {
+				continue
+			}
+			name, be := "atoll, "+r.Policy+" policy", fmt.Sprintf("%.1f", r.BEItersPerSec)
+			if r.Policy == "dedicated-1" {
+				name, be = "atoll, HP alone (dedicated)", fmt.Sprintf("– (alone %.1f)", r.BEAloneItersPerSec)
+			}
+			ew.printf("| %s | %.2f | %.2f %s | %s |\n", name, r.HP.P50/1e3, r.HP.P99/1e3, ciMs(r.P99CI), be)
+		}
+		ew.printf("\n")
+	}
+	return ew.err
+}

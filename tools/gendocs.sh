@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the generated blocks of docs/results.md and docs/fidelity.md
+# Regenerates the generated blocks of README.md, docs/results.md and docs/fidelity.md
 # from the committed matrix runs (TestResultsDocIsGenerated checks them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,5 +14,6 @@ splice() { # doc, then the atoll command line whose output fills its block
 	mv "$doc.tmp" "$doc"
 	rm -f "$out"
 }
+splice README.md compare --pytorch results/matrix-h100
 splice docs/results.md compare results/matrix-h100
 splice docs/fidelity.md fidelity results/matrix-h100 results/matrix-sim

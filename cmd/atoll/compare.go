@@ -32,6 +32,7 @@ Examples:
   atoll compare priority.json atoll.json
   atoll compare results/matrix-h100
   atoll compare --plot overhead.svg results/matrix-h100
+  atoll compare --pytorch results/matrix-h100
 `
 
 func init() {
@@ -42,6 +43,7 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "compare", compareHelp)
 	force := fs.Bool("force", false, "tabulate reports of different workloads or devices")
 	plotPath := fs.String("plot", "", "also draw the HP latency CDFs to this file (.svg, .png or .pdf)")
+	pytorch := fs.Bool("pytorch", false, "matrix directory: only the cells PyTorch ran, atoll's absolute figures beside PyTorch's")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -53,6 +55,9 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 		cells, err := bench.ReadMatrixDir(fs.Arg(0))
 		if err != nil {
 			return err
+		}
+		if *pytorch {
+			return bench.TorchTables(e.stdout, cells)
 		}
 		if err := bench.MatrixSummary(e.stdout, cells); err != nil {
 			return err

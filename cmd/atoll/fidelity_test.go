@@ -35,8 +35,9 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 	}
 }
 
-// TestResultsDocIsGenerated: the tables in docs/results.md are exactly
-// what 'atoll compare results/matrix-h100' prints, and docs/fidelity.md's
+// TestResultsDocIsGenerated: the GPU tables in README.md and
+// docs/results.md are exactly what 'atoll compare [--pytorch]
+// results/matrix-h100' prints, and docs/fidelity.md's
 // exactly what 'atoll fidelity results/matrix-h100 results/matrix-sim'
 // prints.
 func TestResultsDocIsGenerated(t *testing.T) {
@@ -44,6 +45,7 @@ func TestResultsDocIsGenerated(t *testing.T) {
 		doc  string
 		args []string
 	}{
+		{"../../README.md", []string{"compare", "--pytorch", "../../results/matrix-h100"}},
 		{"../../docs/results.md", []string{"compare", "../../results/matrix-h100"}},
 		{"../../docs/fidelity.md", []string{"fidelity", "../../results/matrix-h100", "../../results/matrix-sim"}},
 	} {
