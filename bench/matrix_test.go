@@ -172,6 +172,15 @@ func TestReadMatrixDirErrors(t *testing.T) {
 	if _, err := ReadMatrixDir(dir); err == nil || !strings.Contains(err.Error(), "apiVersion") {
 		t.Errorf("wrong version: %v", err)
 	}
+	// A PyTorch result with a field this build does not know, or
+	// truncated: refused, naming the file.
+	os.WriteFile(filepath.Join(dir, "c", "cell.json"), []byte(`{"apiVersion":"`+CellVersion+`","cell":{"name":"c"},"runs":[]}`), 0o644)
+	for _, body := range []string{`{"apiVersion":"` + TorchVersion + `","setup":"alone","extra":1}`, `{"apiVersion":`} {
+		os.WriteFile(filepath.Join(dir, "c", "torch-alone.json"), []byte(body), 0o644)
+		if _, err := ReadMatrixDir(dir); err == nil || !strings.Contains(err.Error(), "torch-alone.json") {
+			t.Errorf("bad PyTorch result %q: %v", body, err)
+		}
+	}
 }
 
 func TestHostJitter(t *testing.T) {
