@@ -107,6 +107,13 @@ type Device interface {
 
 	// NewContext makes a further GPU context (for the timeslice baseline).
 	NewContext() (Context, error)
+	// NewPartition makes a context whose streams run on sms SMs only (an
+	// SM partition: a CUDA green context). Unlike NewContext's, its
+	// streams run concurrently with the primary context's, sharing memory,
+	// modules, events and host words with it; the SMs outside the
+	// partition stay free for the primary context's streams. sms must pass
+	// CheckPartition.
+	NewPartition(sms int) (Context, error)
 	NewStream(opt StreamOptions) (Stream, error)
 	DestroyStream(s Stream) error
 

@@ -39,6 +39,29 @@ type Spec struct {
 	// LaunchLatency is the time from a host launch call to the kernel's
 	// first block being eligible to run.
 	LaunchLatency time.Duration
+
+	// PartitionStep is the granularity of SM partitions (green contexts):
+	// a partition's SMs are a multiple of it (8 on sm_90, 2 on sm_80).
+	PartitionStep int
+}
+
+// CheckPartition says whether a partition of sms SMs can be made on spec:
+// a positive multiple of PartitionStep, fewer than all SMs.
+func CheckPartition(spec Spec, sms int) error {
+	step := max(spec.PartitionStep, 1)
+	if sms < step || sms >= spec.SMs || sms%step != 0 {
+		return fmt.Errorf("%w: an SM partition of %d SMs on %s: want a multiple of %d in [%d, %d)",
+			ErrInvalidLaunch, sms, spec.Name, step, step, spec.SMs)
+	}
+	return nil
+}
+
+// PartitionFloor rounds sms down to a partition size spec can make (0 if
+// none is that small).
+func PartitionFloor(spec Spec, sms int) int {
+	step := max(spec.PartitionStep, 1)
+	sms = min(sms, spec.SMs-1)
+	return max(sms/step*step, 0)
 }
 
 // Hopper and Ampere limits shared by the built-in specs.
@@ -54,6 +77,7 @@ func hopperSM(s Spec) Spec {
 	s.WarpSize = 32
 	s.RegisterAllocUnit = 256
 	s.SharedMemAlloc = 128
+	s.PartitionStep = 8
 	return s
 }
 
@@ -83,6 +107,7 @@ var (
 		WarpSize: 32, RegisterAllocUnit: 256, SharedMemAlloc: 128,
 		DRAMBandwidth: 2.0e12, PeakFLOPS: 312e12, PeakFP32: 19.5e12,
 		LaunchLatency: 5 * time.Microsecond,
+		PartitionStep: 2,
 	}
 )
 

@@ -3,6 +3,7 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,9 +26,21 @@ const DefaultPlainBound = 31600 * time.Nanosecond
 // DefaultBEWindow is the Plain BE launches atoll keeps in flight per client.
 const DefaultBEWindow = 2
 
+// DefaultHPWindow is the HP launches atoll keeps in flight per client:
+// deep enough that a request's kernels are queued on the device ahead of
+// the GPU. With REEF's 4 (preempt.DefaultHPWindow) every further kernel
+// waited for the driver loop to see a completion: on the H100 matrix that
+// was atoll's largest cause of delay (attributed "host", 0.3–1.5 ms per
+// request), and 64 cut it to about 60 µs on the default cell
+// (docs/policies.md).
+const DefaultHPWindow = 64
+
 // Atoll is the combined policy:
 //
-//   - streams: HP at the greatest priority, BE at the least;
+//   - streams: HP at the greatest priority on the whole GPU, BE at the
+//     least in an SM partition that leaves Reserve SMs to HP alone, so an
+//     arriving HP kernel always finds SMs free, whatever long BE blocks are
+//     resident (the wait that priorities and preemption cannot cut);
 //   - HP is never held back: its kernels launch as they come, HPWindow in
 //     flight per client, each padded with BE work when the padding
 //     selector finds a class-compatible BE head kernel that fits beside it;
@@ -51,8 +64,8 @@ type Atoll struct {
 	PlainBound time.Duration
 	// BEWindow is the Plain BE launches in flight per client (default 2).
 	BEWindow int
-	// HPWindow is the HP launches in flight per client (default 4, see
-	// preempt.DefaultHPWindow).
+	// HPWindow is the HP launches in flight per client (default
+	// DefaultHPWindow).
 	HPWindow int
 	// NoPadding and NoAdmission turn the two side channels off.
 	NoPadding, NoAdmission bool
@@ -64,9 +77,45 @@ type Atoll struct {
 	SMThreshold  int
 	DurThreshold time.Duration
 	DurFraction  float64
+	// Reserve is how many SMs BE never uses: BE streams run in a partition
+	// of the others, rounded down to the device's partition step. Zero
+	// derives it from the HP profiles (ReserveSMs); negative: no partition
+	// (BE shares every SM, as before partitions).
+	Reserve int
 
 	cap    orion.Cap
 	seenHP bool
+	part   int // SMs of BE's partition after Start; 0: none
+}
+
+// ReserveSMs is the default reserve: the SMs that the HP kernels holding
+// three quarters of HP's solo time need for one wave (duration-weighted
+// 75th percentile of Orion's SMs-needed over every HP client's kernels),
+// at least one partition step and at most a quarter of the device, so BE
+// keeps at least three quarters of the SMs at all times.
+func ReserveSMs(spec gpu.Spec, hp []*profiles.Profile) int {
+	type need struct {
+		sms int
+		dur float64
+	}
+	var ks []need
+	total := 0.0
+	for _, p := range hp {
+		for i := range p.Kernels {
+			k := &p.Kernels[i]
+			ks = append(ks, need{sched.SMsNeeded(spec, k), k.DurationUs})
+			total += k.DurationUs
+		}
+	}
+	slices.SortFunc(ks, func(a, b need) int { return a.sms - b.sms })
+	r, acc := 0, 0.0
+	for _, k := range ks {
+		acc += k.dur
+		if r = k.sms; acc >= 0.75*total {
+			break
+		}
+	}
+	return min(max(r, spec.PartitionStep), spec.SMs/4)
 }
 
 // set applies "key=value,..." parameters (ByName's syntax).
@@ -82,6 +131,17 @@ func (p *Atoll) set(params string) error {
 			p.HPWindow, err = strconv.Atoi(v)
 		case "be-window":
 			p.BEWindow, err = strconv.Atoi(v)
+		case "reserve":
+			switch v {
+			case "auto":
+				p.Reserve = 0
+			case "off", "0":
+				p.Reserve = -1
+			default:
+				if p.Reserve, err = strconv.Atoi(v); err == nil && p.Reserve <= 0 {
+					err = errors.New("want a positive number of SMs, auto or off")
+				}
+			}
 		case "plain-bound":
 			p.PlainBound, err = time.ParseDuration(v)
 		case "resume-after":
@@ -96,7 +156,7 @@ func (p *Atoll) set(params string) error {
 				}
 			}
 		default:
-			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, plain-bound, resume-after, padding, admission)", ErrConfig, k)
+			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, reserve, plain-bound, resume-after, padding, admission)", ErrConfig, k)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: atoll parameter %s: %v", ErrConfig, k, err)
@@ -111,8 +171,17 @@ func (p *Atoll) set(params string) error {
 // New returns atoll's policy with defaults.
 func New() *Atoll { return &Atoll{} }
 
-func (p *Atoll) Name() string              { return "atoll" }
-func (p *Atoll) Streams() sched.StreamPlan { return sched.PriorityPlan }
+func (p *Atoll) Name() string { return "atoll" }
+
+// Streams is the priority plan with BE in its partition (Start sizes it).
+func (p *Atoll) Streams() sched.StreamPlan {
+	plan := sched.PriorityPlan
+	plan.BE.SMs = p.part
+	return plan
+}
+
+// PartitionSMs is the size of BE's SM partition chosen by Start (0: none).
+func (p *Atoll) PartitionSMs() int { return p.part }
 
 func (p *Atoll) Start(st *sched.State) error {
 	if p.ResumeAfter < 0 || p.PlainBound < 0 || p.BEWindow < 0 || p.HPWindow < 0 {
@@ -129,7 +198,7 @@ func (p *Atoll) Start(st *sched.State) error {
 		p.BEWindow = DefaultBEWindow
 	}
 	if p.HPWindow == 0 {
-		p.HPWindow = preempt.DefaultHPWindow
+		p.HPWindow = DefaultHPWindow
 	}
 	th, err := orion.Resolve(st, p.SMThreshold, p.DurThreshold, p.DurFraction)
 	if err != nil {
@@ -137,6 +206,21 @@ func (p *Atoll) Start(st *sched.State) error {
 	}
 	p.SMThreshold, p.DurThreshold = th.SMs, th.Dur
 	p.cap = orion.Cap{Limit: th.Dur}
+	p.part = 0
+	if p.Reserve >= 0 {
+		spec := st.Spec()
+		reserve := p.Reserve
+		if reserve == 0 {
+			var hp []*profiles.Profile
+			for _, c := range st.HP() {
+				hp = append(hp, c.Profile())
+			}
+			reserve = ReserveSMs(spec, hp)
+		}
+		if spec.PartitionStep > 0 {
+			p.part = gpu.PartitionFloor(spec, spec.SMs-reserve)
+		}
+	}
 	return nil
 }
 

@@ -42,6 +42,11 @@ type StreamClass struct {
 	// OwnContext puts the class's streams in a GPU context of their own,
 	// so the GPU time-slices between the classes instead of sharing SMs.
 	OwnContext bool
+	// SMs, when positive, puts the class's streams in an SM partition of
+	// that many SMs (gpu.Device.NewPartition): they run concurrently with
+	// the other class but never on the SMs outside the partition. It must
+	// pass gpu.CheckPartition; OwnContext must then be false.
+	SMs int
 }
 
 // StreamPlan holds the stream classes of HP and BE clients. Every client

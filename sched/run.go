@@ -214,24 +214,31 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 		}
 		return prio.Clamp(prio.Least)
 	}
-	ctxs := map[bool]gpu.Context{}
-	ctxFor := func(own bool, class Class) (gpu.Context, error) {
-		if !own {
+	ctxs := map[Class]gpu.Context{}
+	ctxFor := func(sc StreamClass, class Class) (gpu.Context, error) {
+		if !sc.OwnContext && sc.SMs <= 0 {
 			return 0, nil
 		}
-		key := class == BE
-		if c, ok := ctxs[key]; ok {
+		if c, ok := ctxs[class]; ok {
 			return c, nil
 		}
-		c, err := dev.NewContext()
-		if err != nil {
-			return 0, devErr("NewContext", err)
+		if sc.OwnContext && sc.SMs > 0 {
+			return 0, fmt.Errorf("%w: policy %s: %s streams both in a context of their own and in a partition of %d SMs", ErrConfig, opt.Policy.Name(), class, sc.SMs)
 		}
-		ctxs[key] = c
+		var c gpu.Context
+		var err error
+		if sc.OwnContext {
+			if c, err = dev.NewContext(); err != nil {
+				return 0, devErr("NewContext", err)
+			}
+		} else if c, err = dev.NewPartition(sc.SMs); err != nil {
+			return 0, devErr(fmt.Sprintf("NewPartition(%d SMs) for %s streams", sc.SMs, class), err)
+		}
+		ctxs[class] = c
 		return c, nil
 	}
 	for i := range w.HP {
-		cx, err := ctxFor(plan.HP.OwnContext, HP)
+		cx, err := ctxFor(plan.HP, HP)
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +249,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 		d.hpS = append(d.hpS, s)
 	}
 	for i := range w.BE {
-		cx, err := ctxFor(plan.BE.OwnContext, BE)
+		cx, err := ctxFor(plan.BE, BE)
 		if err != nil {
 			return nil, err
 		}

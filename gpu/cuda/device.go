@@ -113,6 +113,8 @@ func packExtra(m *cmem, args []byte, size int) (uintptr, error) {
 
 type ctxRec struct {
 	h       uintptr // CUcontext
+	green   uintptr // CUgreenCtx when the context is an SM partition
+	sms     int     // SMs of a partition; 0: the whole device
 	copyStr uintptr // internal stream: synchronous copies and clock base events
 	base    uintptr // clock base event
 	baseAt  time.Duration
@@ -385,6 +387,12 @@ func (d *Device) describe() error {
 	spec.MaxThreadsPerBlock = maxTPB
 	spec.MaxSharedMemPerBlock = optin
 	spec.WarpSize = warp
+	// Green-context SM granularity (cuDevSmResourceSplitByCount): 8 SMs
+	// from sm_90, 2 before.
+	spec.PartitionStep = 2
+	if ccMaj >= 9 {
+		spec.PartitionStep = 8
+	}
 
 	var least, greatest int32
 	if err := check("cuCtxGetStreamPriorityRange", d.drv.call(d.drv.cuCtxGetStreamPriorityRange,
@@ -757,6 +765,10 @@ func (d *Device) release() error {
 		}
 	}
 	for c := len(d.ctxs) - 1; c >= 1; c-- {
+		if g := d.ctxs[c].green; g != 0 {
+			keep(check("cuGreenCtxDestroy", d.fast(d.drv.part.cuGreenCtxDestroy, g)))
+			continue
+		}
 		keep(check("cuCtxDestroy_v2", d.fast(d.drv.cuCtxDestroy, d.ctxs[c].h)))
 	}
 	if len(d.ctxs) > 0 {

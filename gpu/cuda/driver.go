@@ -61,6 +61,7 @@ type driver struct {
 	cuLaunchKernel              uintptr
 	cuGetErrorName              uintptr // optional
 	cuFuncGetParamInfo          uintptr // optional (CUDA 12.4+): exact kernel parameter sizes
+	part                        partitionDriver
 
 	ctxCreateName string // which context-creation entry point NewContext uses
 }
@@ -151,6 +152,12 @@ func openDriver(names []string) (*driver, error) {
 	sym(&d.cuLaunchKernel, "cuLaunchKernel")
 	opt(&d.cuGetErrorName, "cuGetErrorName")
 	opt(&d.cuFuncGetParamInfo, "cuFuncGetParamInfo")
+	opt(&d.part.cuDeviceGetDevResource, "cuDeviceGetDevResource")
+	opt(&d.part.cuDevSmResourceSplitByCount, "cuDevSmResourceSplitByCount")
+	opt(&d.part.cuDevResourceGenerateDesc, "cuDevResourceGenerateDesc")
+	opt(&d.part.cuGreenCtxCreate, "cuGreenCtxCreate")
+	opt(&d.part.cuGreenCtxDestroy, "cuGreenCtxDestroy")
+	opt(&d.part.cuCtxFromGreenCtx, "cuCtxFromGreenCtx")
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: the NVIDIA driver is too old: libcuda lacks %s (need a CUDA 12 or newer driver)",
 			gpu.ErrNoDevice, strings.Join(missing, ", "))

@@ -162,6 +162,13 @@ func (f *Device) NewContext() (gpu.Context, error) {
 	return f.inner.NewContext()
 }
 
+func (f *Device) NewPartition(sms int) (gpu.Context, error) {
+	if err := f.enter("NewPartition"); err != nil {
+		return 0, err
+	}
+	return f.inner.NewPartition(sms)
+}
+
 func (f *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 	if err := f.enter("NewStream"); err != nil {
 		return 0, err

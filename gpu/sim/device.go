@@ -43,7 +43,8 @@ type Device struct {
 	funcs    []string    // handle-1
 	fnByName map[string]gpu.Func
 
-	machines []*machine // per context; index = gpu.Context
+	machines []*machine // per time-sliced context: the primary one first
+	ctxs     []simCtx   // per context handle
 	slice    slicer
 
 	mem   memory
@@ -80,6 +81,7 @@ func New(cfg Config) (*Device, error) {
 	d.mem.init(cfg.Memory)
 	d.words.init()
 	d.machines = append(d.machines, d.newMachine(0))
+	d.ctxs = append(d.ctxs, simCtx{})
 	return d, nil
 }
 
@@ -128,8 +130,33 @@ func (d *Device) NewContext() (gpu.Context, error) {
 	if d.closed {
 		return 0, errClosed
 	}
-	c := gpu.Context(len(d.machines))
+	c := gpu.Context(len(d.ctxs))
 	d.machines = append(d.machines, d.newMachine(c))
+	d.ctxs = append(d.ctxs, simCtx{machine: len(d.machines) - 1})
+	return c, nil
+}
+
+// simCtx is what a context handle stands for: a time-sliced machine, and
+// for an SM partition the first SM its streams may use.
+type simCtx struct {
+	machine int
+	lo      int16
+}
+
+// NewPartition makes an SM partition of the primary context: its streams'
+// blocks are placed on the device's highest sms SMs only, concurrently with
+// the primary context's streams (which may use every SM and place on the
+// lowest first). Partitions made by separate calls overlap; a real GPU's
+// green contexts made from one split would not.
+func (d *Device) NewPartition(sms int) (gpu.Context, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	if err := gpu.CheckPartition(d.spec, sms); err != nil {
+		return 0, err
+	}
+	c := gpu.Context(len(d.ctxs))
+	d.ctxs = append(d.ctxs, simCtx{lo: int16(d.spec.SMs - sms)})
 	return c, nil
 }
 
@@ -142,13 +169,15 @@ func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 		return 0, fmt.Errorf("sim: stream priority %d outside [%d, %d] (lower is more urgent; use Info().Priorities.Clamp)",
 			opt.Priority, greatestPriority, leastPriority)
 	}
-	if opt.Context < 0 || int(opt.Context) >= len(d.machines) {
+	if opt.Context < 0 || int(opt.Context) >= len(d.ctxs) {
 		return 0, fmt.Errorf("%w: context %d (make one with NewContext; 0 is the primary context)", gpu.ErrInvalidHandle, opt.Context)
 	}
 	s := &stream{
 		id:   gpu.Stream(len(d.streams) + 1),
 		prio: opt.Priority,
 		ctx:  opt.Context,
+		m:    d.ctxs[opt.Context].machine,
+		lo:   d.ctxs[opt.Context].lo,
 		wake: math.Inf(1),
 	}
 	d.streams = append(d.streams, s)
@@ -331,7 +360,7 @@ func (d *Device) Close() error {
 		return errClosed
 	}
 	d.closed = true
-	d.streams, d.events, d.machines = nil, nil, nil
+	d.streams, d.events, d.machines, d.ctxs = nil, nil, nil, nil
 	d.mem.init(0)
 	return nil
 }

@@ -201,7 +201,7 @@ func (d *Device) timeslice() {
 		if d.machines[j].hasWork() {
 			sl.switching, sl.to, sl.end = true, j, d.now+float64(d.cfg.SwitchCost)
 			if d.cfg.Trace != nil {
-				d.trace(TraceEvent{Kind: TraceSwitch, Context: gpu.Context(j)})
+				d.trace(TraceEvent{Kind: TraceSwitch, Context: d.machines[j].ctx})
 			}
 			return
 		}
@@ -362,8 +362,12 @@ func (d *Device) take(p *part, first, n int) {
 // SM index first, splitting classes as needed. It returns the blocks placed.
 func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 	cands, total := d.cands[:0], 0
+	lo := p.k.st.lo
+	if lo > 0 && limit > 0 {
+		d.splitAt(m, lo)
+	}
 	for _, c := range m.classes {
-		if c.free.fits(p.res) {
+		if c.ids[0] >= lo && c.free.fits(p.res) {
 			cands = append(cands, c)
 			total += len(c.ids)
 		}
@@ -650,6 +654,28 @@ func (d *Device) splitLow(m *machine, c *smClass, n int) *smClass {
 	}
 	m.classes = append(m.classes, nc)
 	return nc
+}
+
+// splitAt splits every class holding both SMs below lo and SMs from lo on,
+// so that each class lies wholly on one side of lo (an SM partition's first
+// SM).
+func (d *Device) splitAt(m *machine, lo int16) {
+	split := false
+	for i, n := 0, len(m.classes); i < n; i++ {
+		c := m.classes[i]
+		if c.ids[0] >= lo || c.ids[len(c.ids)-1] < lo {
+			continue
+		}
+		k := 0
+		for c.ids[k] < lo {
+			k++
+		}
+		d.splitLow(m, c, k)
+		split = true
+	}
+	if split {
+		sortClasses(m)
+	}
 }
 
 // sortClasses restores ascending ids[0] order (insertion sort: the order is

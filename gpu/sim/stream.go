@@ -31,6 +31,8 @@ type stream struct {
 	id       gpu.Stream
 	prio     int
 	ctx      gpu.Context
+	m        int   // index of its context's machine
+	lo       int16 // first SM its blocks may use (SM partitions)
 	dead     bool
 	ops      []op // ops[head:] are not yet complete
 	head     int
@@ -83,7 +85,7 @@ func (d *Device) pump() {
 			case opKernel:
 				if !o.k.eligible {
 					o.k.eligible, o.k.elig = true, t
-					d.machines[s.ctx].addPending(o.k, d.cfg.SamePriority)
+					d.machines[s.m].addPending(o.k, d.cfg.SamePriority)
 				}
 				break ops // the kernel stays at the head until it completes
 			}

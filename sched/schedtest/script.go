@@ -172,8 +172,11 @@ func RunScript(t *testing.T, path string, f Factory) {
 }
 
 func ctxNote(c sched.StreamClass) string {
-	if c.OwnContext {
+	switch {
+	case c.OwnContext:
 		return " (own context)"
+	case c.SMs > 0:
+		return fmt.Sprintf(" (partition of %d SMs)", c.SMs)
 	}
 	return ""
 }

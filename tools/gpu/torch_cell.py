@@ -125,6 +125,67 @@ def capture(fn, stream, warm=3):
         torch.cuda.synchronize()
         return None
 
+# smid: each block spins 20 us, then stores the SM it ran on (PTX, loaded
+# with the driver API so the check needs no compiler).
+SMID_PTX = b"""
+.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry smid(.param .u64 out) {
+  .reg .pred %p;
+  .reg .u32 %r<3>;
+  .reg .u64 %rd<7>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u64 %rd4, %globaltimer;
+SPIN:
+  mov.u64 %rd5, %globaltimer;
+  sub.u64 %rd6, %rd5, %rd4;
+  setp.lt.u64 %p, %rd6, 20000;
+  @%p bra SPIN;
+  mov.u32 %r1, %smid;
+  mov.u32 %r2, %ctaid.x;
+  mul.wide.u32 %rd2, %r2, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r1;
+  ret;
+}
+"""
+
+
+def sms_seen(cuda, stream):
+    """Distinct SMs a 4-blocks-per-SM kernel uses on stream: launched
+    directly, and captured in a CUDA graph then replayed on it."""
+    import ctypes
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    if cuda.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(SMID_PTX + b"\0")) != 0:
+        raise RuntimeError("cuModuleLoadData of the smid check failed")
+    if cuda.cuModuleGetFunction(ctypes.byref(fn), mod, b"smid") != 0:
+        raise RuntimeError("cuModuleGetFunction(smid) failed")
+    n = 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    out = torch.zeros(n, dtype=torch.int32, device="cuda")
+
+    def launch():
+        arg = ctypes.c_uint64(out.data_ptr())
+        params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
+        rc = cuda.cuLaunchKernel(fn, n, 1, 1, 1024, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), params, None)
+        if rc != 0:
+            raise RuntimeError(f"cuLaunchKernel(smid): CUresult {rc}")
+
+    seen = {}
+    launch()
+    stream.synchronize()
+    seen["direct"] = len(set(out.tolist()))
+    out.zero_()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        launch()
+    g.replay()
+    stream.synchronize()
+    seen["graph"] = len(set(out.tolist()))
+    return seen
+
 
 class BE:
     """The BE training job in a thread: steps back to back on its stream."""
@@ -136,6 +197,7 @@ class BE:
         self.times = []
         self.graphs = False
         self.err = None
+        self.sms_seen = None
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
         self.ready.wait()
@@ -187,7 +249,13 @@ class BE:
         rc = cuda.cuStreamCreateWithPriority(ctypes.byref(h), ctypes.c_uint(1), ctypes.c_int(self.prio))
         if rc != 0:
             raise RuntimeError(f"cuStreamCreateWithPriority in the green context: CUresult {rc}")
-        return torch.cuda.ExternalStream(h.value)
+        s = torch.cuda.ExternalStream(h.value)
+        self.sms_seen = sms_seen(cuda, s)
+        print(f"  green context of {self.green_sms} SMs: a kernel on its stream ran on {self.sms_seen['direct']} SMs, "
+              f"the same kernel captured in a CUDA graph and replayed there on {self.sms_seen['graph']}", file=sys.stderr)
+        if max(self.sms_seen.values()) > self.green_sms:
+            raise RuntimeError(f"green context not confined: {self.sms_seen} SMs used, partition of {self.green_sms}")
+        return s
 
     def steps_in(self, t0, t1):
         return sum(1 for t in self.times if t0 <= t < t1) / (t1 - t0)
@@ -269,6 +337,9 @@ def main():
             if be:
                 steps = be.steps_in(t0 + warm / 1e6, t1)
                 note = f"BE graphs: {be.graphs}."
+                if be.sms_seen:
+                    note += (f" Confinement check: a 4-blocks-per-SM kernel on the BE stream ran on "
+                             f"{be.sms_seen['direct']} SMs, captured in a graph on {be.sms_seen['graph']}.")
                 be.close()
             if setup == "alone":
                 be2 = BE(spec["be"], spec["beBatch"], lo)

@@ -1,0 +1,149 @@
+package cuda
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+)
+
+const partitionKernels = `
+static __device__ __forceinline__ unsigned long long gtimer() {
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+// smid spins ns, then stores the SM it ran on into out[blockIdx.x].
+extern "C" __global__ void smid(unsigned *out, unsigned long long ns) {
+	unsigned long long t0 = gtimer();
+	while (gtimer() - t0 < ns) {}
+	if (threadIdx.x == 0) {
+		unsigned id;
+		asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+		out[blockIdx.x] = id;
+	}
+}
+`
+
+// smids runs the smid kernel (grid blocks of 1024 threads, ns each) on s
+// and returns the distinct SMs it ran on.
+func smids(t *testing.T, d *Device, fn gpu.Func, s gpu.Stream, grid int, ns int64) map[uint32]bool {
+	t.Helper()
+	out, err := d.Alloc(int64(4 * grid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &gpu.Launch{Name: "smid", Func: fn, Grid: gpu.D1(grid), Block: gpu.D1(1024)}
+	l.Args.Ptr(out).U64(uint64(ns))
+	if err := d.Launch(s, l); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4*grid)
+	if err := d.CopyFromDevice(buf, out); err != nil { // synchronous: waits for the kernel
+		t.Fatal(err)
+	}
+	seen := map[uint32]bool{}
+	for i := range grid {
+		seen[binary.LittleEndian.Uint32(buf[4*i:])] = true
+	}
+	return seen
+}
+
+// TestGPUPartition checks confinement with a kernel that records SM ids:
+// a kernel wide enough for every SM, launched in a partition, runs on the
+// partition's SMs only (and on memory allocated in the primary context);
+// and a primary-context kernel launched while long blocks fill the
+// partition starts at once on the SMs outside it.
+func TestGPUPartition(t *testing.T) {
+	d, _ := openGPU(t)
+	spec := d.Info().Spec
+	sms := gpu.PartitionFloor(spec, spec.SMs-spec.PartitionStep)
+	part, err := d.NewPartition(sms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.LoadModule(gpu.ModuleSource{Name: "partition_test", CUDA: partitionKernels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := m.Function("smid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := d.NewStream(gpu.StreamOptions{Context: part, Priority: d.Info().Priorities.Least})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Greatest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := smids(t, d, fn, ps, 4*spec.SMs, 20_000); len(in) > sms {
+		t.Errorf("a kernel in a partition of %d SMs ran on %d SMs", sms, len(in))
+	} else {
+		t.Logf("partition of %d SMs: the kernel ran on %d SMs", sms, len(in))
+	}
+	if all := smids(t, d, fn, hs, 4*spec.SMs, 20_000); len(all) != spec.SMs {
+		t.Errorf("a primary-context kernel ran on %d SMs, want all %d", len(all), spec.SMs)
+	}
+
+	// Long blocks fill the partition (2 per SM, 20 ms); an HP kernel on
+	// the SMs left must finish long before them.
+	out, err := d.Alloc(int64(4 * 2 * sms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &gpu.Launch{Name: "smid", Func: fn, Grid: gpu.D1(2 * sms), Block: gpu.D1(1024)}
+	be.Args.Ptr(out).U64(uint64(20 * time.Millisecond))
+	if err := d.Launch(ps, be); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	hpOut, err := d.Alloc(4 * 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := &gpu.Launch{Name: "smid", Func: fn, Grid: gpu.D1(spec.SMs - sms), Block: gpu.D1(1024)}
+	hp.Args.Ptr(hpOut).U64(50_000)
+	e0, _ := d.NewEvent()
+	e1, _ := d.NewEvent()
+	beDone, _ := d.NewEvent()
+	t0 := d.Now()
+	if err := d.Record(e0, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Launch(hs, hp); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Record(e1, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Record(beDone, ps); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		done, err := d.Query(e1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		if err := d.Wait(context.Background(), d.Now()+50*time.Microsecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hpAt := d.Now() - t0
+	if beFinished, _ := d.Query(beDone); beFinished {
+		t.Errorf("the BE blocks (20 ms) finished before the HP kernel: the test shows nothing")
+	}
+	if hpAt > 5*time.Millisecond {
+		t.Errorf("HP kernel of %d blocks took %v beside a full partition of %d SMs, want well under the BE blocks' 20 ms", spec.SMs-sms, hpAt, sms)
+	}
+	t.Logf("HP kernel beside the full partition: done %v after launch", hpAt)
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}

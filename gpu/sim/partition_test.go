@@ -1,0 +1,97 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"atoll/gpu"
+)
+
+// TestPartitionConfinesBlocks: a BE kernel in a partition of 120 SMs never
+// has a block outside the top 120 SMs, runs concurrently with the primary
+// context (no time-slicing), and an HP kernel launched while BE fills the
+// partition starts at once on the SMs left outside it.
+func TestPartitionConfinesBlocks(t *testing.T) {
+	r := newRig(t, Config{})
+	d := r.d
+	part, err := d.NewPartition(120)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := d.NewStream(gpu.StreamOptions{Context: part})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi := r.stream(-5)
+	// 2 blocks of 1024 threads fit per SM: 5 waves of 1 ms on 120 SMs.
+	r.launch(be, plain("be", 120*2*5, 1024, 5*1000*us))
+	if err := d.Wait(context.Background(), 100*us); err != nil {
+		t.Fatal(err)
+	}
+	r.launch(hi, plain("hp", 12, 1024, 30*us))
+	r.drain()
+	lat := gpu.H100SXM.LaunchLatency
+	if got := r.starts()[2]; got != 100*us+lat {
+		t.Errorf("HP starts at %v, want %v: the 12 SMs outside the partition are free", got, 100*us+lat)
+	}
+	if got := r.ends()[1]; !near(got, lat+5000*us, us) {
+		t.Errorf("BE ends at %v, want %v (its own 120 SMs, undisturbed)", got, lat+5000*us)
+	}
+	for _, e := range r.trace {
+		if e.Kind == TraceSwitch {
+			t.Fatalf("a partition must not time-slice with the primary context: %+v", e)
+		}
+		if e.Kind != TraceDispatch {
+			continue
+		}
+		for _, sm := range e.SMs {
+			if e.Kernel == 1 && sm < 12 {
+				t.Fatalf("partition kernel placed a block on SM %d (partition is SMs 12..131)", sm)
+			}
+			if e.Kernel == 2 && sm >= 12 {
+				t.Fatalf("HP kernel placed on SM %d while the partition was full", sm)
+			}
+		}
+	}
+}
+
+// TestPartitionWithoutReserveWaits is the same run without the partition:
+// the HP kernel waits for the resident BE wave, which is what a partition
+// saves.
+func TestPartitionWithoutReserveWaits(t *testing.T) {
+	r := newRig(t, Config{})
+	lo, hi := r.stream(0), r.stream(-5)
+	r.launch(lo, plain("be", 132*2*5, 1024, 5*1000*us))
+	if err := r.d.Wait(context.Background(), 100*us); err != nil {
+		t.Fatal(err)
+	}
+	r.launch(hi, plain("hp", 12, 1024, 30*us))
+	r.drain()
+	if got, want := r.starts()[2], gpu.H100SXM.LaunchLatency+1000*us; got != want {
+		t.Errorf("HP starts at %v, want %v (end of the first BE wave)", got, want)
+	}
+}
+
+func TestPartitionSizes(t *testing.T) {
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, -8, 4, 12, 132, 136} {
+		if _, err := d.NewPartition(n); !errors.Is(err, gpu.ErrInvalidLaunch) {
+			t.Errorf("NewPartition(%d): %v, want ErrInvalidLaunch", n, err)
+		}
+	}
+	for _, n := range []int{8, 64, 128} {
+		if _, err := d.NewPartition(n); err != nil {
+			t.Errorf("NewPartition(%d): %v", n, err)
+		}
+	}
+	if got := gpu.PartitionFloor(gpu.H100SXM, 131); got != 128 {
+		t.Errorf("PartitionFloor(131) = %d, want 128", got)
+	}
+	if got := gpu.PartitionFloor(gpu.H100SXM, 7); got != 0 {
+		t.Errorf("PartitionFloor(7) = %d, want 0", got)
+	}
+}

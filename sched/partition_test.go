@@ -1,0 +1,69 @@
+package sched_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"atoll/policies"
+	"atoll/sched"
+)
+
+// TestPartitionBoundsWaitBehindLongBlocks: two BE clients of 2 ms one-wave
+// kernels (200 blocks of 1024 threads each; together more than the GPU holds)
+// (Plain under atoll: preempting them buys nothing) beside a small HP
+// model. Without a partition an HP request waits for a resident BE wave;
+// with atoll's default partition the HP kernels start on the reserved SMs
+// at once, so HP p99 stays near solo, and BE still gets most of its work.
+func TestPartitionBoundsWaitBehindLongBlocks(t *testing.T) {
+	hp := mustProfile(t, "hp", `
+a dur=50us grid=16 block=1024 class=compute
+b dur=50us grid=16 block=1024 class=memory
+c dur=50us grid=16 block=1024 class=compute
+d dur=50us grid=16 block=1024 class=compute
+`)
+	be := mustProfile(t, "wave", `
+long dur=2ms grid=200 block=1024 class=compute
+`)
+	const dur = 200 * time.Millisecond
+	var arr []time.Duration
+	for a := 700 * time.Microsecond; a < dur; a += 1700 * time.Microsecond {
+		arr = append(arr, a)
+	}
+	w := sched.Workload{
+		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arr}},
+		BE: []sched.BEWorkload{{Name: "wave", Profile: be}, {Name: "wave2", Profile: be}},
+	}
+	run := func(name string) (p99 time.Duration, work time.Duration, part int) {
+		t.Helper()
+		pol, err := policies.ByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: dur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lats []time.Duration
+		for _, r := range tr.Requests {
+			lats = append(lats, r.Latency())
+		}
+		return pct(lats, 0.99), tr.BEWork, pol.(*policies.Atoll).PartitionSMs()
+	}
+	offP99, offWork, offPart := run("atoll:reserve=off")
+	onP99, onWork, onPart := run("atoll")
+	t.Logf("no partition: p99 %v, BE work %v; partition of %d SMs: p99 %v, BE work %v", offP99, offWork, onPart, onP99, onWork)
+	if offPart != 0 || onPart != 120 {
+		t.Fatalf("partitions %d and %d SMs, want none and 120 (HP needs 8 SMs: 132-8 rounded down to a multiple of 8)", offPart, onPart)
+	}
+	solo := hp.Total()
+	if onP99 > solo+100*time.Microsecond {
+		t.Errorf("with the partition HP p99 is %v, want within 100µs of solo %v", onP99, solo)
+	}
+	if offP99 < solo+500*time.Microsecond {
+		t.Errorf("without a partition HP p99 is %v: the scenario should make HP wait behind 2 ms blocks", offP99)
+	}
+	if onWork < offWork*8/10 {
+		t.Errorf("BE work %v with the partition, %v without: the partition should cost BE little", onWork, offWork)
+	}
+}
