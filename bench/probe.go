@@ -56,7 +56,9 @@ func ProbePolicy(name string) (sched.Policy, error) {
 	case "reef-relay":
 		return preempt.New(), nil // the binder adds the relay (ProbeBinder.ResetRelay)
 	case "atoll-ptb":
-		return &policies.Atoll{NoPadding: true, NoAdmission: true}, nil
+		return &policies.Atoll{Preempt: true, NoAdmission: true, Reserve: -1}, nil
+	case "atoll":
+		return &policies.Atoll{Preempt: true, Padding: true, Reserve: -1}, nil
 	}
 	if !slices.Contains(ProbePolicies, name) {
 		return nil, fmt.Errorf("%w: unknown mechanism %q (known: %s)", ErrProbe, name, strings.Join(ProbePolicies, ", "))

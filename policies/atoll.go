@@ -27,35 +27,40 @@ const DefaultPlainBound = 31600 * time.Nanosecond
 const DefaultBEWindow = 2
 
 // DefaultHPWindow is the HP launches atoll keeps in flight per client:
-// deep enough that a request's kernels are queued on the device ahead of
-// the GPU. With REEF's 4 (preempt.DefaultHPWindow) every further kernel
-// waited for the driver loop to see a completion: on the H100 matrix that
-// was atoll's largest cause of delay (attributed "host", 0.3–1.5 ms per
-// request), and 64 cut it to about 60 µs on the default cell
-// (docs/policies.md).
-const DefaultHPWindow = 64
+// more than any zoo model has kernels, so a request's kernels are all
+// queued on the device when it arrives, as Orion does. With REEF's 4
+// (preempt.DefaultHPWindow) every further kernel waited for the driver
+// loop to see a completion, and on the H100 matrix that was atoll's largest
+// cause of delay (attributed "host", 0.3–1.5 ms per request).
+const DefaultHPWindow = 1024
 
 // Atoll is the combined policy:
 //
 //   - streams: HP at the greatest priority on the whole GPU, BE at the
 //     least in an SM partition that leaves Reserve SMs to HP alone, so an
 //     arriving HP kernel always finds SMs free, whatever long BE blocks are
-//     resident (the wait that priorities and preemption cannot cut);
+//     resident (the wait that priorities cannot cut, and that preempting
+//     cannot cut either for one-wave kernels);
 //   - HP is never held back: its kernels launch as they come, HPWindow in
-//     flight per client, each padded with BE work when the padding
-//     selector finds a class-compatible BE head kernel that fits beside it;
+//     flight per client (with Padding, each padded with BE work when the
+//     padding selector finds a class-compatible BE head kernel that fits
+//     beside it);
 //   - while no HP request is in flight (and HP has been idle ResumeAfter),
-//     BE runs freely, each kernel in the form Form chooses from its
-//     profile, one Resumable launch or up to BEWindow Plain launches per
-//     client;
-//   - when an HP request arrives, BE clients with a Resumable launch in
-//     flight are preempted (flag raised; the launch exits between logical
-//     blocks, progress kept); Plain launches, short by construction, run
-//     out; then BE kernels that Orion's rule admits beside the HP kernel
-//     running (class-compatible, SM need <= SMThreshold, under the
-//     duration cap) still launch, in Plain form, one per client;
-//   - when HP has been idle for ResumeAfter, flags are lowered and
-//     preempted kernels resume where they stopped.
+//     BE runs freely in its partition, up to BEWindow Plain launches per
+//     client (with Preempt, each kernel in the form Form chooses from its
+//     profile: one Resumable launch or up to BEWindow Plain ones);
+//   - while HP is busy, BE kernels that Orion's rule admits beside the HP
+//     kernel running (class-compatible, SM need <= SMThreshold, under the
+//     duration cap) still launch, in Plain form, one per client; the BE
+//     launches in flight when HP arrived run out (with Preempt, Resumable
+//     ones are preempted instead: flag raised, the launch exits between
+//     logical blocks with its progress kept, and resumes once HP has been
+//     idle ResumeAfter).
+//
+// Preemption and padding are off by default: on the H100, preempting
+// Resumable BE kernels cost BE work without lowering HP p99 on the
+// training cells, and a padded BE body stretched the HP kernel it shared a
+// launch with (docs/policies.md).
 type Atoll struct {
 	// ResumeAfter is the HP idle time before BE resumes (default 0.1 ms).
 	ResumeAfter time.Duration
@@ -67,8 +72,12 @@ type Atoll struct {
 	// HPWindow is the HP launches in flight per client (default
 	// DefaultHPWindow).
 	HPWindow int
-	// NoPadding and NoAdmission turn the two side channels off.
-	NoPadding, NoAdmission bool
+	// Padding pads HP launches with BE work (REEF's dynamic kernel
+	// padding); Preempt runs multi-wave BE kernels Resumable and preempts
+	// them when HP arrives (Tally's persistent blocks). Both default off.
+	Padding, Preempt bool
+	// NoAdmission turns Orion's admission beside HP off.
+	NoAdmission bool
 	// PadAnyClass pads with BE kernels of any class (REEF's rule);
 	// by default only class-compatible ones pad (see padKeep).
 	PadAnyClass bool
@@ -146,17 +155,20 @@ func (p *Atoll) set(params string) error {
 			p.PlainBound, err = time.ParseDuration(v)
 		case "resume-after":
 			p.ResumeAfter, err = time.ParseDuration(v)
-		case "padding", "admission":
+		case "padding", "preempt", "admission":
 			var on bool
 			if on, err = strconv.ParseBool(v); err == nil {
-				if k == "padding" {
-					p.NoPadding = !on
-				} else {
+				switch k {
+				case "padding":
+					p.Padding = on
+				case "preempt":
+					p.Preempt = on
+				default:
 					p.NoAdmission = !on
 				}
 			}
 		default:
-			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, reserve, plain-bound, resume-after, padding, admission)", ErrConfig, k)
+			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, reserve, plain-bound, resume-after, padding, preempt, admission)", ErrConfig, k)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: atoll parameter %s: %v", ErrConfig, k, err)
@@ -254,9 +266,11 @@ func Form(spec gpu.Spec, k *profiles.Kernel, plainBound time.Duration) gpu.Form 
 func (p *Atoll) Schedule(st *sched.State, now time.Duration) {
 	if st.HPBusy() {
 		p.seenHP = true
-		preempt.PreemptAll(st, false)
+		if p.Preempt {
+			preempt.PreemptAll(st, false)
+		}
 		for _, c := range st.HP() {
-			preempt.LaunchHP(st, c, p.HPWindow, !p.NoPadding, p.padKeep)
+			preempt.LaunchHP(st, c, p.HPWindow, p.Padding, p.padKeep)
 		}
 		if !p.NoAdmission {
 			p.admit(st)
@@ -296,7 +310,11 @@ func (p *Atoll) launchFree(st *sched.State, b *sched.BEClient) {
 		if k == nil {
 			return
 		}
-		form := st.LaunchForm(b, Form(st.Spec(), k, p.PlainBound))
+		form := gpu.Plain
+		if p.Preempt {
+			form = Form(st.Spec(), k, p.PlainBound)
+		}
+		form = st.LaunchForm(b, form)
 		if form == gpu.Plain && b.InFlight() >= p.BEWindow {
 			return
 		}

@@ -7,15 +7,15 @@ import (
 )
 
 func TestByNameParameters(t *testing.T) {
-	p, err := ByName("atoll:hp-window=16,plain-bound=50us,padding=false")
+	p, err := ByName("atoll:hp-window=16,plain-bound=50us,padding=true,preempt=true,reserve=24")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := p.(*Atoll)
-	if a.HPWindow != 16 || a.PlainBound != 50*time.Microsecond || !a.NoPadding || a.NoAdmission {
+	if a.HPWindow != 16 || a.PlainBound != 50*time.Microsecond || !a.Padding || !a.Preempt || a.NoAdmission || a.Reserve != 24 {
 		t.Errorf("parameters not applied: %+v", a)
 	}
-	for _, bad := range []string{"atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "orion:hp-window=3"} {
+	for _, bad := range []string{"atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
 		if _, err := ByName(bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("%q: %v, want ErrConfig", bad, err)
 		}

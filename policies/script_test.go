@@ -34,8 +34,13 @@ func factory(name string, m map[string]string) (sched.Policy, error) {
 	set(e)
 	p.HPWindow, e = a.Int("hp-window")
 	set(e)
-	p.NoPadding, e = a.Bool("no-padding")
+	// Scripts exercise the mechanisms: padding and preemption are on
+	// unless a script turns them off.
+	noPad, e := a.Bool("no-padding")
 	set(e)
+	noPreempt, e := a.Bool("no-preempt")
+	set(e)
+	p.Padding, p.Preempt = !noPad, !noPreempt
 	p.NoAdmission, e = a.Bool("no-admission")
 	set(e)
 	p.PadAnyClass, e = a.Bool("pad-any-class")

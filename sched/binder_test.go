@@ -45,7 +45,7 @@ func (b *recordingBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 func TestBinderReceivesPreemptionState(t *testing.T) {
 	// atoll pads only with a shallow HP window: with its default one a
 	// request's kernels are all launched on arrival, while BE drains.
-	for _, name := range []string{"reef", "atoll:hp-window=4"} {
+	for _, name := range []string{"reef", "atoll:hp-window=4,padding=true,preempt=true"} {
 		t.Run(name, func(t *testing.T) {
 			dev := newSim(t)
 			w := smallWorkload(t, 2*time.Millisecond, 20*time.Millisecond)
@@ -112,7 +112,7 @@ func TestPaddedNotReadyRunsHPAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &notReadyBinder{ProfileBinder: pb, n: 5}
-	p, err := policies.ByName("atoll:hp-window=4")
+	p, err := policies.ByName("atoll:hp-window=4,padding=true,preempt=true")
 	if err != nil {
 		t.Fatal(err)
 	}

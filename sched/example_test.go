@@ -13,7 +13,7 @@ import (
 )
 
 // Example runs an HP client beside a BE client on the simulated GPU under
-// atoll's policy and prints what the trace holds.
+// atoll's policy (preemption on) and prints what the trace holds.
 func Example() {
 	dev, err := sim.New(sim.Config{Spec: gpu.H100SXM})
 	if err != nil {
@@ -35,7 +35,7 @@ bwd dur=800us grid=8448 block=256 class=compute
 	for t := time.Millisecond; t < 50*time.Millisecond; t += 2 * time.Millisecond {
 		arrivals = append(arrivals, t)
 	}
-	pol, _ := policies.ByName("atoll")
+	pol, _ := policies.ByName("atoll:preempt=true")
 	tr, err := sched.Run(context.Background(), dev, sched.Workload{
 		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arrivals}},
 		BE: []sched.BEWorkload{{Name: "train", Profile: be}},

@@ -131,7 +131,7 @@ func TestRunPolicies(t *testing.T) {
 			if tr.BEWork > 2*tr.Window() {
 				t.Errorf("BE work %v exceeds 2 clients x window %v", tr.BEWork, tr.Window())
 			}
-			preempts := name == "reef" || name == "atoll"
+			preempts := name == "reef" // atoll preempts only with preempt=true
 			if preempts != (len(tr.Preemptions) > 0) {
 				t.Errorf("%d preemption records under %s", len(tr.Preemptions), name)
 			}

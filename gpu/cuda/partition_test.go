@@ -40,8 +40,13 @@ func smids(t *testing.T, d *Device, fn gpu.Func, s gpu.Stream, grid int, ns int6
 	if err := d.Launch(s, l); err != nil {
 		t.Fatal(err)
 	}
+	// CopyFromDevice runs on a stream of its own, which does not wait for
+	// s: wait for the kernel first.
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
 	buf := make([]byte, 4*grid)
-	if err := d.CopyFromDevice(buf, out); err != nil { // synchronous: waits for the kernel
+	if err := d.CopyFromDevice(buf, out); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[uint32]bool{}
