@@ -34,8 +34,8 @@ gpu-build:
 
 # On the GPU machine (after gpu-build here, bin/ carried): the committed
 # GPU matrix, resumable; run again until every cell is done.
-# MATRIX_OUT=results/matrix-h100 MATRIX_BUDGET=8m by default.
-MATRIX_OUT    ?= results/matrix-h100
+# MATRIX_OUT=results/matrix-gpu MATRIX_BUDGET=8m by default (a new directory: cells already in OUT are skipped).
+MATRIX_OUT    ?= results/matrix-gpu
 MATRIX_BUDGET ?= 8m
 gpu-matrix:
 	tools/gpu/matrix.sh $(MATRIX_OUT) $(MATRIX_BUDGET)

@@ -603,6 +603,19 @@ func ReadMatrixDir(dir string) ([]*MatrixCell, error) {
 			}
 			mc.Torch = append(mc.Torch, &tr)
 		}
+		// BE alone is measured in the alone setup; a setup run before it
+		// (green runs first) normalizes by that figure.
+		alone := 0.0
+		for _, t := range mc.Torch {
+			if t.Setup == "alone" {
+				alone = t.BEAloneSteps
+			}
+		}
+		for _, t := range mc.Torch {
+			if t.BEAloneSteps == 0 {
+				t.BEAloneSteps = alone
+			}
+		}
 		out = append(out, mc)
 	}
 	return out, nil

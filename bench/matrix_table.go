@@ -236,8 +236,12 @@ func TorchTables(w io.Writer, cells []*MatrixCell) error {
 			if t.Setup == "alone" && t.BEAloneSteps > 0 {
 				be = fmt.Sprintf("– (alone %.1f)", t.BEAloneSteps)
 			}
+			green := fmt.Sprintf("PyTorch, BE in a green context of %d SMs", t.GreenSMs)
+			if !strings.Contains(t.Note, "Confinement check") {
+				green += " (confinement not checked)"
+			}
 			name := map[string]string{"alone": "PyTorch, HP alone", "priority": "PyTorch, HP on the high-priority stream",
-				"green": fmt.Sprintf("PyTorch, BE \"in a green context\" of %d SMs (not confined: docs/results.md)", t.GreenSMs)}[t.Setup]
+				"green": green}[t.Setup]
 			ew.printf("| %s | %.2f | %.2f %s | %s |\n", name, t.HPP50Us/1e3, t.HPP99Us/1e3, ciMs(torchP99CI(t, c.Seed)), be)
 		}
 		for _, r := range mc.Reports {

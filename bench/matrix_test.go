@@ -189,3 +189,22 @@ func TestHostJitter(t *testing.T) {
 		t.Errorf("HostJitter: %+v", l)
 	}
 }
+
+// TestTorchGreenFirstNormalizes: the green setup runs before alone (so its
+// own beAloneStepsPerSec is 0) and is normalized by the alone setup's.
+func TestTorchGreenFirstNormalizes(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "c"), 0o755)
+	os.WriteFile(filepath.Join(dir, "c", "cell.json"), []byte(`{"apiVersion":"`+CellVersion+`","cell":{"name":"c"},"runs":[]}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "c", "torch-alone.json"), []byte(`{"apiVersion":"`+TorchVersion+`","setup":"alone","beAloneStepsPerSec":90}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "c", "torch-green.json"), []byte(`{"apiVersion":"`+TorchVersion+`","setup":"green","beStepsPerSec":60}`), 0o644)
+	cells, err := ReadMatrixDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range cells[0].Torch {
+		if tr.BEAloneSteps != 90 {
+			t.Errorf("setup %s: BE alone %v, want the alone setup's 90", tr.Setup, tr.BEAloneSteps)
+		}
+	}
+}

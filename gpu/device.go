@@ -112,7 +112,8 @@ type Device interface {
 	// streams run concurrently with the primary context's, sharing memory,
 	// modules, events and host words with it; the SMs outside the
 	// partition stay free for the primary context's streams. sms must pass
-	// CheckPartition.
+	// CheckPartition. Asking again for a size already made returns the
+	// same context.
 	NewPartition(sms int) (Context, error)
 	NewStream(opt StreamOptions) (Stream, error)
 	DestroyStream(s Stream) error

@@ -30,7 +30,7 @@ var registry = []struct {
 		func() sched.Policy { return orion.New() }},
 	{"reef", "REEF: reset preemption with 2 BE kernels in flight, plus dynamic kernel padding",
 		func() sched.Policy { return preempt.New() }},
-	{"atoll", "priorities + resumable preemption + Orion admission + padding, per kernel from its profile",
+	{"atoll", "BE in an SM partition leaving HP a reserve, priorities, Orion admission beside HP (preemption, padding: atoll:preempt=true,padding=true)",
 		func() sched.Policy { return New() }},
 }
 

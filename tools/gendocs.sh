@@ -14,6 +14,6 @@ splice() { # doc, then the atoll command line whose output fills its block
 	mv "$doc.tmp" "$doc"
 	rm -f "$out"
 }
-splice README.md compare --pytorch results/matrix-h100
-splice docs/results.md compare results/matrix-h100
-splice docs/fidelity.md fidelity results/matrix-h100 results/matrix-sim
+splice README.md compare --pytorch results/matrix-h100-2
+splice docs/results.md compare results/matrix-h100-2
+splice docs/fidelity.md fidelity results/matrix-h100-2 results/matrix-sim

@@ -30,9 +30,9 @@ Examples:
   atoll bench --policy priority --out priority.json
   atoll bench --policy atoll --out atoll.json
   atoll compare priority.json atoll.json
-  atoll compare results/matrix-h100
-  atoll compare --plot overhead.svg results/matrix-h100
-  atoll compare --pytorch results/matrix-h100
+  atoll compare results/matrix-h100-2
+  atoll compare --plot overhead.svg results/matrix-h100-2
+  atoll compare --pytorch results/matrix-h100-2
 `
 
 func init() {

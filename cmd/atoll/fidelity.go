@@ -19,7 +19,7 @@ is held out. docs/fidelity.md is this command's output.
 
 Example:
   atoll matrix --out /tmp/matrix-sim bench/matrix/gpu.yaml
-  atoll fidelity results/matrix-h100 /tmp/matrix-sim
+  atoll fidelity results/matrix-h100-2 /tmp/matrix-sim
 `
 
 func init() {

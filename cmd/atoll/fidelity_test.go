@@ -15,7 +15,7 @@ import (
 // TestSimulatedNoteMatchesResults: the figures the simulated demo prints
 // are those of the committed GPU and simulated matrix runs.
 func TestSimulatedNoteMatchesResults(t *testing.T) {
-	gpu, err := bench.ReadMatrixDir("../../results/matrix-h100")
+	gpu, err := bench.ReadMatrixDir("../../results/matrix-h100-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,17 +37,17 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 
 // TestResultsDocIsGenerated: the GPU tables in README.md and
 // docs/results.md are exactly what 'atoll compare [--pytorch]
-// results/matrix-h100' prints, and docs/fidelity.md's
-// exactly what 'atoll fidelity results/matrix-h100 results/matrix-sim'
+// results/matrix-h100-2' prints, and docs/fidelity.md's
+// exactly what 'atoll fidelity results/matrix-h100-2 results/matrix-sim'
 // prints.
 func TestResultsDocIsGenerated(t *testing.T) {
 	for _, tc := range []struct {
 		doc  string
 		args []string
 	}{
-		{"../../README.md", []string{"compare", "--pytorch", "../../results/matrix-h100"}},
-		{"../../docs/results.md", []string{"compare", "../../results/matrix-h100"}},
-		{"../../docs/fidelity.md", []string{"fidelity", "../../results/matrix-h100", "../../results/matrix-sim"}},
+		{"../../README.md", []string{"compare", "--pytorch", "../../results/matrix-h100-2"}},
+		{"../../docs/results.md", []string{"compare", "../../results/matrix-h100-2"}},
+		{"../../docs/fidelity.md", []string{"fidelity", "../../results/matrix-h100-2", "../../results/matrix-sim"}},
 	} {
 		data, err := os.ReadFile(tc.doc)
 		if err != nil {

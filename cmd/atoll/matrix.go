@@ -36,8 +36,8 @@ again. 'atoll compare DIR' prints the tables.
 
 Examples:
   atoll matrix bench/matrix/ci.yaml --out /tmp/m             # simulated, about a minute
-  atoll matrix --backend cuda --budget 9m --out results/matrix-h100 bench/matrix/gpu.yaml
-  atoll compare results/matrix-h100
+  atoll matrix --backend cuda --budget 9m --out results/matrix-h100-2 bench/matrix/gpu.yaml
+  atoll compare results/matrix-h100-2
 `
 
 func init() {

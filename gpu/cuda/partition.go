@@ -41,12 +41,20 @@ func (p *partitionDriver) ok() bool {
 // primary context's streams. It shares the primary context's memory and
 // host words; modules load into it when a launch first needs them there;
 // events work across it. sms must be a multiple of Spec.PartitionStep.
+// Asking again for a size already made returns the same context.
 func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 	if err := d.live(); err != nil {
 		return 0, err
 	}
 	if err := gpu.CheckPartition(d.info.Spec, sms); err != nil {
 		return 0, err
+	}
+	// A partition holds no state but its SMs: one of each size is made
+	// and shared, so that runs on one device do not pile up contexts.
+	for c, cr := range d.ctxs {
+		if cr.green != 0 && cr.sms == sms {
+			return gpu.Context(c), nil
+		}
 	}
 	pd := &d.drv.part
 	if !pd.ok() {

@@ -139,15 +139,17 @@ func (d *Device) NewContext() (gpu.Context, error) {
 // simCtx is what a context handle stands for: a time-sliced machine, and
 // for an SM partition the first SM its streams may use.
 type simCtx struct {
-	machine int
-	lo      int16
+	machine   int
+	lo        int16
+	partition bool
 }
 
 // NewPartition makes an SM partition of the primary context: its streams'
 // blocks are placed on the device's highest sms SMs only, concurrently with
 // the primary context's streams (which may use every SM and place on the
-// lowest first). Partitions made by separate calls overlap; a real GPU's
-// green contexts made from one split would not.
+// lowest first). Asking again for a size already made returns the same
+// context. Partitions of different sizes overlap; a real GPU's green
+// contexts made from one split would not.
 func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 	if d.closed {
 		return 0, errClosed
@@ -155,8 +157,14 @@ func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 	if err := gpu.CheckPartition(d.spec, sms); err != nil {
 		return 0, err
 	}
+	lo := int16(d.spec.SMs - sms)
+	for c, x := range d.ctxs {
+		if x.partition && x.lo == lo {
+			return gpu.Context(c), nil
+		}
+	}
 	c := gpu.Context(len(d.ctxs))
-	d.ctxs = append(d.ctxs, simCtx{lo: int16(d.spec.SMs - sms)})
+	d.ctxs = append(d.ctxs, simCtx{lo: lo, partition: true})
 	return c, nil
 }
 

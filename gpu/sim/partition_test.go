@@ -95,3 +95,18 @@ func TestPartitionSizes(t *testing.T) {
 		t.Errorf("PartitionFloor(7) = %d, want 0", got)
 	}
 }
+
+// TestPartitionReused: one context per size, however often it is asked
+// for (each scheduler run asks).
+func TestPartitionReused(t *testing.T) {
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := d.NewPartition(64)
+	b, _ := d.NewPartition(64)
+	c, _ := d.NewPartition(120)
+	if a != b || a == c {
+		t.Errorf("partitions %d, %d (same size) and %d: want the first two equal, the third apart", a, b, c)
+	}
+}

@@ -4,7 +4,7 @@
 # the tables. Run it again after a cut-off to continue.
 #
 #   tools/gpu/matrix.sh OUT [BUDGET] [MATRIX]
-#     OUT     results directory (e.g. results/matrix-h100)
+#     OUT     results directory (e.g. results/matrix-h100-2)
 #     BUDGET  wall time atoll matrix may start cells in (e.g. 8m; 0: none)
 #     MATRIX  matrix file (default bench/matrix/gpu.yaml)
 #
