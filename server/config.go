@@ -64,6 +64,17 @@ type Config struct {
 	RestartBackoff time.Duration `yaml:"restart_backoff"`
 	// Log configures log/slog.
 	Log LogConfig `yaml:"log"`
+	// Restricted guards API groups (jobs, inference, metadata, metrics)
+	// with bearer tokens read from a file or an environment variable;
+	// health endpoints are never restricted.
+	Restricted []RestrictedConfig `yaml:"restricted,omitempty"`
+	// TLSCert and TLSKey, both or neither, are PEM files: HTTP and gRPC
+	// then serve TLS.
+	TLSCert string `yaml:"tls_cert,omitempty"`
+	TLSKey  string `yaml:"tls_key,omitempty"`
+	// MaxActiveJobs bounds the jobs queued or running at once; a job
+	// submitted beyond it is refused with 429 and Retry-After.
+	MaxActiveJobs int `yaml:"max_active_jobs"`
 }
 
 // ModelConfig is one served model.
@@ -110,6 +121,7 @@ func DefaultConfig() Config {
 		Restarts:        3,
 		RestartBackoff:  time.Second,
 		Log:             LogConfig{Level: "info", Format: "text"},
+		MaxActiveJobs:   64,
 	}
 }
 
@@ -251,6 +263,17 @@ func (c *Config) Validate() error {
 	if _, err := c.Log.level(); err != nil {
 		return bad("log.level", "%v", err)
 	}
+	for i, r := range c.Restricted {
+		if err := r.validate(i); err != nil {
+			return err
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return bad("tls_cert", "give both tls_cert and tls_key, or neither")
+	}
+	if c.MaxActiveJobs < 1 {
+		return bad("max_active_jobs", "%d; must be >= 1", c.MaxActiveJobs)
+	}
 	switch c.Log.Format {
 	case "text", "json":
 	default:
@@ -262,7 +285,7 @@ func (c *Config) Validate() error {
 // Engine is the engine configuration this daemon configuration asks for.
 func (c Config) Engine() EngineConfig {
 	ec := EngineConfig{Backend: c.Backend, GPU: c.GPU, Policy: c.Policy, Drain: c.ShutdownTimeout,
-		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff}
+		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff, MaxActiveJobs: c.MaxActiveJobs}
 	for _, m := range c.Models {
 		zoo := m.Zoo
 		if zoo == "" {

@@ -2,17 +2,21 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // RunOption adjusts Run.
@@ -69,6 +73,18 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	if err := cfg.Validate(); err != nil {
 		return errors.Join(err, closeEngine())
 	}
+	restricted, err := cfg.Restrictions()
+	if err != nil {
+		return errors.Join(err, closeEngine())
+	}
+	var tlsCfg *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return errors.Join(fmt.Errorf("%w: tls_cert/tls_key: %v", ErrConfig, err), closeEngine())
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	ln := o.listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", cfg.Listen)
@@ -103,6 +119,7 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		Metrics:        metrics,
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}),
 		Logger:         log,
+		Restricted:     restricted,
 	})
 	srv := &http.Server{
 		Handler:           h,
@@ -115,17 +132,31 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "backend", cfg.Backend, "policy", cfg.Policy, "models", len(eng.Models()))
+	if tlsCfg != nil {
+		srv.TLSConfig = tlsCfg
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "backend", cfg.Backend, "policy", cfg.Policy, "models", len(eng.Models()))
 	if !isLoopback(ln.Addr()) {
-		log.Warn("the API is open beyond this host and has no authentication: anyone who reaches the port can infer, submit and cancel jobs; listen on 127.0.0.1 (--listen 127.0.0.1:8000) unless a proxy in front guards it", "addr", ln.Addr().String())
+		switch open := openGroups(restricted); {
+		case len(open) > 0:
+			log.Warn("the API is open beyond this host and "+strings.Join(open, ", ")+" have no authentication: anyone who reaches the port can use them; listen on 127.0.0.1 (--listen 127.0.0.1:8000), restrict them (restricted: in the config, docs/api.md), or put a proxy in front that guards them", "addr", ln.Addr().String())
+		case tlsCfg == nil:
+			log.Warn("the API's tokens travel unencrypted beyond this host: give tls_cert and tls_key, or put a TLS proxy in front", "addr", ln.Addr().String())
+		}
 	}
 	// gRPC, when asked for, serves beside HTTP over the same handler state
 	// (drain flag, in-flight count, metrics); gs stays nil otherwise.
 	var gs *grpc.Server
 	var grpcErr chan error
 	if gln != nil {
-		gs = NewGRPCServer(h)
+		var extra []grpc.ServerOption
+		if tlsCfg != nil {
+			extra = append(extra, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		}
+		gs = NewGRPCServer(h, extra...)
 		grpcErr = make(chan error, 1)
 		go func() { grpcErr <- gs.Serve(gln) }()
 		log.Info("serving gRPC", "addr", gln.Addr().String())
@@ -209,6 +240,21 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		return fmt.Errorf("server: closing the engine: %w", cerr)
 	}
 	return nil
+}
+
+// openGroups lists the API groups no restriction guards.
+func openGroups(rs []Restriction) []string {
+	var open []string
+	for _, g := range APIGroups {
+		guarded := false
+		for _, r := range rs {
+			guarded = guarded || slices.Contains(r.Groups, g)
+		}
+		if !guarded {
+			open = append(open, g)
+		}
+	}
+	return open
 }
 
 // isLoopback reports whether a listener's address is reachable only from

@@ -45,6 +45,7 @@ var (
 	ErrUnavailable  = errors.New("server: device reopening")    // 503, retry shortly (after a device failure)
 	ErrUnknownJob   = errors.New("server: unknown job")         // 404
 	ErrJobConflict  = errors.New("server: job not cancellable") // 409
+	ErrTooManyJobs  = errors.New("server: too many active jobs") // 429, retry later
 	ErrInternal     = errors.New("server: internal error")      // 500 (device failure)
 )
 

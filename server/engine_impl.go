@@ -56,6 +56,9 @@ type EngineConfig struct {
 	Drain time.Duration
 	// MaxJobs is how many ended jobs Jobs keeps (default 1000).
 	MaxJobs int
+	// MaxActiveJobs bounds the jobs queued or running at once (default
+	// 64); SubmitJob beyond it returns ErrTooManyJobs.
+	MaxActiveJobs int
 	// Instances, on the simulator, runs the models through models/run
 	// instances and run.Binder exactly as on the GPU (inputs uploaded and
 	// outputs read back in the scheduler's hooks) instead of computing
@@ -197,6 +200,7 @@ type engineImpl struct {
 	byName      map[string]*engModel
 	jobsM       []*engJobModel
 	maxJobs     int
+	maxActive   int
 
 	ready   atomic.Bool
 	closing atomic.Bool
@@ -251,6 +255,9 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	if cfg.MaxJobs <= 0 {
 		cfg.MaxJobs = 1000
 	}
+	if cfg.MaxActiveJobs <= 0 {
+		cfg.MaxActiveJobs = 64
+	}
 	pol, err := policies.ByName(cfg.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy: %w", ErrConfig, err)
@@ -259,7 +266,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: gpu: %w", ErrConfig, err)
 	}
-	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs,
+	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs, maxActive: cfg.MaxActiveJobs,
 		abort: make(chan struct{})}
 	e.jmu.byID = map[string]*engJob{}
 	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain}

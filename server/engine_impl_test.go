@@ -723,3 +723,33 @@ func TestEngineRefusesWhatCannotMeetItsDeadline(t *testing.T) {
 		t.Errorf("want some served and the overload refused up front rather than timed out: %d served, %d refused, %d timed out", ok, predicted, late)
 	}
 }
+
+// TestEngineMaxActiveJobs: jobs beyond max_active_jobs are refused with
+// ErrTooManyJobs (429 over HTTP) until one ends.
+func TestEngineMaxActiveJobs(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, func(c *server.EngineConfig) { c.Virtual = false; c.MaxActiveJobs = 2 })
+	var ids []string
+	for range 2 {
+		st, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, st.ID)
+	}
+	_, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1})
+	if !errors.Is(err, server.ErrTooManyJobs) || !strings.Contains(err.Error(), "max_active_jobs 2") {
+		t.Fatalf("third job: %v, want ErrTooManyJobs naming the limit", err)
+	}
+	if _, err := e.CancelJob(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, e, ids[0], func(s server.JobStatus) bool { return !s.Ended.IsZero() })
+	st, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1})
+	if err != nil {
+		t.Fatalf("after a job ended: %v", err)
+	}
+	for _, id := range []string{ids[1], st.ID} {
+		e.CancelJob(id)
+	}
+}

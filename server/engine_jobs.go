@@ -84,6 +84,17 @@ func (e *engineImpl) SubmitJob(spec JobSpec) (JobStatus, error) {
 		return JobStatus{}, fmt.Errorf("%w: iterations %d; give 1 to %d", ErrBadInput, spec.Iterations, 1<<30)
 	}
 	spec.Batch = jm.batch
+	e.jmu.Lock()
+	active := 0
+	for _, j := range e.jmu.jobs {
+		if j.st.Ended.IsZero() {
+			active++
+		}
+	}
+	e.jmu.Unlock()
+	if active >= e.maxActive {
+		return JobStatus{}, fmt.Errorf("%w: %d jobs are queued or running (max_active_jobs %d); retry when one ends, or cancel one", ErrTooManyJobs, active, e.maxActive)
+	}
 	j := &engJob{client: jm.be, ended: make(chan struct{})}
 	j.st = JobStatus{ID: fmt.Sprintf("job-%d", e.jobSeq.Add(1)), Spec: spec, State: JobQueued, Created: time.Now()}
 	st := j.st

@@ -42,7 +42,7 @@ func NewGRPCServer(h *Handler, extra ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(min(h.opt.BodyLimit, math.MaxInt32))),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.ChainUnaryInterceptor(h.grpcUnary),
+		grpc.ChainUnaryInterceptor(h.grpcUnary, h.grpcAuth),
 	}
 	s := grpc.NewServer(append(opts, extra...)...)
 	pb.RegisterGRPCInferenceServiceServer(s, NewGRPCService(h))
@@ -77,6 +77,8 @@ func grpcCode(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, ErrJobConflict):
 		return codes.FailedPrecondition
+	case errors.Is(err, ErrTooManyJobs):
+		return codes.ResourceExhausted
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):

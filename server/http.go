@@ -34,6 +34,10 @@ type Options struct {
 	MetricsHandler http.Handler
 	// Logger gets one debug record per request and errors; nil discards.
 	Logger *slog.Logger
+	// Restricted guards API groups with bearer tokens (see Restriction).
+	// Every group must be one of APIGroups and every token non-empty;
+	// NewHandler panics otherwise (Config.Restrictions checks both).
+	Restricted []Restriction
 }
 
 // Handler is the Open Inference Protocol v2 REST API and the jobs API over
@@ -46,6 +50,7 @@ type Handler struct {
 	mux      *http.ServeMux
 	draining atomic.Bool
 	inflight inflight
+	guard    guard
 	nextID   atomic.Uint64
 	rawIn    bool // eng takes raw inputs (RawInputs)
 }
@@ -65,7 +70,11 @@ func NewHandler(eng Engine, opt Options) *Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{eng: eng, opt: opt, models: map[string]ModelInfo{}, mux: http.NewServeMux()}
+	g, err := newGuard(opt.Restricted)
+	if err != nil {
+		panic(err)
+	}
+	h := &Handler{eng: eng, opt: opt, models: map[string]ModelInfo{}, mux: http.NewServeMux(), guard: g}
 	for _, m := range eng.Models() {
 		h.models[m.Name] = m
 	}
@@ -161,6 +170,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.opt.Logger.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.code, "bytes", sw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
 		}
 	}()
+	if !h.authorizeHTTP(sw, r) {
+		return
+	}
 	h.mux.ServeHTTP(sw, r)
 }
 
@@ -216,6 +228,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrJobConflict):
 		return http.StatusConflict
+	case errors.Is(err, ErrTooManyJobs):
+		return http.StatusTooManyRequests
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -237,6 +251,8 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		msg = fmt.Sprintf("%v: the request body is over the limit of %d bytes; send a smaller request or raise body_limit", ErrBadInput, mb.Limit)
 	case errors.Is(err, ErrQueueFull):
 		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, ErrTooManyJobs):
+		w.Header().Set("Retry-After", "10")
 	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable):
 		w.Header().Set("Retry-After", "5")
 	case code == http.StatusGatewayTimeout:
