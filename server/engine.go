@@ -38,15 +38,15 @@ type Engine interface {
 
 // Sentinel errors the HTTP layer maps to status codes.
 var (
-	ErrUnknownModel = errors.New("server: unknown model")       // 404
-	ErrBadInput     = errors.New("server: bad input")           // 400 (shape, datatype, data)
-	ErrQueueFull    = errors.New("server: queue full")          // 503, retry later
-	ErrShuttingDown = errors.New("server: shutting down")       // 503
-	ErrUnavailable  = errors.New("server: device reopening")    // 503, retry shortly (after a device failure)
-	ErrUnknownJob   = errors.New("server: unknown job")         // 404
-	ErrJobConflict  = errors.New("server: job not cancellable") // 409
+	ErrUnknownModel = errors.New("server: unknown model")        // 404
+	ErrBadInput     = errors.New("server: bad input")            // 400 (shape, datatype, data)
+	ErrQueueFull    = errors.New("server: queue full")           // 503, retry later
+	ErrShuttingDown = errors.New("server: shutting down")        // 503
+	ErrUnavailable  = errors.New("server: device reopening")     // 503, retry shortly (after a device failure)
+	ErrUnknownJob   = errors.New("server: unknown job")          // 404
+	ErrJobConflict  = errors.New("server: job not cancellable")  // 409
 	ErrTooManyJobs  = errors.New("server: too many active jobs") // 429, retry later
-	ErrInternal     = errors.New("server: internal error")      // 500 (device failure)
+	ErrInternal     = errors.New("server: internal error")       // 500 (device failure)
 )
 
 // Class is a request's scheduling class.
