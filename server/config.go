@@ -75,6 +75,10 @@ type Config struct {
 	// MaxActiveJobs bounds the jobs queued or running at once; a job
 	// submitted beyond it is refused with 429 and Retry-After.
 	MaxActiveJobs int `yaml:"max_active_jobs"`
+	// MaxQueueDelay refuses with 503 and Retry-After an HP request
+	// predicted to queue longer than this (the queue ahead × the model's
+	// measured time per request); 0: only request_timeout bounds it.
+	MaxQueueDelay time.Duration `yaml:"max_queue_delay"`
 }
 
 // ModelConfig is one served model.
@@ -122,6 +126,7 @@ func DefaultConfig() Config {
 		RestartBackoff:  time.Second,
 		Log:             LogConfig{Level: "info", Format: "text"},
 		MaxActiveJobs:   64,
+		MaxQueueDelay:   time.Second,
 	}
 }
 
@@ -271,6 +276,9 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return bad("tls_cert", "give both tls_cert and tls_key, or neither")
 	}
+	if c.MaxQueueDelay < 0 {
+		return bad("max_queue_delay", "%v; must be >= 0 (0: no bound)", c.MaxQueueDelay)
+	}
 	if c.MaxActiveJobs < 1 {
 		return bad("max_active_jobs", "%d; must be >= 1", c.MaxActiveJobs)
 	}
@@ -285,7 +293,7 @@ func (c *Config) Validate() error {
 // Engine is the engine configuration this daemon configuration asks for.
 func (c Config) Engine() EngineConfig {
 	ec := EngineConfig{Backend: c.Backend, GPU: c.GPU, Policy: c.Policy, Drain: c.ShutdownTimeout,
-		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff, MaxActiveJobs: c.MaxActiveJobs}
+		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff, MaxActiveJobs: c.MaxActiveJobs, MaxQueueDelay: c.MaxQueueDelay}
 	for _, m := range c.Models {
 		zoo := m.Zoo
 		if zoo == "" {

@@ -59,6 +59,9 @@ type EngineConfig struct {
 	// MaxActiveJobs bounds the jobs queued or running at once (default
 	// 64); SubmitJob beyond it returns ErrTooManyJobs.
 	MaxActiveJobs int
+	// MaxQueueDelay refuses (ErrQueueFull) an HP request predicted to
+	// queue longer than this before its service; 0: no bound.
+	MaxQueueDelay time.Duration
 	// Instances, on the simulator, runs the models through models/run
 	// instances and run.Binder exactly as on the GPU (inputs uploaded and
 	// outputs read back in the scheduler's hooks) instead of computing
@@ -201,6 +204,7 @@ type engineImpl struct {
 	jobsM       []*engJobModel
 	maxJobs     int
 	maxActive   int
+	maxDelay    time.Duration
 
 	ready   atomic.Bool
 	closing atomic.Bool
@@ -266,7 +270,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: gpu: %w", ErrConfig, err)
 	}
-	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs, maxActive: cfg.MaxActiveJobs,
+	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs, maxActive: cfg.MaxActiveJobs, maxDelay: cfg.MaxQueueDelay,
 		abort: make(chan struct{})}
 	e.jmu.byID = map[string]*engJob{}
 	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain}
@@ -595,7 +599,7 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 		m.depth[ci].Add(-1)
 		return nil, fmt.Errorf("%w: %s has %d %s requests waiting (limit %d)", ErrQueueFull, m.info.Name, m.maxQueue, class, m.maxQueue)
 	}
-	if err := m.admit(ctx, class, depth); err != nil {
+	if err := m.admit(ctx, class, depth, e.maxDelay); err != nil {
 		m.depth[ci].Add(-1)
 		return nil, err
 	}
@@ -727,17 +731,23 @@ func (e *engineImpl) Close(ctx context.Context) error {
 }
 
 // admit refuses an HP request that, behind the depth−1 requests of its
-// model already accepted, is predicted to finish after ctx's deadline: an
-// explicit 503 now instead of a time-out later.
-func (m *engModel) admit(ctx context.Context, class Class, depth int) error {
-	deadline, ok := ctx.Deadline()
+// model already accepted, is predicted to finish after ctx's deadline, or
+// to wait longer than maxDelay (0: no bound) before its own service: an
+// explicit 503 now instead of a time-out later (a client's own time-out
+// is not sent over HTTP; max_queue_delay stands for it).
+func (m *engModel) admit(ctx context.Context, class Class, depth int, maxDelay time.Duration) error {
 	svc := time.Duration(m.svc.Load())
-	if class != HP || !ok || svc <= 0 {
+	if class != HP || svc <= 0 {
 		return nil
 	}
-	if wait := time.Duration(depth) * svc; time.Now().Add(wait).After(deadline) {
+	wait := time.Duration(depth) * svc
+	if deadline, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(deadline) {
 		return fmt.Errorf("%w: %s would finish in about %v (%d requests ahead at %v each), after the request's deadline in %v",
 			ErrQueueFull, m.info.Name, wait.Round(time.Microsecond), depth-1, svc.Round(time.Microsecond), time.Until(deadline).Round(time.Microsecond))
+	}
+	if queued := wait - svc; maxDelay > 0 && queued > maxDelay {
+		return fmt.Errorf("%w: %s would queue for about %v (%d requests ahead at %v each), over max_queue_delay %v",
+			ErrQueueFull, m.info.Name, queued.Round(time.Microsecond), depth-1, svc.Round(time.Microsecond), maxDelay)
 	}
 	return nil
 }

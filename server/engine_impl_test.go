@@ -753,3 +753,47 @@ func TestEngineMaxActiveJobs(t *testing.T) {
 		e.CancelJob(id)
 	}
 }
+
+// TestEngineMaxQueueDelay: without a deadline on the request (HTTP sends
+// none), max_queue_delay refuses the overload up front; the requests it
+// admits queue no longer than about that.
+func TestEngineMaxQueueDelay(t *testing.T) {
+	leakCheck(t)
+	const maxDelay = 50 * time.Millisecond
+	e := newTestEngine(t, func(c *server.EngineConfig) {
+		c.Virtual = false
+		c.Models[0].MaxQueue = 64
+		c.MaxQueueDelay = maxDelay
+	})
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	r0 := *req
+	if _, err := e.Infer(context.Background(), &r0); err != nil { // measures the service time
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	refused, ok := 0, 0
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := *req
+			_, err := e.Infer(context.Background(), &r)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, server.ErrQueueFull) && strings.Contains(err.Error(), "over max_queue_delay 50ms"):
+				refused++
+			default:
+				t.Errorf("unexpected: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("of 64 at once, no deadline: %d served, %d refused up front", ok, refused)
+	if refused == 0 || ok == 0 {
+		t.Errorf("want some served and the rest refused for max_queue_delay: %d served, %d refused", ok, refused)
+	}
+}
