@@ -175,4 +175,5 @@ type Stats struct {
 	BEWorkSeconds  float64 // profiled solo seconds of BE kernels completed
 	QueueDepth     int     // requests accepted and not yet finished
 	Restarts       uint64  // device reopens after failures
+	Retried        uint64  // HP requests run again after a device failure (inference is idempotent)
 }

@@ -195,6 +195,7 @@ type engineImpl struct {
 	stopped chan struct{} // closed when supervise returns
 
 	restarts    atomic.Int64 // device reopens so far
+	retried     atomic.Int64 // HP requests run again after a device failure
 	maxRestarts int
 	backoff     time.Duration
 	statsMu     sync.Mutex
@@ -486,6 +487,51 @@ func (e *engineImpl) readyWhenStarted(on *sched.Online) {
 
 func (e *engineImpl) fail(err error) { e.failed.Store(&err) }
 
+// restarting reports whether the device failed and the engine will reopen
+// it (restarts left, not closing).
+func (e *engineImpl) restarting() bool {
+	return e.failed.Load() != nil && e.restarts.Load() < int64(e.maxRestarts) && !e.closing.Load()
+}
+
+// awaitRestart waits until the engine serves again after a device failure:
+// once failed (if not nil) has stopped, until a new loop is ready. It
+// returns false at once when failed stopped for another reason than a
+// device failure, and when the engine closes, gives up on the device, or
+// ctx ends first.
+func (e *engineImpl) awaitRestart(ctx context.Context, failed *sched.Online) bool {
+	if failed != nil {
+		select {
+		case <-failed.Done():
+		case <-ctx.Done():
+			return false
+		case <-e.abort:
+			return false
+		}
+		if failed.Err() == nil {
+			return false // stopped for shutdown, not a failure
+		}
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if e.closing.Load() {
+			return false
+		}
+		if e.loop() != failed && e.Ready() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-e.stopped:
+			return false
+		case <-e.abort:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
 // keepStats adds the counters of a stopped loop to the engine's past ones,
 // so the /metrics counters never go back across a restart.
 func (e *engineImpl) keepStats(on *sched.Online) {
@@ -576,7 +622,7 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 		}
 		return nil, fmt.Errorf("%w: %q (served: %s)", ErrUnknownModel, req.Model, strings.Join(names, ", "))
 	}
-	if !e.Ready() {
+	if !e.Ready() && !(e.restarting() && e.awaitRestart(ctx, nil)) {
 		return nil, e.unavailable()
 	}
 	class := req.Class
@@ -628,16 +674,29 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 	var res sched.OnlineResult
 	submitted := time.Now()
 	if class == HP {
-		ch, err := e.loop().Submit(m.hp, call)
-		if err != nil {
-			return nil, e.mapErr(err)
-		}
-		select {
-		case res = <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-e.abort:
-			return nil, fmt.Errorf("%w: the engine closed before the request finished", ErrShuttingDown)
+		// Inference is idempotent: a request caught in a device failure is
+		// run again once the engine has reopened the device, within its
+		// deadline, instead of failing.
+		for {
+			on := e.loop()
+			ch, err := on.Submit(m.hp, call)
+			if err == nil {
+				select {
+				case res = <-ch:
+					err = res.Err
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-e.abort:
+					return nil, fmt.Errorf("%w: the engine closed before the request finished", ErrShuttingDown)
+				}
+			}
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, sched.ErrDevice) && !errors.Is(err, sched.ErrStopped) || !e.awaitRestart(ctx, on) {
+				return nil, e.mapErr(err)
+			}
+			e.retried.Add(1)
 		}
 	} else {
 		res, err = e.runBE(ctx, m, call)
@@ -699,6 +758,7 @@ func (e *engineImpl) Stats() Stats {
 		BEWorkSeconds:  p.BEWorkSeconds + s.Core.BEWork.Seconds(),
 		QueueDepth:     int(e.depth.Load()),
 		Restarts:       uint64(e.restarts.Load()),
+		Retried:        uint64(e.retried.Load()),
 	}
 }
 

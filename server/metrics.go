@@ -202,6 +202,7 @@ type engineCollector struct {
 	queueDepth *prometheus.Desc
 	ready      *prometheus.Desc
 	restarts   *prometheus.Desc
+	retried    *prometheus.Desc
 }
 
 func newEngineCollector(eng Engine, lat prometheus.Histogram) *engineCollector {
@@ -217,11 +218,12 @@ func newEngineCollector(eng Engine, lat prometheus.Histogram) *engineCollector {
 		queueDepth: prometheus.NewDesc("atoll_queue_depth", "Requests accepted by the engine and not yet finished.", nil, nil),
 		ready:      prometheus.NewDesc("atoll_ready", "1 when the engine accepts requests, 0 while starting, reopening the device or draining.", nil, nil),
 		restarts:   prometheus.NewDesc("atoll_engine_restarts_total", "Times the device was reopened after a device failure.", nil, nil),
+		retried:    prometheus.NewDesc("atoll_requests_retried_total", "HP requests run again after a device failure (inference is idempotent).", nil, nil),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.preempts, c.padded, c.launches, c.beIters, c.beWork, c.queueDepth, c.ready, c.restarts} {
+	for _, d := range []*prometheus.Desc{c.info, c.preempts, c.padded, c.launches, c.beIters, c.beWork, c.queueDepth, c.ready, c.restarts, c.retried} {
 		ch <- d
 	}
 	c.preemptLat.Describe(ch)
@@ -245,6 +247,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.queueDepth, prometheus.GaugeValue, float64(s.QueueDepth))
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready)
 	ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(s.Restarts))
+	ch <- prometheus.MustNewConstMetric(c.retried, prometheus.CounterValue, float64(s.Retried))
 	c.preemptLat.Collect(ch)
 }
 

@@ -53,6 +53,7 @@ type Device struct {
 		calls    int
 		perName  map[string]int
 		rules    []Rule
+		launches []launchRule
 		injected []InjectedError
 	}
 }
@@ -98,11 +99,31 @@ func (f *Device) FailWhen(r Rule) {
 	f.mu.rules = append(f.mu.rules, r)
 }
 
+// launchRule fails the nth launch that pick selects.
+type launchRule struct {
+	pick func(*gpu.Launch) bool
+	nth  int
+	seen int
+}
+
+// FailLaunch makes Launch fail for the launches pick selects (by kernel
+// name, form, shape): every one when nth is 0, else only the nth of them
+// (1-based) — e.g. a fault in one BE kernel among HP and BE launches.
+func (f *Device) FailLaunch(pick func(l *gpu.Launch) bool, nth int) error {
+	if pick == nil || nth < 0 {
+		return fmt.Errorf("faulty: FailLaunch: want a pick function and nth >= 0 (0: every launch it picks)")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.launches = append(f.mu.launches, launchRule{pick: pick, nth: nth})
+	return nil
+}
+
 // ClearRules removes every rule; counters are kept.
 func (f *Device) ClearRules() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.mu.rules = nil
+	f.mu.rules, f.mu.launches = nil, nil
 }
 
 // Calls is the number of counted calls so far.
@@ -253,7 +274,29 @@ func (f *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	if err := f.enter("Launch"); err != nil {
 		return err
 	}
+	if err := f.launchFault(l); err != nil {
+		return err
+	}
 	return f.inner.Launch(s, l)
+}
+
+// launchFault applies the FailLaunch rules to l (already counted).
+func (f *Device) launchFault(l *gpu.Launch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.mu.launches {
+		r := &f.mu.launches[i]
+		if !r.pick(l) {
+			continue
+		}
+		r.seen++
+		if r.nth == 0 || r.seen == r.nth {
+			e := InjectedError{Method: "Launch", Call: f.mu.calls}
+			f.mu.injected = append(f.mu.injected, e)
+			return &e
+		}
+	}
+	return nil
 }
 
 func (f *Device) NewEvent() (gpu.Event, error) {

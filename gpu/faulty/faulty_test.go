@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -332,5 +333,23 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestFailLaunchPicksByKernel(t *testing.T) {
+	inner := newFake()
+	f := New(inner)
+	if err := f.FailLaunch(func(l *gpu.Launch) bool { return l.Name == "be" }, 2); err != nil {
+		t.Fatal(err)
+	}
+	var errs []bool
+	for _, name := range []string{"be", "hp", "be", "be", "hp"} {
+		errs = append(errs, f.Launch(1, &gpu.Launch{Name: name}) != nil)
+	}
+	if want := []bool{false, false, true, false, false}; !slices.Equal(errs, want) {
+		t.Errorf("failed launches %v, want %v (the second \"be\" only)", errs, want)
+	}
+	if err := f.FailLaunch(nil, 1); err == nil {
+		t.Error("FailLaunch(nil) accepted")
 	}
 }
