@@ -97,7 +97,14 @@ type Model struct {
 	// (tools/torchref builds the same network from them).
 	arch   string
 	config any
+	// weights, for an imported model, are its own (FromONNX); nil: the
+	// zoo's random initialization (InitWeights).
+	weights *Bundle
 }
+
+// Weights is an imported model's own weights in atoll's layouts, or nil
+// for a zoo model (InitWeights draws those).
+func (m Model) Weights() *Bundle { return m.weights }
 
 // Arch names the architecture family ("resnet", "bert", "vgg19",
 // "mobilenetv2") and returns its configuration as JSON (a ResNetConfig or
@@ -177,6 +184,12 @@ func Names() []string {
 // Get finds a model by its zoo name (case-insensitive).
 func Get(name string) (Model, error) {
 	if m, ok := zoo[strings.ToLower(strings.TrimSpace(name))]; ok {
+		return m, nil
+	}
+	if strings.HasSuffix(strings.ToLower(name), ".onnx") {
+		return importONNX(name)
+	}
+	if m, ok := importedNamed(strings.TrimSpace(name)); ok {
 		return m, nil
 	}
 	return Model{}, fmt.Errorf("%w %q (the zoo has: %s)", ErrUnknownModel, name, strings.Join(Names(), ", "))

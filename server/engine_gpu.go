@@ -51,8 +51,12 @@ var cudaGPUName = func(ordinal int) (string, error) {
 // kernel runs is refused, naming the layer.
 func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, error) {
 	lib := kernels.New(dev)
-	load := func(g *models.Graph) (*run.Instance, error) {
-		in, err := run.NewWith(dev, lib, g, models.InitWeights(g, seed), models.InitInputs(g, seed), run.Options{Substitute: true})
+	load := func(g *models.Graph, own *models.Bundle) (*run.Instance, error) {
+		w := own
+		if w == nil {
+			w = models.InitWeights(g, seed)
+		}
+		in, err := run.NewWith(dev, lib, g, w, models.InitInputs(g, seed), run.Options{Substitute: true})
 		if err != nil {
 			return nil, fmt.Errorf("load %s bs%d: %w", g.Model, g.Batch, err)
 		}
@@ -67,11 +71,11 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 	var be []*run.Instance
 	for _, m := range e.models {
 		var err error
-		if m.hpInst, err = load(m.graph); err != nil {
+		if m.hpInst, err = load(m.graph, m.own); err != nil {
 			return nil, err
 		}
 		hp[m.hp] = m.hpInst
-		if m.beInst, err = load(m.graph); err != nil {
+		if m.beInst, err = load(m.graph, m.own); err != nil {
 			return nil, err
 		}
 		be = append(be, nil)
@@ -83,7 +87,7 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 		if err != nil {
 			return nil, err
 		}
-		if j.inst, err = load(g); err != nil {
+		if j.inst, err = load(g, nil); err != nil {
 			return nil, err
 		}
 		for len(be) <= j.be {

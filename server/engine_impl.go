@@ -145,6 +145,7 @@ type engModel struct {
 	info     ModelInfo
 	graph    *models.Graph
 	weights  *models.Bundle // sim: the reference's weights
+	own      *models.Bundle // an imported model's weights (nil: InitWeights)
 	hp, be   int            // client indices
 	maxQueue int
 	depth    [2]atomic.Int32 // HP, BE accepted and not finished
@@ -289,6 +290,10 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		if zm.Phase() != models.PhaseInference {
 			return nil, fmt.Errorf("%w: %s: %s is a %s model; serve an inference model and run training as a BE job", ErrConfig, where, mc.Zoo, zm.Phase())
 		}
+		if zm.Weights() != nil {
+			// An imported model (a .onnx path): its profiles go by its name.
+			mc.Zoo = zm.Name()
+		}
 		if mc.Name == "" {
 			mc.Name = mc.Zoo
 		}
@@ -320,6 +325,11 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
 		}
 		prof, err := lookupProfile(spec.Name, mc.Zoo, mc.Batch, "")
+		if err != nil && cfg.Backend == "sim" && src.Weights() != nil {
+			// An imported model nobody profiled yet: the simulator times
+			// it with its roofline estimate (atoll profile measures one).
+			prof, err = profiler.Estimate(spec, g.Model, g.Batch, g.Layers)
+		}
 		if err != nil && cfg.Backend == "sim" {
 			return nil, fmt.Errorf("%w: %s: the simulator times %s from its profile: %w", ErrConfig, where, mc.Zoo, err)
 		}
@@ -355,8 +365,12 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		ocfg.HP = append(ocfg.HP, sched.OnlineClient{Name: mc.Name, Profile: prof})
 		m.be = len(ocfg.BE)
 		ocfg.BE = append(ocfg.BE, sched.OnlineClient{Name: mc.Name + "/be", Profile: prof})
+		m.own = src.Weights()
 		if cfg.Backend == "sim" && !cfg.Instances {
-			m.weights = models.InitWeights(g, cfg.Seed)
+			m.weights = m.own
+			if m.weights == nil {
+				m.weights = models.InitWeights(g, cfg.Seed)
+			}
 		}
 		e.models = append(e.models, m)
 		e.byName[mc.Name] = m

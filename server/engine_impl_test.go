@@ -872,3 +872,51 @@ func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineServesAnONNXFile: a .onnx path as the served model runs the
+// file's graph with the file's weights (not the zoo's random ones) on the
+// simulator, timed by its roofline estimate until someone profiles it.
+func TestEngineServesAnONNXFile(t *testing.T) {
+	leakCheck(t)
+	const path = "../cmd/atoll/testdata/onnx/tiny-cnn.onnx"
+	e, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Seed: engSeed, Workers: 2,
+		Models: []server.EngineModel{{Zoo: path}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	m, err := models.Get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := modelInfo(t, e, "tiny-cnn")
+	req, _ := request(t, m, info, 1)
+	res, err := e.Infer(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := m.Graph(1)
+	in := &models.Bundle{}
+	for _, x := range req.Inputs {
+		t0, _ := g.Tensor(x.Name)
+		in.Add(models.NewData(x.Name, t0.DType, t0.Shape, x.Data))
+	}
+	own, err := models.Reference(g, m.Weights(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	random, _ := models.Reference(g, models.InitWeights(g, engSeed), in)
+	got := res.Outputs[0].Data
+	if e := models.RelErr(got, own[g.Output]); e > 1e-6 {
+		t.Errorf("served output differs from the file's weights' reference by %.4g", e)
+	}
+	if e := models.RelErr(got, random[g.Output]); e < 1e-3 {
+		t.Errorf("served output matches random weights (%.4g): the file's weights were not used", e)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -33,6 +34,11 @@ func TestMain(m *testing.M) {
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{Dir: "testdata/script", Setup: func(e *testscript.Env) error {
 		e.Setenv(profiles.StoreEnv, e.WorkDir+"/store")
+		onnxDir, err := filepath.Abs("testdata/onnx")
+		if err != nil {
+			return err
+		}
+		e.Setenv("ONNX", onnxDir)
 		return nil
 	}})
 }

@@ -11,6 +11,8 @@ import (
 	"atoll/gpu"
 	"atoll/gpu/cuda"
 	"atoll/gpu/sim"
+	"atoll/models"
+	"atoll/profiler"
 	"atoll/profiles"
 )
 
@@ -61,7 +63,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	hp, err := lookupProfile(spec.Name, w.hp, w.hpBatch, "")
+	hp, err := profileFor(spec, w.hp, w.hpBatch)
 	if err != nil {
 		return nil, fmt.Errorf("HP model: %w", err)
 	}
@@ -74,7 +76,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		Command: "atoll " + strings.Join(os.Args[1:], " "),
 	}
 	if w.be != "" && w.be != "none" {
-		if c.BE, err = lookupProfile(spec.Name, w.be, w.beBatch, ""); err != nil {
+		if c.BE, err = profileFor(spec, w.be, w.beBatch); err != nil {
 			return nil, fmt.Errorf("BE model: %w", err)
 		}
 	}
@@ -135,6 +137,29 @@ func (w *workloadFlags) checkPolicies(names []string) error {
 // lookupProfile finds a model's profile (the embedded ones). Tests replace
 // it.
 var lookupProfile = profiles.Lookup
+
+// profileFor finds the profile of a zoo model, or of an imported .onnx
+// file under its model name; an imported model nobody has profiled on this
+// GPU kind gets its roofline estimate, said so on the profile (the
+// simulator runs it; --backend cuda refuses estimated profiles and says to
+// run atoll profile).
+func profileFor(spec gpu.Spec, model string, batch int) (*profiles.Profile, error) {
+	if !strings.HasSuffix(strings.ToLower(model), ".onnx") {
+		return lookupProfile(spec.Name, model, batch, "")
+	}
+	m, err := models.Get(model)
+	if err != nil {
+		return nil, err
+	}
+	if p, err := lookupProfile(spec.Name, m.Name(), batch, ""); err == nil {
+		return p, nil
+	}
+	g, err := m.Graph(batch)
+	if err != nil {
+		return nil, err
+	}
+	return profiler.Estimate(spec, m.Name(), batch, g.Layers)
+}
 
 // cudaGPUName names CUDA device 0 (NVML's inventory where it answers, else
 // the driver's). Tests replace it.
