@@ -72,6 +72,11 @@ type Config struct {
 	// then serve TLS.
 	TLSCert string `yaml:"tls_cert,omitempty"`
 	TLSKey  string `yaml:"tls_key,omitempty"`
+	// Devices are the GPUs the daemon serves on: "0" (the default), a
+	// list "0,1,3", or "all" (every GPU the driver sees; on the simulator,
+	// one). With several, each GPU gets its own scheduler and a replica of
+	// every model, and requests go to the least busy (Fleet).
+	Devices string `yaml:"devices"`
 	// MaxActiveJobs bounds the jobs queued or running at once; a job
 	// submitted beyond it is refused with 429 and Retry-After.
 	MaxActiveJobs int `yaml:"max_active_jobs"`
@@ -126,6 +131,7 @@ func DefaultConfig() Config {
 		RestartBackoff:  time.Second,
 		Log:             LogConfig{Level: "info", Format: "text"},
 		MaxActiveJobs:   64,
+		Devices:         "0",
 		MaxQueueDelay:   time.Second,
 	}
 }
@@ -276,6 +282,9 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return bad("tls_cert", "give both tls_cert and tls_key, or neither")
 	}
+	if _, err := c.DeviceList(1); err != nil {
+		return bad("devices", "%v", err)
+	}
 	if c.MaxQueueDelay < 0 {
 		return bad("max_queue_delay", "%v; must be >= 0 (0: no bound)", c.MaxQueueDelay)
 	}
@@ -305,6 +314,37 @@ func (c Config) Engine() EngineConfig {
 		ec.Jobs = append(ec.Jobs, EngineJobModel{Zoo: j.Model, Batch: j.Batch})
 	}
 	return ec
+}
+
+// DeviceList resolves Devices to ordinals; available is how many GPUs
+// "all" means.
+func (c Config) DeviceList(available int) ([]int, error) {
+	d := strings.TrimSpace(c.Devices)
+	switch d {
+	case "", "0":
+		return []int{0}, nil
+	case "all":
+		if available < 1 {
+			return nil, errors.New(`"all": no GPU found`)
+		}
+		out := make([]int, available)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	for _, part := range strings.Split(d, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(part), "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != strings.TrimSpace(part) {
+			return nil, fmt.Errorf("%q: want all, or GPU numbers separated by commas (0,1)", c.Devices)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("%q names GPU %d twice", c.Devices, n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // Marshal renders the configuration as YAML (for --print-config).

@@ -291,7 +291,11 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 			return nil, fmt.Errorf("%w: %s: %s is a %s model; serve an inference model and run training as a BE job", ErrConfig, where, mc.Zoo, zm.Phase())
 		}
 		if zm.Weights() != nil {
-			// An imported model (a .onnx path): its profiles go by its name.
+			// An imported model (a .onnx path): its profiles, and by
+			// default its API name, go by its model name.
+			if mc.Name == "" || mc.Name == mc.Zoo {
+				mc.Name = zm.Name()
+			}
 			mc.Zoo = zm.Name()
 		}
 		if mc.Name == "" {

@@ -31,6 +31,7 @@ Examples:
   atoll serve --model resnet50 --model bert-base:8 --job resnet50-train
   atoll serve --config atoll.yaml --listen 127.0.0.1:9000
   atoll serve --model resnet50 --grpc-listen :8001   # gRPC beside HTTP
+  atoll serve --model resnet50 --devices all --backend cuda   # every GPU: a replica on each
   atoll serve --config atoll.yaml --print-config
   curl -s localhost:8000/v2/models/resnet50
 `
@@ -38,7 +39,13 @@ Examples:
 // newEngine builds the daemon's engine (a variable so tests can replace it;
 // nil makes serve fail with errEngineNotBuilt).
 var newEngine = func(ctx context.Context, cfg server.Config, log *slog.Logger) (server.Engine, error) {
-	return server.NewEngine(ctx, cfg.Engine())
+	available := 1
+	if cfg.Backend == "cuda" {
+		if inv, err := cuda.Inventory(); err == nil {
+			available = len(inv)
+		}
+	}
+	return server.NewEngines(ctx, cfg, available)
 }
 
 var errEngineNotBuilt = errors.New("the engine is not built: this atoll has the HTTP API but no scheduler engine behind it")
@@ -106,7 +113,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		printConfig = fs.Bool("print-config", false, "print the effective config as YAML and exit")
 		listen      = fs.String("listen", def.Listen, "HTTP listen `address`")
 		grpcListen  = fs.String("grpc-listen", def.GRPCListen, "gRPC listen `address` (inference.GRPCInferenceService); empty: no gRPC")
-		backend     = fs.String("backend", def.Backend, "sim (simulated GPU) or cuda (GPU 0)")
+		backend     = fs.String("backend", def.Backend, "sim (simulated GPU) or cuda (the GPUs of --devices)")
 		gpuSpec     = fs.String("gpu", def.GPU, "simulated GPU `spec` (backend sim)")
 		policy      = fs.String("policy", def.Policy, "scheduling `policy` (atoll policies)")
 		levels      = fs.Int("priority-levels", def.Priority.Levels, "number of request priority levels (1 is the highest)")
@@ -116,6 +123,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		shutTimeout = fs.Duration("shutdown-timeout", def.ShutdownTimeout, "bound on each drain phase at shutdown")
 		logLevel    = fs.String("log-level", def.Log.Level, "debug, info, warn or error")
 		logFormat   = fs.String("log-format", def.Log.Format, "text or json")
+		devices     = fs.String("devices", def.Devices, "GPUs to serve on: `0`, a list 0,1,3 or all (each gets a scheduler and a replica of every model)")
 		models      modelFlag
 		jobs        jobFlag
 	)
@@ -167,6 +175,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			cfg.Log.Level = *logLevel
 		case "log-format":
 			cfg.Log.Format = *logFormat
+		case "devices":
+			cfg.Devices = *devices
 		case "model":
 			cfg.Models = models
 		case "job":

@@ -1,0 +1,294 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Fleet is one Engine over several: one per GPU of a node, each with its own
+// device, scheduler loop and copy (replica) of every served model. It
+// routes each request to the ready replica with the fewest requests in
+// flight, runs a request again on another replica when the one it went to
+// fails or stops (inference is idempotent), places a job on the engine
+// with the fewest active jobs, and names jobs by engine ("gpu1/job-3").
+// Every method is safe for concurrent use.
+type Fleet struct {
+	engines  []Engine
+	inflight []atomic.Int64
+	rerouted atomic.Uint64
+}
+
+var _ Engine = (*Fleet)(nil)
+
+// NewFleet serves engines as one. They must serve the same models (names,
+// inputs and outputs): every one holds a replica of each.
+func NewFleet(engines []Engine) (*Fleet, error) {
+	if len(engines) == 0 {
+		return nil, fmt.Errorf("%w: a fleet needs at least one engine", ErrConfig)
+	}
+	first := engines[0].Models()
+	for i, e := range engines[1:] {
+		if !sameModels(first, e.Models()) {
+			return nil, fmt.Errorf("%w: engine %d serves other models than engine 0; every GPU holds a replica of every model", ErrConfig, i+1)
+		}
+	}
+	return &Fleet{engines: engines, inflight: make([]atomic.Int64, len(engines))}, nil
+}
+
+func sameModels(a, b []ModelInfo) bool {
+	return slices.EqualFunc(a, b, func(x, y ModelInfo) bool {
+		return x.Name == y.Name && slices.EqualFunc(x.Inputs, y.Inputs, sameTensor) && slices.EqualFunc(x.Outputs, y.Outputs, sameTensor)
+	})
+}
+
+func sameTensor(x, y TensorInfo) bool {
+	return x.Name == y.Name && x.Datatype == y.Datatype && slices.Equal(x.Shape, y.Shape)
+}
+
+// Engines are the fleet's engines, by device index.
+func (f *Fleet) Engines() []Engine { return f.engines }
+
+// Rerouted counts requests run again on another engine after theirs failed.
+func (f *Fleet) Rerouted() uint64 { return f.rerouted.Load() }
+
+// Models implements Engine: the models every engine serves, ready when any
+// replica is.
+func (f *Fleet) Models() []ModelInfo {
+	out := f.engines[0].Models()
+	ready := f.Ready()
+	for i := range out {
+		out[i].Ready = ready
+	}
+	return out
+}
+
+// Ready implements Engine: any engine ready.
+func (f *Fleet) Ready() bool {
+	for _, e := range f.engines {
+		if e.Ready() {
+			return true
+		}
+	}
+	return false
+}
+
+// pick is the ready engine with the fewest requests in flight, not in
+// tried; -1 when none.
+func (f *Fleet) pick(tried []bool) int {
+	best := -1
+	for i, e := range f.engines {
+		if tried[i] || !e.Ready() {
+			continue
+		}
+		if best < 0 || f.inflight[i].Load() < f.inflight[best].Load() {
+			best = i
+		}
+	}
+	return best
+}
+
+// Infer implements Engine.
+func (f *Fleet) Infer(ctx context.Context, req *InferRequest) (*InferResult, error) {
+	tried := make([]bool, len(f.engines))
+	var last error
+	for {
+		i := f.pick(tried)
+		if i < 0 {
+			if last != nil {
+				return nil, last
+			}
+			// None ready: the first engine says why.
+			return f.engines[0].Infer(ctx, req)
+		}
+		tried[i] = true
+		f.inflight[i].Add(1)
+		r := *req
+		res, err := f.engines[i].Infer(ctx, &r)
+		f.inflight[i].Add(-1)
+		if err == nil || !rerouteable(err) || ctx.Err() != nil {
+			return res, err
+		}
+		last = err
+		f.rerouted.Add(1)
+	}
+}
+
+// rerouteable errors are the engine's, not the request's: another replica
+// may serve it.
+func rerouteable(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInternal) || errors.Is(err, ErrShuttingDown) || errors.Is(err, ErrQueueFull)
+}
+
+// SubmitJob implements Engine: on the ready engine with the fewest active
+// jobs; the job's id names its engine.
+func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
+	best, bestActive := -1, 0
+	for i, e := range f.engines {
+		if !e.Ready() {
+			continue
+		}
+		active := 0
+		for _, j := range e.Jobs() {
+			if j.Ended.IsZero() {
+				active++
+			}
+		}
+		if best < 0 || active < bestActive {
+			best, bestActive = i, active
+		}
+	}
+	if best < 0 {
+		return f.engines[0].SubmitJob(spec)
+	}
+	st, err := f.engines[best].SubmitJob(spec)
+	st.ID = fleetJobID(best, st.ID)
+	return st, err
+}
+
+func fleetJobID(i int, id string) string {
+	if id == "" {
+		return ""
+	}
+	return fmt.Sprintf("gpu%d/%s", i, id)
+}
+
+// splitJobID finds a fleet job id's engine.
+func (f *Fleet) splitJobID(id string) (int, string, bool) {
+	dev, rest, ok := strings.Cut(id, "/")
+	var i int
+	if !ok || !strings.HasPrefix(dev, "gpu") {
+		return 0, "", false
+	}
+	if _, err := fmt.Sscanf(dev, "gpu%d", &i); err != nil || i < 0 || i >= len(f.engines) {
+		return 0, "", false
+	}
+	return i, rest, true
+}
+
+// Jobs implements Engine: every engine's, in engine order.
+func (f *Fleet) Jobs() []JobStatus {
+	var out []JobStatus
+	for i, e := range f.engines {
+		for _, j := range e.Jobs() {
+			j.ID = fleetJobID(i, j.ID)
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// Job implements Engine.
+func (f *Fleet) Job(id string) (JobStatus, bool) {
+	i, rest, ok := f.splitJobID(id)
+	if !ok {
+		return JobStatus{}, false
+	}
+	st, found := f.engines[i].Job(rest)
+	st.ID = fleetJobID(i, st.ID)
+	return st, found
+}
+
+// CancelJob implements Engine.
+func (f *Fleet) CancelJob(id string) (JobStatus, error) {
+	i, rest, ok := f.splitJobID(id)
+	if !ok {
+		return JobStatus{}, fmt.Errorf("%w: %q (a fleet's job ids look like gpu0/job-1)", ErrUnknownJob, id)
+	}
+	st, err := f.engines[i].CancelJob(rest)
+	st.ID = fleetJobID(i, st.ID)
+	return st, err
+}
+
+// Stats implements Engine: the engines' counters added up.
+func (f *Fleet) Stats() Stats {
+	var s Stats
+	for i, e := range f.engines {
+		x := e.Stats()
+		if i == 0 {
+			s.Backend = x.Backend
+		}
+		if x.Device != "" && !strings.Contains(s.Device, x.Device) {
+			s.Device = strings.TrimPrefix(s.Device+", "+x.Device, ", ")
+		}
+		s.Preemptions += x.Preemptions
+		s.PreemptLatency = append(s.PreemptLatency, x.PreemptLatency...)
+		s.PaddedLaunches += x.PaddedLaunches
+		s.Launches += x.Launches
+		s.BEIterations += x.BEIterations
+		s.BEWorkSeconds += x.BEWorkSeconds
+		s.QueueDepth += x.QueueDepth
+		s.Restarts += x.Restarts
+		s.Retried += x.Retried
+	}
+	s.Retried += f.rerouted.Load()
+	return s
+}
+
+// Close implements Engine: closes every engine, concurrently.
+func (f *Fleet) Close(ctx context.Context) error {
+	errs := make([]error, len(f.engines))
+	var wg sync.WaitGroup
+	for i, e := range f.engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.Close(ctx); err != nil {
+				errs[i] = fmt.Errorf("gpu%d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// AcceptsRaw implements RawInputs: raw inputs when every engine takes them.
+func (f *Fleet) AcceptsRaw() bool {
+	for _, e := range f.engines {
+		if ri, ok := e.(RawInputs); !ok || !ri.AcceptsRaw() {
+			return false
+		}
+	}
+	return true
+}
+
+// NewEngines builds the daemon's engine for cfg: one engine on one device,
+// or a Fleet of one per device when cfg.Devices names several. available
+// is how many GPUs "all" means. Engines already built are closed if a later
+// one fails.
+func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) {
+	devs, err := cfg.DeviceList(available)
+	if err != nil {
+		return nil, fmt.Errorf("%w: devices: %v", ErrConfig, err)
+	}
+	if len(devs) == 1 {
+		ec := cfg.Engine()
+		ec.Ordinal = devs[0]
+		return NewEngine(ctx, ec)
+	}
+	var engines []Engine
+	fail := func(err error) (Engine, error) {
+		for _, e := range engines {
+			_ = e.Close(ctx)
+		}
+		return nil, err
+	}
+	for _, d := range devs {
+		ec := cfg.Engine()
+		ec.Ordinal = d // the same seed: replicas compute the same outputs
+		e, err := NewEngine(ctx, ec)
+		if err != nil {
+			return fail(fmt.Errorf("gpu %d: %w", d, err))
+		}
+		engines = append(engines, e)
+	}
+	f, err := NewFleet(engines)
+	if err != nil {
+		return fail(err)
+	}
+	return f, nil
+}

@@ -1,0 +1,155 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/faulty"
+	"atoll/server"
+)
+
+// TestFleetSpreadsAndFailsOver: two simulated GPUs, a replica of the model
+// on each. Requests from four clients go to both; when one GPU's device
+// fails for good, every request is answered by the other; jobs go to the
+// GPU with fewer and are named by it.
+func TestFleetSpreadsAndFailsOver(t *testing.T) {
+	leakCheck(t)
+	var failing atomic.Bool
+	mk := func(fail bool) server.Engine {
+		return newTestEngine(t, func(c *server.EngineConfig) {
+			c.Virtual = false
+			if fail {
+				c.Restarts = 0
+				c.WrapDevice = func(d gpu.Device) gpu.Device {
+					fd := faulty.New(d)
+					fd.FailWhen(func(method string, _, nth int) bool { return method == "Launch" && failing.Load() })
+					return fd
+				}
+			}
+		})
+	}
+	f, err := server.NewFleet([]server.Engine{mk(true), mk(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
+	serve := func(n int) int32 {
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range n {
+					r := *req
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					if _, err := f.Infer(ctx, &r); err != nil {
+						failed.Add(1)
+						t.Errorf("request: %v", err)
+					}
+					cancel()
+				}
+			}()
+		}
+		wg.Wait()
+		return failed.Load()
+	}
+	if n := serve(10); n != 0 {
+		t.Fatalf("%d requests failed with both GPUs up", n)
+	}
+	e0, e1 := f.Engines()[0].Stats(), f.Engines()[1].Stats()
+	if e0.Launches == 0 || e1.Launches == 0 {
+		t.Errorf("launches per GPU %d and %d: want both used", e0.Launches, e1.Launches)
+	}
+	// GPU 0's device fails from now on (no restarts).
+	failing.Store(true)
+	if n := serve(10); n != 0 {
+		t.Errorf("%d requests failed while GPU 0 was down", n)
+	}
+	if f.Engines()[0].Ready() || !f.Ready() {
+		t.Errorf("GPU 0 ready %v, fleet ready %v: want GPU 0 down and the fleet up", f.Engines()[0].Ready(), f.Ready())
+	}
+	t.Logf("launches per GPU before the failure %d, %d; requests rerouted %d", e0.Launches, e1.Launches, f.Rerouted())
+
+	// Jobs land on the live GPU and carry its name.
+	st, err := f.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(st.ID, "gpu1/") {
+		t.Errorf("job %q: want it on gpu1, the live one", st.ID)
+	}
+	if got, ok := f.Job(st.ID); !ok || got.ID != st.ID {
+		t.Errorf("Job(%q) = %+v, %v", st.ID, got, ok)
+	}
+	if jobs := f.Jobs(); len(jobs) != 1 || jobs[0].ID != st.ID {
+		t.Errorf("Jobs() = %+v", jobs)
+	}
+	if c, err := f.CancelJob(st.ID); err != nil || c.ID != st.ID {
+		t.Errorf("CancelJob: %+v, %v", c, err)
+	}
+	if _, err := f.CancelJob("job-1"); !errors.Is(err, server.ErrUnknownJob) {
+		t.Errorf("CancelJob without a GPU prefix: %v, want ErrUnknownJob", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := f.Close(ctx); err == nil || !strings.Contains(err.Error(), "gpu0") {
+		t.Errorf("Close: %v, want GPU 0's failure named", err)
+	}
+}
+
+func TestFleetNeedsTheSameModels(t *testing.T) {
+	leakCheck(t)
+	a := newTestEngine(t, nil)
+	b := newTestEngine(t, func(c *server.EngineConfig) { c.Models = c.Models[:1] })
+	if _, err := server.NewFleet([]server.Engine{a, b}); !errors.Is(err, server.ErrConfig) {
+		t.Errorf("engines with other models: %v, want ErrConfig", err)
+	}
+	if _, err := server.NewFleet(nil); !errors.Is(err, server.ErrConfig) {
+		t.Errorf("no engines: %v, want ErrConfig", err)
+	}
+}
+
+func TestDeviceList(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		avail int
+		want  []int
+		bad   bool
+	}{
+		{"", 4, []int{0}, false},
+		{"0", 4, []int{0}, false},
+		{"all", 3, []int{0, 1, 2}, false},
+		{"1,3", 4, []int{1, 3}, false},
+		{"all", 0, nil, true},
+		{"0,0", 2, nil, true},
+		{"x", 2, nil, true},
+		{"-1", 2, nil, true},
+		{"1.5", 2, nil, true},
+	} {
+		cfg := server.DefaultConfig()
+		cfg.Devices = tc.in
+		got, err := cfg.DeviceList(tc.avail)
+		if (err != nil) != tc.bad || (!tc.bad && !equalInts(got, tc.want)) {
+			t.Errorf("Devices %q (available %d): %v, %v; want %v (error %v)", tc.in, tc.avail, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
