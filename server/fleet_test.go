@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"atoll/gpu"
 	"atoll/gpu/faulty"
 	"atoll/server"
@@ -152,4 +155,26 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// TestFleetMetricsPerGPU: a multi-GPU daemon's /metrics carries per-GPU
+// series beside the totals.
+func TestFleetMetricsPerGPU(t *testing.T) {
+	leakCheck(t)
+	f, err := server.NewFleet([]server.Engine{newTestEngine(t, nil), newTestEngine(t, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := server.NewMetrics(f, nil).Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"atoll_gpu_ready", "atoll_gpu_queue_depth", "atoll_gpu_launches_total", "atoll_gpu_be_work_seconds_total", "atoll_gpu_restarts_total"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 2 {
+			t.Errorf("%s: %d series (%v), want one per GPU", name, n, err)
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP atoll_gpu_ready Per GPU of a multi-GPU daemon: 1 when its engine accepts requests.\n# TYPE atoll_gpu_ready gauge\natoll_gpu_ready{gpu=\"0\"} 1\natoll_gpu_ready{gpu=\"1\"} 1\n"), "atoll_gpu_ready"); err != nil {
+		t.Error(err)
+	}
 }
