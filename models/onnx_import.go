@@ -128,15 +128,7 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 	producer := map[string]*onnxOp{}
 	var ops []*onnxOp
 	used := map[string]bool{}
-	resolve := func(s string) string {
-		for {
-			a, ok := alias[s]
-			if !ok {
-				return s
-			}
-			s = a
-		}
-	}
+	resolve := func(s string) string { return resolveAlias(alias, s) }
 	opName := func(n onnx.Node, kind string) string {
 		base := strings.Trim(strings.NewReplacer("/", ".", ":", ".", " ", "_").Replace(n.Name), ".")
 		base = strings.TrimSuffix(base, "."+n.OpType) // PyTorch names nodes "/layer1/conv1/Conv"
@@ -408,17 +400,21 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 	return m, weights, nil
 }
 
+// resolveAlias follows free ops (Flatten, Dropout, ...) back to the tensor
+// whose data they stand for.
+func resolveAlias(alias map[string]string, s string) string {
+	for {
+		a, ok := alias[s]
+		if !ok {
+			return s
+		}
+		s = a
+	}
+}
+
 // onnxOrder sorts ops so that every op's inputs are computed before it.
 func onnxOrder(ops []*onnxOp, input string, alias map[string]string) ([]*onnxOp, error) {
-	resolve := func(s string) string {
-		for {
-			a, ok := alias[s]
-			if !ok {
-				return s
-			}
-			s = a
-		}
-	}
+	resolve := func(s string) string { return resolveAlias(alias, s) }
 	have := map[string]bool{input: true}
 	var order []*onnxOp
 	left := slices.Clone(ops)

@@ -267,31 +267,49 @@ func TestEngineQueueFull(t *testing.T) {
 		c.Models[0].MaxQueue = 1
 	})
 	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	n := burst(t, e, req, 32, 0, func(err error) string {
+		if errors.Is(err, server.ErrQueueFull) {
+			return "full"
+		}
+		return ""
+	})
+	if n["full"] == 0 || n["ok"] == 0 {
+		t.Errorf("32 concurrent requests with a queue of 1: %d served, %d refused; want both", n["ok"], n["full"])
+	}
+}
+
+// burst sends n copies of req at once (each with timeout, if positive)
+// and counts the outcomes: "ok", or what kind names the error ("" fails
+// the test as unexpected).
+func burst(t *testing.T, e server.Engine, req *server.InferRequest, n int, timeout time.Duration, kind func(error) string) map[string]int {
+	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	full, ok := 0, 0
-	for range 32 {
+	out := map[string]int{}
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := *req
-			_, err := e.Infer(context.Background(), &r)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, server.ErrQueueFull):
-				full++
-			default:
-				t.Errorf("unexpected: %v", err)
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if timeout > 0 {
+				ctx, cancel = context.WithTimeout(ctx, timeout)
 			}
+			defer cancel()
+			r := *req
+			_, err := e.Infer(ctx, &r)
+			k := "ok"
+			if err != nil {
+				if k = kind(err); k == "" {
+					t.Errorf("unexpected: %v", err)
+				}
+			}
+			mu.Lock()
+			out[k]++
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	if full == 0 || ok == 0 {
-		t.Errorf("32 concurrent requests with a queue of 1: %d served, %d refused; want both", ok, full)
-	}
+	return out
 }
 
 func waitJob(t *testing.T, e server.Engine, id string, ok func(server.JobStatus) bool) server.JobStatus {
@@ -690,32 +708,16 @@ func TestEngineRefusesWhatCannotMeetItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	one := time.Since(start)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	predicted, ok, late := 0, 0, 0
-	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 8*one)
-			defer cancel()
-			r := *req
-			_, err := e.Infer(ctx, &r)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, server.ErrQueueFull) && strings.Contains(err.Error(), "deadline"):
-				predicted++
-			case errors.Is(err, context.DeadlineExceeded):
-				late++
-			default:
-				t.Errorf("unexpected: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
+	n := burst(t, e, req, 64, 8*one, func(err error) string {
+		switch {
+		case errors.Is(err, server.ErrQueueFull) && strings.Contains(err.Error(), "deadline"):
+			return "predicted"
+		case errors.Is(err, context.DeadlineExceeded):
+			return "late"
+		}
+		return ""
+	})
+	ok, predicted, late := n["ok"], n["predicted"], n["late"]
 	t.Logf("one request %v; of 64 at once: %d served, %d refused up front, %d timed out", one, ok, predicted, late)
 	if predicted == 0 || ok == 0 || late >= predicted {
 		t.Errorf("want some served and the overload refused up front rather than timed out: %d served, %d refused, %d timed out", ok, predicted, late)
@@ -768,28 +770,13 @@ func TestEngineMaxQueueDelay(t *testing.T) {
 	if _, err := e.Infer(context.Background(), &r0); err != nil { // measures the service time
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	refused, ok := 0, 0
-	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := *req
-			_, err := e.Infer(context.Background(), &r)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, server.ErrQueueFull) && strings.Contains(err.Error(), "over max_queue_delay 50ms"):
-				refused++
-			default:
-				t.Errorf("unexpected: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
+	n := burst(t, e, req, 64, 0, func(err error) string {
+		if errors.Is(err, server.ErrQueueFull) && strings.Contains(err.Error(), "over max_queue_delay 50ms") {
+			return "refused"
+		}
+		return ""
+	})
+	ok, refused := n["ok"], n["refused"]
 	t.Logf("of 64 at once, no deadline: %d served, %d refused up front", ok, refused)
 	if refused == 0 || ok == 0 {
 		t.Errorf("want some served and the rest refused for max_queue_delay: %d served, %d refused", ok, refused)

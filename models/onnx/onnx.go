@@ -294,31 +294,45 @@ func (d *decoder) attr(b []byte) (Attr, error) {
 			}
 			a.T = t
 		case 7:
-			if typ == protowire.BytesType { // packed
-				for len(v) >= 4 {
-					a.Floats = append(a.Floats, math.Float32frombits(binary.LittleEndian.Uint32(v)))
-					v = v[4:]
-				}
-			} else {
-				a.Floats = append(a.Floats, math.Float32frombits(uint32(x)))
-			}
+			a.Floats = appendFloats(a.Floats, typ, v, x)
 		case 8:
-			if typ == protowire.BytesType {
-				for len(v) > 0 {
-					y, n := protowire.ConsumeVarint(v)
-					if n < 0 {
-						return fmt.Errorf("%w: attribute ints are corrupt", ErrFormat)
-					}
-					a.Ints = append(a.Ints, int64(y))
-					v = v[n:]
-				}
-			} else {
-				a.Ints = append(a.Ints, int64(x))
+			var ok bool
+			if a.Ints, ok = appendVarints(a.Ints, typ, v, x); !ok {
+				return fmt.Errorf("%w: attribute ints are corrupt", ErrFormat)
 			}
 		}
 		return nil
 	})
 	return a, err
+}
+
+// appendVarints appends a packed (bytes) or single (varint) repeated
+// integer field's values; ok is false on a corrupt packed run.
+func appendVarints(dst []int64, typ protowire.Type, v []byte, x uint64) ([]int64, bool) {
+	if typ != protowire.BytesType {
+		return append(dst, int64(x)), true
+	}
+	for len(v) > 0 {
+		y, n := protowire.ConsumeVarint(v)
+		if n < 0 {
+			return dst, false
+		}
+		dst = append(dst, int64(y))
+		v = v[n:]
+	}
+	return dst, true
+}
+
+// appendFloats appends a packed or single repeated float field's values.
+func appendFloats(dst []float32, typ protowire.Type, v []byte, x uint64) []float32 {
+	if typ != protowire.BytesType {
+		return append(dst, math.Float32frombits(uint32(x)))
+	}
+	for len(v) >= 4 {
+		dst = append(dst, math.Float32frombits(binary.LittleEndian.Uint32(v)))
+		v = v[4:]
+	}
+	return dst
 }
 
 // maxElems bounds one tensor (1 G elements): a corrupt dimension must not
@@ -336,41 +350,18 @@ func (d *decoder) tensor(b []byte) (*Tensor, error) {
 	err := d.fields(b, "tensor", func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch num {
 		case 1:
-			if typ == protowire.BytesType {
-				for len(v) > 0 {
-					y, n := protowire.ConsumeVarint(v)
-					if n < 0 {
-						return fmt.Errorf("%w: tensor dims are corrupt", ErrFormat)
-					}
-					t.Dims = append(t.Dims, int64(y))
-					v = v[n:]
-				}
-			} else {
-				t.Dims = append(t.Dims, int64(x))
+			var ok bool
+			if t.Dims, ok = appendVarints(t.Dims, typ, v, x); !ok {
+				return fmt.Errorf("%w: tensor dims are corrupt", ErrFormat)
 			}
 		case 2:
 			t.DataType = int32(x)
 		case 4:
-			if typ == protowire.BytesType {
-				for len(v) >= 4 {
-					floats = append(floats, math.Float32frombits(binary.LittleEndian.Uint32(v)))
-					v = v[4:]
-				}
-			} else {
-				floats = append(floats, math.Float32frombits(uint32(x)))
-			}
+			floats = appendFloats(floats, typ, v, x)
 		case 5, 7: // int32_data, int64_data (varints)
-			if typ == protowire.BytesType {
-				for len(v) > 0 {
-					y, n := protowire.ConsumeVarint(v)
-					if n < 0 {
-						return fmt.Errorf("%w: tensor integers are corrupt", ErrFormat)
-					}
-					ints = append(ints, int64(y))
-					v = v[n:]
-				}
-			} else {
-				ints = append(ints, int64(x))
+			var ok bool
+			if ints, ok = appendVarints(ints, typ, v, x); !ok {
+				return fmt.Errorf("%w: tensor integers are corrupt", ErrFormat)
 			}
 		case 10:
 			if typ == protowire.BytesType {
