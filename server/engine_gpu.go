@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"atoll/gpu"
-	"atoll/gpu/cuda"
+	"atoll/gpu/backend"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/models/run"
@@ -28,20 +28,8 @@ func engOnlyBatch(gpuName, zoo string) int {
 	return b
 }
 
-// cudaGPUName is the name of CUDA device ordinal (NVML's inventory where
-// it answers, else the driver's, opening the device briefly). Tests
-// replace it.
-var cudaGPUName = func(ordinal int) (string, error) {
-	if inv, err := cuda.Inventory(); err == nil && ordinal < len(inv) {
-		return inv[ordinal].Name, nil
-	}
-	dev, err := cuda.Open(ordinal)
-	if err != nil {
-		return "", err
-	}
-	defer dev.Close()
-	return dev.Info().Name, nil
-}
+// cudaGPUName is the name of CUDA device ordinal. Tests replace it.
+var cudaGPUName = backend.CUDAName
 
 // bindInstances runs in the owner goroutine once the device is open: it
 // loads an instance per client (HP and BE request instances of each

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"atoll/gpu"
-	"atoll/gpu/cuda"
-	"atoll/gpu/sim"
+	"atoll/gpu/backend"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/models/run"
@@ -407,12 +406,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		ocfg.BE = append(ocfg.BE, sched.OnlineClient{Name: fmt.Sprintf("job:%s-bs%d", jc.Zoo, jc.Batch), Profile: prof})
 	}
 	e.hpClients = len(ocfg.HP)
-	var open func() (gpu.Device, error)
-	if cfg.Backend == "sim" {
-		open = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: spec, Seed: cfg.Seed}) }
-	} else {
-		open = func() (gpu.Device, error) { return cuda.Open(cfg.Ordinal) }
-	}
+	open := backend.Opener(backend.Config{Backend: cfg.Backend, Spec: spec, Seed: cfg.Seed, Ordinal: cfg.Ordinal})
 	if cfg.Backend == "sim" && !cfg.Instances {
 		// Outputs come from the CPU reference, off the scheduler loop.
 		e.refQ = make(chan *engRef, len(e.models)*2*ocfg.MaxQueue)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"atoll/gpu"
+	"atoll/gpu/backend"
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
@@ -68,7 +69,7 @@ func buildInstance(dev gpu.Device, lib *kernels.Library, p *profiles.Profile) (*
 
 // openCUDA opens GPU 0 for one run; the run's goroutine owns it (cuda.Open
 // locks it to its OS thread until Close).
-func openCUDA() (gpu.Device, error) { return cuda.Open(0) }
+var openCUDA = backend.Opener(backend.Config{Backend: "cuda"})
 
 // cudaSession keeps one GPU, one kernel library and one instance per model
 // for many runs (the matrix): weights are uploaded once and every kernel,

@@ -11,8 +11,8 @@ import (
 
 	"atoll/bench"
 	"atoll/gpu"
+	gpubackend "atoll/gpu/backend"
 	"atoll/gpu/cuda"
-	"atoll/gpu/sim"
 	"atoll/kernels"
 )
 
@@ -134,7 +134,7 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		dev, err := sim.New(sim.Config{Spec: spec, Seed: c.Seed})
+		dev, err := gpubackend.Open(gpubackend.Config{Backend: "sim", Spec: spec, Seed: c.Seed})
 		if err != nil {
 			return err
 		}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"atoll/gpu"
+	gpubackend "atoll/gpu/backend"
 	"atoll/gpu/cuda"
-	"atoll/gpu/sim"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/profiler"
@@ -178,7 +178,7 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		dev, err := sim.New(sim.Config{Spec: spec})
+		dev, err := gpubackend.Open(gpubackend.Config{Backend: "sim", Spec: spec})
 		if err != nil {
 			return err
 		}

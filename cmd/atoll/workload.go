@@ -9,8 +9,7 @@ import (
 
 	"atoll/bench"
 	"atoll/gpu"
-	"atoll/gpu/cuda"
-	"atoll/gpu/sim"
+	"atoll/gpu/backend"
 	"atoll/models"
 	"atoll/profiler"
 	"atoll/profiles"
@@ -96,9 +95,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	switch w.backend {
 	case "sim":
 		seed, cost := w.seed, w.hostCost
-		c.NewDevice = func() (gpu.Device, error) {
-			return sim.New(sim.Config{Spec: spec, Seed: seed, HostLaunchCost: cost})
-		}
+		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: seed, HostLaunchCost: cost})
 	case "cuda":
 		if w.hostCost != 0 {
 			return nil, fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
@@ -161,19 +158,8 @@ func profileFor(spec gpu.Spec, model string, batch int) (*profiles.Profile, erro
 	return profiler.Estimate(spec, m.Name(), batch, g.Layers)
 }
 
-// cudaGPUName names CUDA device 0 (NVML's inventory where it answers, else
-// the driver's). Tests replace it.
-var cudaGPUName = func() (string, error) {
-	if inv, err := cuda.Inventory(); err == nil && len(inv) > 0 {
-		return inv[0].Name, nil
-	}
-	dev, err := cuda.Open(0)
-	if err != nil {
-		return "", err
-	}
-	defer dev.Close()
-	return dev.Info().Name, nil
-}
+// cudaGPUName names CUDA device 0. Tests replace it.
+var cudaGPUName = func() (string, error) { return backend.CUDAName(0) }
 
 // resolveGPU fills --gpu: H100-SXM on the simulator; on the GPU, the kind
 // found, whose measured profiles time the run. A --gpu naming another kind

@@ -1,0 +1,63 @@
+// Package backend opens a gpu.Device by name: the one place atoll chooses
+// between the simulated GPU (gpu/sim) and the real one (gpu/cuda). The
+// daemon's engine, the bench and matrix runs, the profiler and the probe
+// open their devices through it; commands that need the CUDA backend's own
+// methods (selftest, devices, the probe's GPU timer) use gpu/cuda directly.
+package backend
+
+import (
+	"fmt"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/cuda"
+	"atoll/gpu/sim"
+)
+
+// Names are the backends Open knows.
+var Names = []string{"sim", "cuda"}
+
+// Config says which device to open.
+type Config struct {
+	// Backend is "sim" or "cuda".
+	Backend string
+	// Spec, Seed and HostLaunchCost configure the simulator (sim.Config).
+	Spec           gpu.Spec
+	Seed           uint64
+	HostLaunchCost time.Duration
+	// Ordinal is the CUDA device number.
+	Ordinal int
+}
+
+// Open opens the device. On cuda it locks the calling goroutine to its OS
+// thread (cuda.Open); the device belongs to that goroutine until Close.
+func Open(c Config) (gpu.Device, error) {
+	switch c.Backend {
+	case "sim":
+		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost})
+	case "cuda":
+		return cuda.Open(c.Ordinal)
+	}
+	return nil, fmt.Errorf("backend %q: want sim (the simulated GPU) or cuda (the real one)", c.Backend)
+}
+
+// Opener is Open as a function to call later, on the goroutine that will
+// own the device (a scheduler loop opens its device itself, and again after
+// a failure).
+func Opener(c Config) func() (gpu.Device, error) {
+	return func() (gpu.Device, error) { return Open(c) }
+}
+
+// CUDAName names CUDA device ordinal: NVML's inventory where it answers,
+// else the driver's name, opening the device briefly.
+func CUDAName(ordinal int) (string, error) {
+	if inv, err := cuda.Inventory(); err == nil && ordinal < len(inv) {
+		return inv[ordinal].Name, nil
+	}
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	return dev.Info().Name, nil
+}
