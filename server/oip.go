@@ -387,15 +387,8 @@ func shapeFits(want, got []int64) bool {
 	return true
 }
 
-// parseInfer turns a body into an InferRequest for model info, with the
-// class from the priority mapping. On an error, req is nil and id and
-// class are what could be read before it ("" if nothing).
-func parseInfer(body []byte, info ModelInfo, prio PriorityConfig) (*InferRequest, string, Class, error) {
-	req, _, id, class, err := parseInferJSON(body, info, prio)
-	return req, id, class, err
-}
-
-// parseInferJSON is parseInfer that also reads which outputs the request
+// parseInferJSON turns a JSON body into an InferRequest for model info,
+// with the class from the priority mapping, and reads which outputs the request
 // wants as binary data (the binary tensor data extension's output
 // parameters, which a plain JSON request may carry too).
 func parseInferJSON(body []byte, info ModelInfo, prio PriorityConfig) (*InferRequest, outputModes, string, Class, error) {
@@ -423,17 +416,7 @@ func parseInferJSON(body []byte, info ModelInfo, prio PriorityConfig) (*InferReq
 	return req, modes, id, class, nil
 }
 
-// parseInferSlow is parseInfer through encoding/json alone: the reference
-// the fast path is checked against, and the path that words every error.
-func parseInferSlow(body []byte, info ModelInfo, prio PriorityConfig) (*InferRequest, string, Class, error) {
-	rj, err := decodeInfer(body)
-	if err != nil {
-		return nil, "", "", err
-	}
-	return buildInfer(rj, nil, info, prio)
-}
-
-// errFallback makes parseInfer take the slow path.
+// errFallback makes parseInferJSON take the slow path.
 var errFallback = errors.New("server: fast path declined")
 
 // buildInfer checks a decoded request and builds the InferRequest. vals,

@@ -49,19 +49,14 @@ func splitBinary(body []byte, header string) (js, rest []byte, err error) {
 	return body[:n], body[n:], nil
 }
 
-// parseInferBinary parses a request in the binary extension's form: the
-// JSON part (strictly, as decodeInfer does), then each binary input's
+// parseInferBinaryRaw parses a request in the binary extension's form:
+// the JSON part (strictly, as decodeInfer does), then each binary input's
 // bytes, which must add up to exactly the bytes after the JSON part. Every
-// input is decoded to Data.
-func parseInferBinary(body []byte, header string, info ModelInfo, prio PriorityConfig) (*InferRequest, outputModes, string, Class, error) {
-	return parseInferBinaryRaw(body, header, info, prio, false)
-}
-
-// parseInferBinaryRaw is parseInferBinary for an engine that takes raw
-// inputs (acceptsRaw, RawInputs): a binary input whose datatype is the
-// model input's storage type (rawFast) is copied once out of body into
-// Tensor.Raw, unchecked (the engine checks it), instead of being decoded.
-// Nothing returned refers to body.
+// input is decoded to Data, except that for an engine that takes raw
+// inputs (acceptsRaw, RawInputs) a binary input whose datatype is the model
+// input's storage type (rawFast) is copied once out of body into
+// Tensor.Raw, unchecked (the engine checks it). Nothing returned refers to
+// body.
 func parseInferBinaryRaw(body []byte, header string, info ModelInfo, prio PriorityConfig, acceptsRaw bool) (*InferRequest, outputModes, string, Class, error) {
 	js, rest, err := splitBinary(body, header)
 	if err != nil {
