@@ -100,7 +100,22 @@ type Model struct {
 	// weights, for an imported model, are its own (FromONNX); nil: the
 	// zoo's random initialization (InitWeights).
 	weights *Bundle
+	// io, for an imported model, is the file's own input and output.
+	io *ONNXIO
 }
+
+// ONNXIO is an imported model's input and output as the ONNX file names
+// them: clients send the image as the file's input (float32 NCHW), which
+// the engine transposes into atoll's bf16 NHWC "input".
+type ONNXIO struct {
+	Input   string
+	C, H, W int
+	Output  string
+}
+
+// ONNXIO is the file's input and output for an imported model, nil for a
+// zoo model.
+func (m Model) ONNXIO() *ONNXIO { return m.io }
 
 // Weights is an imported model's own weights in atoll's layouts, or nil
 // for a zoo model (InitWeights draws those).

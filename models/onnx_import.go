@@ -397,6 +397,7 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 		return Model{}, nil, err
 	}
 	m.weights = weights
+	m.io = &ONNXIO{Input: input.Name, C: imgC, H: imgH, W: imgW, Output: g.Outputs[0].Name}
 	return m, weights, nil
 }
 

@@ -52,6 +52,9 @@ func engIntRange(g *models.Graph, name string) int {
 // check validates req's inputs against the model and builds the input
 // bundle.
 func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
+	if m.nchw != nil {
+		return m.checkNCHW(req)
+	}
 	b := &models.Bundle{}
 	seen := map[string]bool{}
 	for _, t := range req.Inputs {
@@ -142,4 +145,55 @@ func (m *engModel) checkRaw(t Tensor, gt models.Tensor, n int) (*models.Data, er
 		return nil, fmt.Errorf("%w: input %q: %w", ErrBadInput, t.Name, err)
 	}
 	return d, nil
+}
+
+// checkNCHW is check for an imported model: one float32 image [N, C, H, W]
+// under the file's input name, transposed into the graph's NHWC input.
+func (m *engModel) checkNCHW(req *InferRequest) (*models.Bundle, error) {
+	ti, io := m.info.Inputs[0], m.nchw
+	if len(req.Inputs) != 1 || req.Inputs[0].Name != ti.Name {
+		var names []string
+		for _, t := range req.Inputs {
+			names = append(names, t.Name)
+		}
+		return nil, fmt.Errorf("%w: %s takes one input, %q (FP32 %v, NCHW as the ONNX file has it); got %q", ErrBadInput, m.info.Name, ti.Name, ti.Shape, names)
+	}
+	t := req.Inputs[0]
+	if t.Datatype != ti.Datatype || !slices.Equal(t.Shape, ti.Shape) {
+		return nil, fmt.Errorf("%w: input %q is %s %v; %s takes %s %v (NCHW, batch %d)", ErrBadInput, t.Name, t.Datatype, t.Shape, m.info.Name, ti.Datatype, ti.Shape, m.graph.Batch)
+	}
+	n, c, h, w := m.graph.Batch, io.C, io.H, io.W
+	vals := t.Data
+	if t.Raw != nil { // the binary extension's bytes, little-endian float32
+		if len(t.Raw) != 4*n*c*h*w {
+			return nil, fmt.Errorf("%w: input %q has %d bytes; shape %v needs %d", ErrBadInput, t.Name, len(t.Raw), ti.Shape, 4*n*c*h*w)
+		}
+		vals = kernels.Decode(kernels.F32, t.Raw)
+	}
+	if len(vals) != n*c*h*w {
+		return nil, fmt.Errorf("%w: input %q has %d values; shape %v needs %d", ErrBadInput, t.Name, len(vals), ti.Shape, n*c*h*w)
+	}
+	nhwc := make([]float64, len(vals))
+	for b := range n {
+		for ch := range c {
+			for y := range h {
+				for x := range w {
+					v := vals[((b*c+ch)*h+y)*w+x]
+					if math.IsNaN(v) || math.IsInf(v, 0) {
+						return nil, fmt.Errorf("%w: input %q value %d is %v; send finite numbers", ErrBadInput, t.Name, ((b*c+ch)*h+y)*w+x, v)
+					}
+					nhwc[((b*h+y)*w+x)*c+ch] = v
+				}
+			}
+		}
+	}
+	for _, o := range req.Outputs {
+		if o != m.info.Outputs[0].Name {
+			return nil, fmt.Errorf("%w: %s has no output %q; its output is %q", ErrBadInput, m.info.Name, o, m.info.Outputs[0].Name)
+		}
+	}
+	gt, _ := m.graph.Tensor(m.graph.Inputs[0])
+	b := &models.Bundle{}
+	b.Add(models.NewData(gt.Name, gt.DType, gt.Shape, nhwc))
+	return b, nil
 }

@@ -145,6 +145,7 @@ type engModel struct {
 	graph    *models.Graph
 	weights  *models.Bundle // sim: the reference's weights
 	own      *models.Bundle // an imported model's weights (nil: InitWeights)
+	nchw     *models.ONNXIO // an imported model's file input and output (nil: the graph's)
 	hp, be   int            // client indices
 	maxQueue int
 	depth    [2]atomic.Int32 // HP, BE accepted and not finished
@@ -364,6 +365,13 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		}
 		out, _ := g.Tensor(g.Output)
 		m.info.Outputs = []TensorInfo{{Name: g.Output, Datatype: engDatatype(out.DType), Shape: engShape(out.Shape)}}
+		if io := src.ONNXIO(); io != nil {
+			// An imported model speaks its file's input and output:
+			// float32 NCHW in (check transposes it), float32 out.
+			m.nchw = io
+			m.info.Inputs = []TensorInfo{{Name: io.Input, Datatype: "FP32", Shape: []int64{int64(mc.Batch), int64(io.C), int64(io.H), int64(io.W)}}}
+			m.info.Outputs[0].Name, m.info.Outputs[0].Datatype = io.Output, "FP32"
+		}
 		m.hp = len(ocfg.HP)
 		ocfg.HP = append(ocfg.HP, sched.OnlineClient{Name: mc.Name, Profile: prof})
 		m.be = len(ocfg.BE)

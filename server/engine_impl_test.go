@@ -16,6 +16,7 @@ import (
 
 	"atoll/gpu"
 	"atoll/gpu/faulty"
+	"atoll/kernels"
 	"atoll/models"
 	"atoll/profiles"
 	"atoll/server"
@@ -860,7 +861,8 @@ func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
 	}
 }
 
-// TestEngineServesAnONNXFile: a .onnx path as the served model runs the
+// TestEngineServesAnONNXFile: a .onnx path as the served model speaks the
+// file's input and output (float32 NCHW in, float32 out) and runs the
 // file's graph with the file's weights (not the zoo's random ones) on the
 // simulator, timed by its roofline estimate until someone profiles it.
 func TestEngineServesAnONNXFile(t *testing.T) {
@@ -883,17 +885,33 @@ func TestEngineServesAnONNXFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := modelInfo(t, e, "tiny-cnn")
-	req, _ := request(t, m, info, 1)
+	if in, out := info.Inputs[0], info.Outputs[0]; in.Name != "x" || in.Datatype != "FP32" || !slices.Equal(in.Shape, []int64{1, 3, 8, 8}) || out.Name != "logits" {
+		t.Fatalf("served as %+v -> %+v; want the file's x FP32 [1 3 8 8] -> logits", in, out)
+	}
+	nchw := make([]float64, 3*8*8)
+	for i := range nchw {
+		nchw[i] = float64(i%17)/8 - 1
+	}
+	req := &server.InferRequest{ID: "r", Model: "tiny-cnn", Arrived: time.Now(),
+		Inputs: []server.Tensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 3, 8, 8}, Data: nchw}}}
 	res, err := e.Infer(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := m.Graph(1)
-	in := &models.Bundle{}
-	for _, x := range req.Inputs {
-		t0, _ := g.Tensor(x.Name)
-		in.Add(models.NewData(x.Name, t0.DType, t0.Shape, x.Data))
+	if res.Outputs[0].Name != "logits" {
+		t.Errorf("output named %q, want logits", res.Outputs[0].Name)
 	}
+	g, _ := m.Graph(1)
+	nhwc := make([]float64, len(nchw))
+	for c := range 3 {
+		for y := range 8 {
+			for x := range 8 {
+				nhwc[(y*8+x)*3+c] = nchw[(c*8+y)*8+x]
+			}
+		}
+	}
+	in := &models.Bundle{}
+	in.Add(models.NewData("input", kernels.BF16, []int{1, 8, 8, 3}, nhwc))
 	own, err := models.Reference(g, m.Weights(), in)
 	if err != nil {
 		t.Fatal(err)
@@ -905,5 +923,11 @@ func TestEngineServesAnONNXFile(t *testing.T) {
 	}
 	if e := models.RelErr(got, random[g.Output]); e < 1e-3 {
 		t.Errorf("served output matches random weights (%.4g): the file's weights were not used", e)
+	}
+	// The zoo's NHWC input is not what this model takes.
+	bad := *req
+	bad.Inputs = []server.Tensor{{Name: "input", Datatype: "BF16", Shape: []int64{1, 8, 8, 3}, Data: nhwc}}
+	if _, err := e.Infer(context.Background(), &bad); !errors.Is(err, server.ErrBadInput) || !strings.Contains(err.Error(), `takes one input, "x"`) {
+		t.Errorf("an NHWC request: %v, want ErrBadInput naming x", err)
 	}
 }

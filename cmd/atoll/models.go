@@ -109,9 +109,9 @@ func showImported(e *env, paths []string) error {
 		if err := t.Render(); err != nil {
 			return err
 		}
-		in, _ := g.Tensor(g.Inputs[0])
-		fmt.Fprintf(e.stdout, "%d layers, %d parameters (weights from the file), %.2f GFLOP per image; input %q %s%v (NHWC), output %q\n",
-			len(g.Layers), models.Params(g.Layers), models.FLOPs(g.Layers)/1e9, in.Name, in.DType, in.Shape, g.Output)
+		io := m.ONNXIO()
+		fmt.Fprintf(e.stdout, "%d layers, %d parameters (weights from the file), %.2f GFLOP per image; served input %q FP32 [N %d %d %d] (NCHW, as in the file), output %q FP32\n",
+			len(g.Layers), models.Params(g.Layers), models.FLOPs(g.Layers)/1e9, io.Input, io.C, io.H, io.W, io.Output)
 	}
 	return nil
 }
