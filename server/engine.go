@@ -1,10 +1,11 @@
 package server
 
 import (
-	"atoll/sched"
 	"context"
 	"errors"
 	"time"
+
+	"atoll/sched"
 )
 
 // Engine is what the HTTP layer needs from the scheduling side: the models
