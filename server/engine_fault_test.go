@@ -1,0 +1,213 @@
+package server_test
+
+// The engine under device failures: requests run again on the reopened
+// device, a faulting BE job costs no HP request.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/faulty"
+	"atoll/server"
+)
+
+func TestEngineDeviceFailureIsInternal(t *testing.T) {
+	leakCheck(t)
+	var fd *faulty.Device
+	e := newTestEngine(t, func(c *server.EngineConfig) {
+		c.WrapDevice = func(d gpu.Device) gpu.Device {
+			fd = faulty.New(d)
+			_ = fd.FailMethod("Launch", 30)
+			return fd
+		}
+	})
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	var err error
+	for range 100 {
+		if _, err = e.Infer(context.Background(), req); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, server.ErrInternal) {
+		t.Fatalf("request during a device failure: %v, want ErrInternal", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Ready() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if e.Ready() {
+		t.Fatal("still ready after the device failed")
+	}
+	if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrInternal) {
+		t.Errorf("Infer after the failure: %v, want ErrInternal", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); !errors.Is(err, server.ErrInternal) {
+		t.Errorf("Close after a failure: %v, want ErrInternal naming it", err)
+	}
+}
+
+// TestEngineReopensTheDeviceAfterAFailure: with Restarts, a device failure
+// costs no HP request: the requests in flight, and those arriving while the
+// engine reopens the device, run again on the reopened device (inference is
+// idempotent); the counters carry across. A device that keeps failing
+// exhausts the restarts: requests then fail with ErrInternal saying to
+// restart the daemon.
+func TestEngineReopensTheDeviceAfterAFailure(t *testing.T) {
+	for _, always := range []bool{false, true} {
+		t.Run(fmt.Sprintf("always=%v", always), func(t *testing.T) {
+			leakCheck(t)
+			var opened atomic.Int32
+			e := newTestEngine(t, func(c *server.EngineConfig) {
+				c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
+				c.WrapDevice = func(d gpu.Device) gpu.Device {
+					if opened.Add(1) > 1 && !always {
+						return d
+					}
+					fd := faulty.New(d)
+					_ = fd.FailMethod("Launch", 30)
+					return fd
+				}
+			})
+			req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+			if always {
+				var err error
+				for range 200 {
+					if _, err = e.Infer(context.Background(), req); err != nil {
+						break
+					}
+				}
+				if !errors.Is(err, server.ErrInternal) {
+					t.Fatalf("with every device failing: %v, want ErrInternal once the restarts ran out", err)
+				}
+				if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrInternal) || !strings.Contains(err.Error(), "restart the daemon") {
+					t.Errorf("after the restarts ran out: %v, want ErrInternal saying to restart the daemon", err)
+				}
+				if n := opened.Load(); n != 3 {
+					t.Errorf("device opened %d times, want 3 (first + 2 restarts)", n)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := e.Close(ctx); !errors.Is(err, server.ErrInternal) {
+					t.Errorf("Close after the restarts ran out: %v, want ErrInternal", err)
+				}
+				return
+			}
+			// Four clients, 25 requests each, across the failure.
+			var wg sync.WaitGroup
+			var failed atomic.Int32
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 25 {
+						r := *req
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						_, err := e.Infer(ctx, &r)
+						cancel()
+						if err != nil {
+							failed.Add(1)
+							t.Errorf("request across the device failure: %v", err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			st := e.Stats()
+			if failed.Load() != 0 || st.Restarts != 1 || st.Retried == 0 || st.Launches < 29 {
+				t.Errorf("%d of 100 requests failed; restarts %d, retried %d, launches %d: want none failed, 1 restart, some retried, counters kept", failed.Load(), st.Restarts, st.Retried, st.Launches)
+			}
+			t.Logf("100 requests across a device failure: restarts %d, retried %d", st.Restarts, st.Retried)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := e.Close(ctx); err != nil {
+				t.Errorf("Close after a recovered failure: %v", err)
+			}
+		})
+	}
+}
+
+// TestEngineBEFaultCostsNoHPRequest: a fault in one BE kernel's launch (at
+// several points of a training job) fails that job with the error, and
+// every HP request across it is answered successfully — run again on the
+// reopened device where the failure caught it — and a later job runs.
+func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
+	for _, nth := range []int{1, 16} {
+		t.Run(fmt.Sprintf("nth=%d", nth), func(t *testing.T) {
+			leakCheck(t)
+			var opened atomic.Int32
+			e := newTestEngine(t, func(c *server.EngineConfig) {
+				c.Virtual = false
+				c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
+				c.WrapDevice = func(d gpu.Device) gpu.Device {
+					if opened.Add(1) > 1 {
+						return d
+					}
+					fd := faulty.New(d)
+					_ = fd.FailLaunch(func(l *gpu.Launch) bool { return strings.Contains(l.Name, "grad") }, nth)
+					return fd
+				}
+			})
+			job, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+			// Three HP clients from before the fault until well after it.
+			var wg sync.WaitGroup
+			var failed, served atomic.Int32
+			for range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					after := 0
+					for i := 0; i < 200 && after < 10; i++ {
+						if st, _ := e.Job(job.ID); !st.Ended.IsZero() && e.Ready() {
+							after++
+						}
+						r := *req
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+						if _, err := e.Infer(ctx, &r); err != nil {
+							failed.Add(1)
+							t.Errorf("HP request beside the faulting BE job: %v", err)
+						} else {
+							served.Add(1)
+						}
+						cancel()
+					}
+				}()
+			}
+			wg.Wait()
+			st := waitJob(t, e, job.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() })
+			if st.State != server.JobFailed || !strings.Contains(st.Error, "injected") {
+				t.Errorf("the faulting job: %+v, want failed with the injected error", st)
+			}
+			t.Logf("%d HP requests served across the fault; job %s after %d iterations; restarts %d, retried %d", served.Load(), st.State, st.Done, e.Stats().Restarts, e.Stats().Retried)
+			// The fault either stops the scheduler loop (the device is
+			// reopened once and the requests it caught run again) or, at a
+			// run's first launch, only ends that run.
+			if failed.Load() != 0 || opened.Load() > 2 {
+				t.Errorf("%d HP requests failed (%d served), device opened %d times: want none failed and at most one reopen", failed.Load(), served.Load(), opened.Load())
+			}
+			// The daemon serves on, and a new job runs.
+			if _, err := e.Infer(context.Background(), req); err != nil {
+				t.Errorf("after the fault: %v", err)
+			}
+			next, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := waitJob(t, e, next.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() }); st.State != server.JobDone {
+				t.Errorf("a job after the fault: %+v", st)
+			}
+		})
+	}
+}
