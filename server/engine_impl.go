@@ -61,6 +61,10 @@ type EngineConfig struct {
 	// MaxQueueDelay refuses (ErrQueueFull) an HP request predicted to
 	// queue longer than this before its service; 0: no bound.
 	MaxQueueDelay time.Duration
+	// NoWaitOnFailure makes requests caught by a device failure, or
+	// arriving while the device reopens, fail at once with ErrUnavailable
+	// instead of waiting for the reopen: a Fleet runs them on another GPU.
+	NoWaitOnFailure bool
 	// Instances, on the simulator, runs the models through models/run
 	// instances and run.Binder exactly as on the GPU (inputs uploaded and
 	// outputs read back in the scheduler's hooks) instead of computing
@@ -207,6 +211,7 @@ type engineImpl struct {
 	maxJobs     int
 	maxActive   int
 	maxDelay    time.Duration
+	noWait      bool // EngineConfig.NoWaitOnFailure
 
 	ready   atomic.Bool
 	closing atomic.Bool
@@ -272,7 +277,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: gpu: %w", ErrConfig, err)
 	}
-	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs, maxActive: cfg.MaxActiveJobs, maxDelay: cfg.MaxQueueDelay,
+	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs, maxActive: cfg.MaxActiveJobs, maxDelay: cfg.MaxQueueDelay, noWait: cfg.NoWaitOnFailure,
 		abort: make(chan struct{})}
 	e.jmu.byID = map[string]*engJob{}
 	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain}

@@ -70,12 +70,16 @@ func (e *engineImpl) restarting() bool {
 	return e.failed.Load() != nil && e.restarts.Load() < int64(e.maxRestarts) && !e.closing.Load()
 }
 
-// awaitRestart waits until the engine serves again after a device failure:
+// awaitRestart waits until the engine serves again after a device failure
+// (at once false with NoWaitOnFailure):
 // once failed (if not nil) has stopped, until a new loop is ready. It
 // returns false at once when failed stopped for another reason than a
 // device failure, and when the engine closes, gives up on the device, or
 // ctx ends first.
 func (e *engineImpl) awaitRestart(ctx context.Context, failed *sched.Online) bool {
+	if e.noWait {
+		return false
+	}
 	if failed != nil {
 		select {
 		case <-failed.Done():

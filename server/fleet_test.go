@@ -178,3 +178,54 @@ func TestFleetMetricsPerGPU(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestFleetDoesNotWaitForAReopen: with NoWaitOnFailure (what NewEngines
+// sets for several GPUs) a request caught by one GPU's failure runs on
+// the other at once instead of waiting out that GPU's reopen.
+func TestFleetDoesNotWaitForAReopen(t *testing.T) {
+	leakCheck(t)
+	var failing atomic.Bool
+	mk := func(fail bool) server.Engine {
+		return newTestEngine(t, func(c *server.EngineConfig) {
+			c.Virtual = false
+			c.NoWaitOnFailure = true
+			c.Restarts, c.RestartBackoff = 2, 3*time.Second
+			if fail {
+				c.WrapDevice = func(d gpu.Device) gpu.Device {
+					fd := faulty.New(d)
+					fd.FailWhen(func(method string, _, _ int) bool { return method == "Launch" && failing.CompareAndSwap(true, false) })
+					return fd
+				}
+			}
+		})
+	}
+	f, err := server.NewFleet([]server.Engine{mk(true), mk(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
+	failing.Store(true) // GPU 0's next launch fails; it reopens after 3 s
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				r := *req
+				if _, err := f.Infer(context.Background(), &r); err != nil {
+					failed.Add(1)
+					t.Errorf("request: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failing.Load() || f.Engines()[0].Ready() {
+		t.Fatalf("GPU 0's fault not injected (pending %v) or GPU 0 not reopening (ready %v)", failing.Load(), f.Engines()[0].Ready())
+	}
+	if took := time.Since(start); failed.Load() != 0 || took > 2*time.Second {
+		t.Errorf("%d failed, 40 requests took %v: want none failed and no wait for GPU 0's 3 s reopen", failed.Load(), took)
+	}
+}
