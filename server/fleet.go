@@ -279,7 +279,7 @@ func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) 
 	}
 	for _, d := range devs {
 		ec := cfg.Engine()
-		ec.Ordinal = d // the same seed: replicas compute the same outputs
+		ec.Ordinal = d            // the same seed: replicas compute the same outputs
 		ec.NoWaitOnFailure = true // another GPU serves while this one reopens
 		e, err := NewEngine(ctx, ec)
 		if err != nil {
