@@ -93,6 +93,9 @@ type ModelConfig struct {
 	Batch        int    `yaml:"batch"`         // batch size the model is built for (> 0)
 	DefaultClass Class  `yaml:"default_class"` // HP or BE, for requests without a priority
 	MaxQueue     int    `yaml:"max_queue"`     // requests queued before 503 (> 0)
+	// Devices places the model's replicas on these GPUs of the daemon's
+	// devices (default: every one).
+	Devices []int `yaml:"devices,omitempty"`
 }
 
 // JobModelConfig is a model best-effort jobs may run.

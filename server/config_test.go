@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("printed config does not parse: %v\n%s", err, out)
 	}
-	if again.Listen != cfg.Listen || again.RequestTimeout != cfg.RequestTimeout || len(again.Models) != 2 || again.Models[1] != cfg.Models[1] {
+	if again.Listen != cfg.Listen || again.RequestTimeout != cfg.RequestTimeout || len(again.Models) != 2 || !reflect.DeepEqual(again.Models[1], cfg.Models[1]) {
 		t.Errorf("round trip changed the config:\n%s", out)
 	}
 

@@ -21,23 +21,33 @@ type Fleet struct {
 	engines  []Engine
 	inflight []atomic.Int64
 	rerouted atomic.Uint64
+	models   []ModelInfo      // every model, in first-served order
+	byModel  map[string][]int // engines serving each model
 }
 
 var _ Engine = (*Fleet)(nil)
 
-// NewFleet serves engines as one. They must serve the same models (names,
-// inputs and outputs): every one holds a replica of each.
+// NewFleet serves engines as one. A model may be served by several of
+// them (replicas) or one; the replicas of a model must agree (inputs and
+// outputs).
 func NewFleet(engines []Engine) (*Fleet, error) {
 	if len(engines) == 0 {
 		return nil, fmt.Errorf("%w: a fleet needs at least one engine", ErrConfig)
 	}
-	first := engines[0].Models()
-	for i, e := range engines[1:] {
-		if !sameModels(first, e.Models()) {
-			return nil, fmt.Errorf("%w: engine %d serves other models than engine 0; every GPU holds a replica of every model", ErrConfig, i+1)
+	f := &Fleet{engines: engines, inflight: make([]atomic.Int64, len(engines)), byModel: map[string][]int{}}
+	first := map[string]ModelInfo{}
+	for i, e := range engines {
+		for _, m := range e.Models() {
+			if o, seen := first[m.Name]; seen && !sameModels([]ModelInfo{o}, []ModelInfo{m}) {
+				return nil, fmt.Errorf("%w: model %q differs between GPUs (inputs or outputs); replicas must be the same model", ErrConfig, m.Name)
+			} else if !seen {
+				first[m.Name] = m
+				f.models = append(f.models, m)
+			}
+			f.byModel[m.Name] = append(f.byModel[m.Name], i)
 		}
 	}
-	return &Fleet{engines: engines, inflight: make([]atomic.Int64, len(engines))}, nil
+	return f, nil
 }
 
 func sameModels(a, b []ModelInfo) bool {
@@ -56,13 +66,15 @@ func (f *Fleet) Engines() []Engine { return f.engines }
 // Rerouted counts requests run again on another engine after theirs failed.
 func (f *Fleet) Rerouted() uint64 { return f.rerouted.Load() }
 
-// Models implements Engine: the models every engine serves, ready when any
-// replica is.
+// Models implements Engine: every model of every engine, ready when any
+// of its replicas is.
 func (f *Fleet) Models() []ModelInfo {
-	out := f.engines[0].Models()
-	ready := f.Ready()
+	out := slices.Clone(f.models)
 	for i := range out {
-		out[i].Ready = ready
+		out[i].Ready = false
+		for _, e := range f.byModel[out[i].Name] {
+			out[i].Ready = out[i].Ready || f.engines[e].Ready()
+		}
 	}
 	return out
 }
@@ -77,12 +89,12 @@ func (f *Fleet) Ready() bool {
 	return false
 }
 
-// pick is the ready engine with the fewest requests in flight, not in
-// tried; -1 when none.
-func (f *Fleet) pick(tried []bool) int {
+// pick is the ready engine among those serving model with the fewest
+// requests in flight, not in tried; -1 when none.
+func (f *Fleet) pick(model string, tried []bool) int {
 	best := -1
-	for i, e := range f.engines {
-		if tried[i] || !e.Ready() {
+	for _, i := range f.byModel[model] {
+		if tried[i] || !f.engines[i].Ready() {
 			continue
 		}
 		if best < 0 || f.inflight[i].Load() < f.inflight[best].Load() {
@@ -94,16 +106,20 @@ func (f *Fleet) pick(tried []bool) int {
 
 // Infer implements Engine.
 func (f *Fleet) Infer(ctx context.Context, req *InferRequest) (*InferResult, error) {
+	serving := f.byModel[req.Model]
+	if len(serving) == 0 {
+		return nil, fmt.Errorf("%w: %q (served: %s)", ErrUnknownModel, req.Model, strings.Join(f.modelNames(), ", "))
+	}
 	tried := make([]bool, len(f.engines))
 	var last error
 	for {
-		i := f.pick(tried)
+		i := f.pick(req.Model, tried)
 		if i < 0 {
 			if last != nil {
 				return nil, last
 			}
-			// None ready: the first engine says why.
-			return f.engines[0].Infer(ctx, req)
+			// No replica ready: the first says why.
+			return f.engines[serving[0]].Infer(ctx, req)
 		}
 		tried[i] = true
 		f.inflight[i].Add(1)
@@ -116,6 +132,14 @@ func (f *Fleet) Infer(ctx context.Context, req *InferRequest) (*InferResult, err
 		last = err
 		f.rerouted.Add(1)
 	}
+}
+
+func (f *Fleet) modelNames() []string {
+	var names []string
+	for _, m := range f.models {
+		names = append(names, m.Name)
+	}
+	return names
 }
 
 // rerouteable errors are the engine's, not the request's: another replica
@@ -270,6 +294,13 @@ func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) 
 		ec.Ordinal = devs[0]
 		return NewEngine(ctx, ec)
 	}
+	for i, m := range cfg.Models {
+		for _, d := range m.Devices {
+			if !slices.Contains(devs, d) {
+				return nil, fmt.Errorf("%w: models[%d].devices names GPU %d, which is not among the daemon's devices %v", ErrConfig, i, d, devs)
+			}
+		}
+	}
 	var engines []Engine
 	fail := func(err error) (Engine, error) {
 		for _, e := range engines {
@@ -278,7 +309,17 @@ func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) 
 		return nil, err
 	}
 	for _, d := range devs {
-		ec := cfg.Engine()
+		dc := cfg
+		dc.Models = nil
+		for _, m := range cfg.Models {
+			if len(m.Devices) == 0 || slices.Contains(m.Devices, d) {
+				dc.Models = append(dc.Models, m)
+			}
+		}
+		if len(dc.Models) == 0 {
+			return fail(fmt.Errorf("%w: GPU %d serves no model: place one on it (models[].devices) or drop it from devices", ErrConfig, d))
+		}
+		ec := dc.Engine()
 		ec.Ordinal = d            // the same seed: replicas compute the same outputs
 		ec.NoWaitOnFailure = true // another GPU serves while this one reopens
 		e, err := NewEngine(ctx, ec)

@@ -107,12 +107,45 @@ func TestFleetSpreadsAndFailsOver(t *testing.T) {
 	}
 }
 
-func TestFleetNeedsTheSameModels(t *testing.T) {
+func TestFleetPlacesModels(t *testing.T) {
 	leakCheck(t)
-	a := newTestEngine(t, nil)
-	b := newTestEngine(t, func(c *server.EngineConfig) { c.Models = c.Models[:1] })
-	if _, err := server.NewFleet([]server.Engine{a, b}); !errors.Is(err, server.ErrConfig) {
-		t.Errorf("engines with other models: %v, want ErrConfig", err)
+	both := newTestEngine(t, nil)
+	onlyTiny := newTestEngine(t, func(c *server.EngineConfig) { c.Models = c.Models[:1] })
+	f, err := server.NewFleet([]server.Engine{onlyTiny, both})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range f.Models() {
+		names = append(names, m.Name)
+	}
+	if strings.Join(names, ",") != "tiny,tinybert" {
+		t.Errorf("fleet models %v, want tiny,tinybert", names)
+	}
+	// tinybert lives on GPU 1 only: every request goes there.
+	req, _ := request(t, tinyBERT(t), modelInfo(t, f, "tinybert"), 1)
+	before := f.Engines()[0].Stats().Launches
+	for range 5 {
+		r := *req
+		if _, err := f.Infer(context.Background(), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := f.Engines()[0].Stats().Launches; after != before {
+		t.Errorf("GPU 0, which does not hold tinybert, launched %d kernels for it", after-before)
+	}
+	unknown := *req
+	unknown.Model = "nope"
+	if _, err := f.Infer(context.Background(), &unknown); !errors.Is(err, server.ErrUnknownModel) {
+		t.Errorf("unknown model: %v, want ErrUnknownModel", err)
+	}
+	// One name, two different models: refused.
+	other := tinyBERT(t)
+	clash := newTestEngine(t, func(c *server.EngineConfig) {
+		c.Models = []server.EngineModel{{Name: "tiny", Zoo: "distilbert", Model: &other}}
+	})
+	if _, err := server.NewFleet([]server.Engine{both, clash}); !errors.Is(err, server.ErrConfig) {
+		t.Errorf("a name serving two different models: %v, want ErrConfig", err)
 	}
 	if _, err := server.NewFleet(nil); !errors.Is(err, server.ErrConfig) {
 		t.Errorf("no engines: %v, want ErrConfig", err)
@@ -227,5 +260,19 @@ func TestFleetDoesNotWaitForAReopen(t *testing.T) {
 	}
 	if took := time.Since(start); failed.Load() != 0 || took > 2*time.Second {
 		t.Errorf("%d failed, 40 requests took %v: want none failed and no wait for GPU 0's 3 s reopen", failed.Load(), took)
+	}
+}
+
+func TestNewEnginesPlacementErrors(t *testing.T) {
+	leakCheck(t)
+	cfg := server.DefaultConfig()
+	cfg.Devices = "0,1"
+	cfg.Models = []server.ModelConfig{{Name: "mobilenetv2", Devices: []int{2}}}
+	if _, err := server.NewEngines(context.Background(), cfg, 2); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "GPU 2") {
+		t.Errorf("a model placed on a GPU the daemon does not serve: %v", err)
+	}
+	cfg.Models[0].Devices = []int{0}
+	if _, err := server.NewEngines(context.Background(), cfg, 2); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "GPU 1 serves no model") {
+		t.Errorf("a GPU with no model: %v", err)
 	}
 }
