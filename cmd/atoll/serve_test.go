@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"testing"
 
 	"atoll/server"
@@ -33,7 +34,7 @@ func TestServeEngineErrors(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Errorf("engine start failure: %v", err)
 	}
-	if len(got.Models) != 1 || got.Models[0] != (server.ModelConfig{Name: "resnet50", Batch: 4, DefaultClass: server.BE, MaxQueue: 9}) {
+	if len(got.Models) != 1 || !reflect.DeepEqual(got.Models[0], server.ModelConfig{Name: "resnet50", Batch: 4, DefaultClass: server.BE, MaxQueue: 9}) {
 		t.Errorf("the engine got models %+v", got.Models)
 	}
 }
