@@ -148,8 +148,9 @@ func rerouteable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInternal) || errors.Is(err, ErrShuttingDown) || errors.Is(err, ErrQueueFull)
 }
 
-// SubmitJob implements Engine: on the ready engine with the fewest active
-// jobs; the job's id names its engine.
+// SubmitJob implements Engine: on the ready engine with the most BE
+// headroom — the fewest active jobs, then the fewest HP requests in
+// flight; the job's id names its engine.
 func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
 	best, bestActive := -1, 0
 	for i, e := range f.engines {
@@ -162,7 +163,7 @@ func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
 				active++
 			}
 		}
-		if best < 0 || active < bestActive {
+		if best < 0 || active < bestActive || (active == bestActive && f.inflight[i].Load() < f.inflight[best].Load()) {
 			best, bestActive = i, active
 		}
 	}
