@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 )
 
 // Reference computes op's outputs on the CPU in float64 from the host copies
@@ -237,31 +239,46 @@ func act(x float64, a Act) float64 {
 	return x
 }
 
+// refGEMM: C[z][i][j] = act(sum A[z][i][p] B[z][p][j] + bias[j] + resid).
+// Rows are split across the CPUs; each row sums in the same order
+// whatever the split.
 func refGEMM(a, b, bias, resid []float64, batch, m, n, k int, ac Act) []float64 {
 	c := make([]float64, batch*m*n)
-	for z := 0; z < batch; z++ {
-		A, B := a[z*m*k:], b[z*k*n:]
-		for i := 0; i < m; i++ {
-			row := c[z*m*n+i*n : z*m*n+(i+1)*n]
-			for p := 0; p < k; p++ {
-				av := A[i*k+p]
-				brow := B[p*n : (p+1)*n]
-				for j := range row {
-					row[j] += av * brow[j]
-				}
-			}
-			for j := range row {
-				v := row[j]
-				if bias != nil {
-					v += bias[j]
-				}
-				if resid != nil {
-					v += resid[z*m*n+i*n+j]
-				}
-				row[j] = act(v, ac)
-			}
-		}
+	rows := batch * m
+	parts := min(runtime.GOMAXPROCS(0), rows)
+	if m*n*k < 1<<16 {
+		parts = 1 // too small to be worth a goroutine
 	}
+	var wg sync.WaitGroup
+	for part := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := part * rows / parts; r < (part+1)*rows/parts; r++ {
+				z, i := r/m, r%m
+				A, B := a[z*m*k:], b[z*k*n:]
+				row := c[z*m*n+i*n : z*m*n+(i+1)*n]
+				for p := 0; p < k; p++ {
+					av := A[i*k+p]
+					brow := B[p*n : (p+1)*n]
+					for j := range row {
+						row[j] += av * brow[j]
+					}
+				}
+				for j := range row {
+					v := row[j]
+					if bias != nil {
+						v += bias[j]
+					}
+					if resid != nil {
+						v += resid[z*m*n+i*n+j]
+					}
+					row[j] = act(v, ac)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	return c
 }
 
@@ -291,18 +308,46 @@ func (g convGeom) taps(yield func(out, in, tap int)) {
 }
 
 // refConvFwd: Y[n][oy][ox][o] = act(sum X[n][iy][ix][c] W[r][s][c][o] + bias[o] + resid).
+// Output rows are split across the CPUs; each output sums its taps in the
+// same order as one goroutine would, so the result does not depend on the
+// split.
 func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
 	y := make([]float64, g.n*g.oh*g.ow*g.oc)
-	g.taps(func(out, in, tap int) {
-		o := y[out*g.oc:][:g.oc]
-		for c := 0; c < g.c; c++ {
-			xv := x[in*g.c+c]
-			wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
-			for k := range o {
-				o[k] += xv * wrow[k]
+	rows := g.n * g.oh
+	parts := min(runtime.GOMAXPROCS(0), rows)
+	if g.oh*g.ow*g.oc*g.c*g.r*g.s < 1<<16 {
+		parts = 1 // too small to be worth a goroutine
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for row := p * rows / parts; row < (p+1)*rows/parts; row++ {
+				n, oy := row/g.oh, row%g.oh
+				for ox := 0; ox < g.ow; ox++ {
+					o := y[((n*g.oh+oy)*g.ow+ox)*g.oc:][:g.oc]
+					for ry := 0; ry < g.r; ry++ {
+						for sx := 0; sx < g.s; sx++ {
+							iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
+							if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
+								continue
+							}
+							in, tap := (n*g.h+iy)*g.w+ix, ry*g.s+sx
+							for c := 0; c < g.c; c++ {
+								xv := x[in*g.c+c]
+								wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
+								for k := range o {
+									o[k] += xv * wrow[k]
+								}
+							}
+						}
+					}
+				}
 			}
-		}
-	})
+		}()
+	}
+	wg.Wait()
 	for i, v := range y {
 		if bias != nil {
 			v += bias[i%g.oc]
