@@ -281,6 +281,45 @@ func (f *Fleet) AcceptsRaw() bool {
 	return true
 }
 
+// DevicePlan is what one GPU of a multi-GPU daemon serves.
+type DevicePlan struct {
+	Device int           // CUDA ordinal (simulated: the index)
+	Models []ModelConfig // the models with a replica on it
+	Jobs   []JobModelConfig
+}
+
+// Plan resolves cfg's devices (available is how many GPUs "all" means) and
+// places each model on the GPUs its devices name (default every one). A
+// model placed on a GPU the daemon does not serve, or a GPU left with no
+// model, is a configuration error.
+func Plan(cfg Config, available int) ([]DevicePlan, error) {
+	devs, err := cfg.DeviceList(available)
+	if err != nil {
+		return nil, fmt.Errorf("%w: devices: %v", ErrConfig, err)
+	}
+	for i, m := range cfg.Models {
+		for _, d := range m.Devices {
+			if !slices.Contains(devs, d) {
+				return nil, fmt.Errorf("%w: models[%d].devices names GPU %d, which is not among the daemon's devices %v", ErrConfig, i, d, devs)
+			}
+		}
+	}
+	var plan []DevicePlan
+	for _, d := range devs {
+		p := DevicePlan{Device: d, Jobs: cfg.Jobs}
+		for _, m := range cfg.Models {
+			if len(m.Devices) == 0 || slices.Contains(m.Devices, d) {
+				p.Models = append(p.Models, m)
+			}
+		}
+		if len(p.Models) == 0 && len(cfg.Models) > 0 {
+			return nil, fmt.Errorf("%w: GPU %d serves no model: place one on it (models[].devices) or drop it from devices", ErrConfig, d)
+		}
+		plan = append(plan, p)
+	}
+	return plan, nil
+}
+
 // NewEngines builds the daemon's engine for cfg: one engine on one device,
 // or a Fleet of one per device when cfg.Devices names several. available
 // is how many GPUs "all" means. Engines already built are closed if a later
@@ -295,12 +334,9 @@ func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) 
 		ec.Ordinal = devs[0]
 		return NewEngine(ctx, ec)
 	}
-	for i, m := range cfg.Models {
-		for _, d := range m.Devices {
-			if !slices.Contains(devs, d) {
-				return nil, fmt.Errorf("%w: models[%d].devices names GPU %d, which is not among the daemon's devices %v", ErrConfig, i, d, devs)
-			}
-		}
+	plan, err := Plan(cfg, available)
+	if err != nil {
+		return nil, err
 	}
 	var engines []Engine
 	fail := func(err error) (Engine, error) {
@@ -309,17 +345,10 @@ func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) 
 		}
 		return nil, err
 	}
-	for _, d := range devs {
+	for _, p := range plan {
+		d := p.Device
 		dc := cfg
-		dc.Models = nil
-		for _, m := range cfg.Models {
-			if len(m.Devices) == 0 || slices.Contains(m.Devices, d) {
-				dc.Models = append(dc.Models, m)
-			}
-		}
-		if len(dc.Models) == 0 {
-			return fail(fmt.Errorf("%w: GPU %d serves no model: place one on it (models[].devices) or drop it from devices", ErrConfig, d))
-		}
+		dc.Models = p.Models
 		ec := dc.Engine()
 		ec.Ordinal = d            // the same seed: replicas compute the same outputs
 		ec.NoWaitOnFailure = true // another GPU serves while this one reopens

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
@@ -11,15 +13,23 @@ import (
 
 	"atoll/gpu"
 	"atoll/gpu/cuda"
+	"atoll/server"
 )
 
 const devicesHelp = `
-Usage: atoll devices
+Usage: atoll devices [--config FILE] [--devices LIST]
 
 Lists the NVIDIA GPUs NVML sees (name, memory, clocks, utilization, power,
 temperature; SM count from the CUDA driver) and says which backend atoll
 would use: the CUDA driver when it opens GPU 0, the simulated GPU otherwise.
 On a machine with no driver it says so and exits 0.
+
+With --config (a daemon config, as atoll serve takes) or --devices, it also
+shows where the daemon would place its models: each GPU of devices and the
+models with a replica on it (models[].devices), or the placement error.
+
+  atoll devices --config atoll.yaml
+  atoll devices --config atoll.yaml --devices 0,1
 `
 
 func init() {
@@ -28,6 +38,8 @@ func init() {
 
 func runDevices(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "devices", devicesHelp)
+	configFile := fs.String("config", "", "a daemon config `file`: show where its models go")
+	devices := fs.String("devices", "", "GPUs the daemon would serve (`0,1` or all), over the config's")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -65,9 +77,50 @@ func runDevices(ctx context.Context, e *env, args []string) error {
 	})
 	if errors.Is(err, gpu.ErrNoDevice) {
 		fmt.Fprintf(e.stdout, "backend: sim — the simulated GPU (%v)\n", err)
-		return nil
+		err = nil
 	}
-	return err
+	if err != nil || (*configFile == "" && *devices == "") {
+		return err
+	}
+	cfg := server.DefaultConfig()
+	if *configFile != "" {
+		f, err := os.Open(*configFile)
+		if err != nil {
+			return err
+		}
+		cfg, err = server.ParseConfig(f, *configFile)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if *devices != "" {
+		cfg.Devices = *devices
+	}
+	available := 1
+	if cfg.Backend == "cuda" {
+		available = len(inv)
+	}
+	plan, err := server.Plan(cfg, available)
+	if err != nil {
+		return err
+	}
+	t := tablewriter.NewTable(e.stdout, tablewriter.WithRenderer(renderer.NewBlueprint()), tablewriter.WithHeaderAutoFormat(tw.Off))
+	t.Header([]string{"gpu", "models (replicas)", "job models"})
+	for _, p := range plan {
+		var ms, js []string
+		for _, m := range p.Models {
+			ms = append(ms, m.Name)
+		}
+		for _, j := range p.Jobs {
+			js = append(js, j.Model)
+		}
+		if err := t.Append([]string{fmt.Sprint(p.Device), strings.Join(ms, ", "), strings.Join(js, ", ")}); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.stdout, "placement (%s backend, devices %q):\n", cfg.Backend, cfg.Devices)
+	return t.Render()
 }
 
 func gib(b uint64) float64 { return float64(b) / (1 << 30) }
