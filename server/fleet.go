@@ -150,9 +150,11 @@ func rerouteable(err error) bool {
 
 // SubmitJob implements Engine: on the ready engine with the most BE
 // headroom — the fewest active jobs, then the fewest HP requests in
-// flight; the job's id names its engine.
+// flight — or the next one when it refuses for want of room (too many
+// jobs, reopening); the job's id names its engine.
 func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
-	best, bestActive := -1, 0
+	type cand struct{ i, active int }
+	var cands []cand
 	for i, e := range f.engines {
 		if !e.Ready() {
 			continue
@@ -163,15 +165,26 @@ func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
 				active++
 			}
 		}
-		if best < 0 || active < bestActive || (active == bestActive && f.inflight[i].Load() < f.inflight[best].Load()) {
-			best, bestActive = i, active
-		}
+		cands = append(cands, cand{i, active})
 	}
-	if best < 0 {
+	slices.SortStableFunc(cands, func(a, b cand) int {
+		if a.active != b.active {
+			return a.active - b.active
+		}
+		return int(f.inflight[a.i].Load() - f.inflight[b.i].Load())
+	})
+	if len(cands) == 0 {
 		return f.engines[0].SubmitJob(spec)
 	}
-	st, err := f.engines[best].SubmitJob(spec)
-	st.ID = fleetJobID(best, st.ID)
+	var st JobStatus
+	var err error
+	for _, c := range cands {
+		st, err = f.engines[c.i].SubmitJob(spec)
+		st.ID = fleetJobID(c.i, st.ID)
+		if err == nil || !(errors.Is(err, ErrTooManyJobs) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrShuttingDown)) {
+			return st, err
+		}
+	}
 	return st, err
 }
 

@@ -276,3 +276,37 @@ func TestNewEnginesPlacementErrors(t *testing.T) {
 		t.Errorf("a GPU with no model: %v", err)
 	}
 }
+
+// TestFleetJobsSpillOver: a GPU at its max_active_jobs passes the job to
+// the next one, and with every GPU full the fleet says so.
+func TestFleetJobsSpillOver(t *testing.T) {
+	leakCheck(t)
+	mk := func(maxJobs int) server.Engine {
+		return newTestEngine(t, func(c *server.EngineConfig) { c.Virtual = false; c.MaxActiveJobs = maxJobs })
+	}
+	e0, e1 := mk(1), mk(2)
+	f, err := server.NewFleet([]server.Engine{e0, e1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20}
+	// One job on each GPU, directly: GPU 0 is now full, GPU 1 has room,
+	// and both look equally loaded, so GPU 0 is asked first.
+	for _, e := range []server.Engine{e0, e1} {
+		if _, err := e.SubmitJob(long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := f.SubmitJob(long)
+	if err != nil || !strings.HasPrefix(st.ID, "gpu1/") {
+		t.Fatalf("job %q, %v: want it passed on to gpu1", st.ID, err)
+	}
+	if _, err := f.SubmitJob(long); !errors.Is(err, server.ErrTooManyJobs) {
+		t.Errorf("a job with both GPUs full: %v, want ErrTooManyJobs", err)
+	}
+	for _, j := range f.Jobs() {
+		if _, err := f.CancelJob(j.ID); err != nil {
+			t.Error(err)
+		}
+	}
+}
