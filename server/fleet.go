@@ -23,6 +23,14 @@ type Fleet struct {
 	rerouted atomic.Uint64
 	models   []ModelInfo      // every model, in first-served order
 	byModel  map[string][]int // engines serving each model
+	jobs     struct {
+		sync.Mutex
+		byID  map[string]*fleetJob // by fleet id
+		order []string
+	}
+	stop    chan struct{}
+	watched sync.WaitGroup
+	closing sync.Once
 }
 
 var _ Engine = (*Fleet)(nil)
@@ -34,7 +42,8 @@ func NewFleet(engines []Engine) (*Fleet, error) {
 	if len(engines) == 0 {
 		return nil, fmt.Errorf("%w: a fleet needs at least one engine", ErrConfig)
 	}
-	f := &Fleet{engines: engines, inflight: make([]atomic.Int64, len(engines)), byModel: map[string][]int{}}
+	f := &Fleet{engines: engines, inflight: make([]atomic.Int64, len(engines)), byModel: map[string][]int{}, stop: make(chan struct{})}
+	f.jobs.byID = map[string]*fleetJob{}
 	first := map[string]ModelInfo{}
 	for i, e := range engines {
 		for _, m := range e.Models() {
@@ -47,6 +56,8 @@ func NewFleet(engines []Engine) (*Fleet, error) {
 			f.byModel[m.Name] = append(f.byModel[m.Name], i)
 		}
 	}
+	f.watched.Add(1)
+	go f.watchJobs()
 	return f, nil
 }
 
@@ -179,9 +190,18 @@ func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
 	var st JobStatus
 	var err error
 	for _, c := range cands {
+		restarts := f.engines[c.i].Stats().Restarts
 		st, err = f.engines[c.i].SubmitJob(spec)
-		st.ID = fleetJobID(c.i, st.ID)
-		if err == nil || !(errors.Is(err, ErrTooManyJobs) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrShuttingDown)) {
+		if err == nil {
+			id := fleetJobID(c.i, st.ID)
+			f.jobs.Lock()
+			f.jobs.byID[id] = &fleetJob{engine: c.i, id: st.ID, spec: spec, restarts: restarts}
+			f.jobs.order = append(f.jobs.order, id)
+			f.jobs.Unlock()
+			st.ID = id
+			return st, nil
+		}
+		if !(errors.Is(err, ErrTooManyJobs) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrShuttingDown)) {
 			return st, err
 		}
 	}
@@ -208,13 +228,32 @@ func (f *Fleet) splitJobID(id string) (int, string, bool) {
 	return i, rest, true
 }
 
-// Jobs implements Engine: every engine's, in engine order.
+// Jobs implements Engine: the fleet's jobs in submission order (a moved
+// job once, under its first id), then any an engine ran that the fleet did
+// not place.
 func (f *Fleet) Jobs() []JobStatus {
+	f.jobs.Lock()
+	ids := slices.Clone(f.jobs.order)
+	placed := map[string]bool{}
+	for _, j := range f.jobs.byID {
+		for _, h := range j.history {
+			placed[h] = true
+		}
+		placed[fleetJobID(j.engine, j.id)] = true
+	}
+	f.jobs.Unlock()
 	var out []JobStatus
+	for _, id := range ids {
+		if st, ok := f.Job(id); ok {
+			out = append(out, st)
+		}
+	}
 	for i, e := range f.engines {
 		for _, j := range e.Jobs() {
-			j.ID = fleetJobID(i, j.ID)
-			out = append(out, j)
+			if id := fleetJobID(i, j.ID); !placed[id] {
+				j.ID = id
+				out = append(out, j)
+			}
 		}
 	}
 	return out
@@ -222,6 +261,12 @@ func (f *Fleet) Jobs() []JobStatus {
 
 // Job implements Engine.
 func (f *Fleet) Job(id string) (JobStatus, bool) {
+	f.jobs.Lock()
+	j := f.jobs.byID[id]
+	f.jobs.Unlock()
+	if j != nil {
+		return f.jobStatus(id, j), true
+	}
 	i, rest, ok := f.splitJobID(id)
 	if !ok {
 		return JobStatus{}, false
@@ -233,6 +278,16 @@ func (f *Fleet) Job(id string) (JobStatus, bool) {
 
 // CancelJob implements Engine.
 func (f *Fleet) CancelJob(id string) (JobStatus, error) {
+	f.jobs.Lock()
+	j := f.jobs.byID[id]
+	f.jobs.Unlock()
+	if j != nil {
+		f.jobs.Lock()
+		engine, engID := j.engine, j.id
+		f.jobs.Unlock()
+		_, err := f.engines[engine].CancelJob(engID)
+		return f.jobStatus(id, j), err
+	}
 	i, rest, ok := f.splitJobID(id)
 	if !ok {
 		return JobStatus{}, fmt.Errorf("%w: %q (a fleet's job ids look like gpu0/job-1)", ErrUnknownJob, id)
@@ -267,8 +322,11 @@ func (f *Fleet) Stats() Stats {
 	return s
 }
 
-// Close implements Engine: closes every engine, concurrently.
+// Close implements Engine: stops moving jobs, then closes every engine,
+// concurrently.
 func (f *Fleet) Close(ctx context.Context) error {
+	f.closing.Do(func() { close(f.stop) })
+	f.watched.Wait()
 	errs := make([]error, len(f.engines))
 	var wg sync.WaitGroup
 	for i, e := range f.engines {

@@ -37,10 +37,7 @@ func TestFleetSpreadsAndFailsOver(t *testing.T) {
 			}
 		})
 	}
-	f, err := server.NewFleet([]server.Engine{mk(true), mk(false)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newFleet(t, mk(true), mk(false))
 	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
 	serve := func(n int) int32 {
 		var wg sync.WaitGroup
@@ -111,10 +108,7 @@ func TestFleetPlacesModels(t *testing.T) {
 	leakCheck(t)
 	both := newTestEngine(t, nil)
 	onlyTiny := newTestEngine(t, func(c *server.EngineConfig) { c.Models = c.Models[:1] })
-	f, err := server.NewFleet([]server.Engine{onlyTiny, both})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newFleet(t, onlyTiny, both)
 	var names []string
 	for _, m := range f.Models() {
 		names = append(names, m.Name)
@@ -144,7 +138,10 @@ func TestFleetPlacesModels(t *testing.T) {
 	clash := newTestEngine(t, func(c *server.EngineConfig) {
 		c.Models = []server.EngineModel{{Name: "tiny", Zoo: "distilbert", Model: &other}}
 	})
-	if _, err := server.NewFleet([]server.Engine{both, clash}); !errors.Is(err, server.ErrConfig) {
+	if f, err := server.NewFleet([]server.Engine{both, clash}); !errors.Is(err, server.ErrConfig) {
+		if f != nil {
+			f.Close(context.Background())
+		}
 		t.Errorf("a name serving two different models: %v, want ErrConfig", err)
 	}
 	if _, err := server.NewFleet(nil); !errors.Is(err, server.ErrConfig) {
@@ -194,10 +191,7 @@ func equalInts(a, b []int) bool {
 // series beside the totals.
 func TestFleetMetricsPerGPU(t *testing.T) {
 	leakCheck(t)
-	f, err := server.NewFleet([]server.Engine{newTestEngine(t, nil), newTestEngine(t, nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newFleet(t, newTestEngine(t, nil), newTestEngine(t, nil))
 	reg := prometheus.NewRegistry()
 	if err := server.NewMetrics(f, nil).Register(reg); err != nil {
 		t.Fatal(err)
@@ -232,10 +226,7 @@ func TestFleetDoesNotWaitForAReopen(t *testing.T) {
 			}
 		})
 	}
-	f, err := server.NewFleet([]server.Engine{mk(true), mk(false)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newFleet(t, mk(true), mk(false))
 	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
 	failing.Store(true) // GPU 0's next launch fails; it reopens after 3 s
 	start := time.Now()
@@ -285,10 +276,7 @@ func TestFleetJobsSpillOver(t *testing.T) {
 		return newTestEngine(t, func(c *server.EngineConfig) { c.Virtual = false; c.MaxActiveJobs = maxJobs })
 	}
 	e0, e1 := mk(1), mk(2)
-	f, err := server.NewFleet([]server.Engine{e0, e1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newFleet(t, e0, e1)
 	long := server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20}
 	// One job on each GPU, directly: GPU 0 is now full, GPU 1 has room,
 	// and both look equally loaded, so GPU 0 is asked first.
@@ -308,5 +296,71 @@ func TestFleetJobsSpillOver(t *testing.T) {
 		if _, err := f.CancelJob(j.ID); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// newFleet is NewFleet over engines, closed when the test ends.
+func newFleet(t *testing.T, engines ...server.Engine) *server.Fleet {
+	t.Helper()
+	f, err := server.NewFleet(engines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = f.Close(ctx)
+	})
+	return f
+}
+
+// TestFleetMovesAJobOffAFailedGPU: a job whose GPU's device fails goes on
+// with its iterations left on another GPU, under the same id.
+func TestFleetMovesAJobOffAFailedGPU(t *testing.T) {
+	leakCheck(t)
+	var failing atomic.Bool
+	e0 := newTestEngine(t, func(c *server.EngineConfig) {
+		c.Virtual = false
+		c.WrapDevice = func(d gpu.Device) gpu.Device {
+			fd := faulty.New(d)
+			fd.FailWhen(func(method string, _, _ int) bool { return method == "Launch" && failing.Load() })
+			return fd
+		}
+	})
+	e1 := newTestEngine(t, func(c *server.EngineConfig) { c.Virtual = false })
+	f := newFleet(t, e0, e1)
+	st, err := f.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(st.ID, "gpu0/") {
+		t.Fatalf("job %q: the test wants it on gpu0 first", st.ID)
+	}
+	time.Sleep(50 * time.Millisecond)
+	failing.Store(true) // GPU 0's device fails for good
+	deadline := time.Now().Add(20 * time.Second)
+	var now server.JobStatus
+	for time.Now().Before(deadline) {
+		now, _ = f.Job(st.ID)
+		if jobs := e1.Jobs(); len(jobs) == 1 && (now.State == server.JobRunning || now.State == server.JobQueued) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// gpu1 runs what was left: all but the few iterations gpu0 finished.
+	if jobs := e1.Jobs(); len(jobs) != 1 || jobs[0].Spec.Iterations > 1<<20 || jobs[0].Spec.Iterations < (1<<20)-100 {
+		t.Fatalf("after GPU 0 failed: gpu1 runs %+v; the fleet reports %+v", jobs, now)
+	}
+	if now.ID != st.ID || now.Spec.Iterations != 1<<20 || (now.State != server.JobRunning && now.State != server.JobQueued) {
+		t.Errorf("moved job reported as %+v: want the first id, the whole spec, running", now)
+	}
+	if all := f.Jobs(); len(all) != 1 || all[0].ID != st.ID {
+		t.Errorf("Jobs() = %+v: want the moved job once, under its id", all)
+	}
+	if c, err := f.CancelJob(st.ID); err != nil {
+		t.Errorf("cancel the moved job: %+v, %v", c, err)
+	}
+	if got, _ := f.Job(st.ID); got.State != server.JobCancelled {
+		t.Errorf("after cancel: %+v", got)
 	}
 }
