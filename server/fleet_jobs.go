@@ -19,6 +19,8 @@ type fleetJob struct {
 	history  []string // fleet ids of the engine jobs it left
 	moves    int
 	created  time.Time
+	ended    bool // done, cancelled or failed for good: nothing to watch
+	gone     bool // its engine no longer lists it (pruned): forget it
 }
 
 // moveCheck is how often the fleet looks for jobs to move.
@@ -36,16 +38,28 @@ func (f *Fleet) watchJobs() {
 		case <-t.C:
 		}
 		f.jobs.Lock()
-		ids := make([]string, 0, len(f.jobs.byID))
-		for id := range f.jobs.byID {
-			ids = append(ids, id)
+		var live []string
+		order := f.jobs.order[:0]
+		for _, id := range f.jobs.order {
+			j := f.jobs.byID[id]
+			if j.gone {
+				delete(f.jobs.byID, id)
+				continue
+			}
+			order = append(order, id)
+			if !j.ended {
+				live = append(live, id)
+			}
 		}
+		f.jobs.order = order
 		f.jobs.Unlock()
-		for _, id := range ids {
+		for _, id := range live {
 			f.jobs.Lock()
 			j := f.jobs.byID[id]
 			f.jobs.Unlock()
-			f.jobStatus(id, j)
+			if j != nil {
+				f.jobStatus(id, j)
+			}
 		}
 	}
 }
@@ -56,12 +70,23 @@ func (f *Fleet) jobStatus(id string, j *fleetJob) JobStatus {
 	f.jobs.Lock()
 	defer f.jobs.Unlock()
 	e := f.engines[j.engine]
-	st, _ := e.Job(j.id)
+	st, found := e.Job(j.id)
+	if !found {
+		j.gone = true
+	}
 	if st.State == JobFailed && (!e.Ready() || e.Stats().Restarts > j.restarts) {
 		if left := j.spec.Iterations - j.offset - st.Done; left > 0 {
 			f.moveLocked(j, st, left)
 			st, _ = f.engines[j.engine].Job(j.id)
 		}
+	}
+	switch st.State {
+	case JobDone, JobCancelled:
+		j.ended = true
+	case JobFailed:
+		// Failed for good unless a GPU may still take it: a device
+		// failure with no other GPU ready is retried on the next check.
+		j.ended = f.engines[j.engine].Ready() && f.engines[j.engine].Stats().Restarts == j.restarts
 	}
 	st.ID, st.Spec, st.Done = id, j.spec, j.offset+st.Done
 	if j.created.IsZero() {
