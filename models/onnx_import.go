@@ -109,6 +109,11 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 	if len(input.Shape) != 4 || input.Shape[1].Value <= 0 || input.Shape[2].Value <= 0 || input.Shape[3].Value <= 0 {
 		return Model{}, nil, fmt.Errorf("%w: input %q has shape %v; want an image [N, C, H, W] with static C, H and W", ErrONNX, input.Name, dimsString(input.Shape))
 	}
+	switch input.ElemType {
+	case 0, onnx.Float, onnx.Float16, onnx.BFloat16, onnx.Double:
+	default:
+		return Model{}, nil, fmt.Errorf("%w: input %q is %s; atoll imports image models with a floating-point input", ErrONNX, input.Name, onnx.TypeName(input.ElemType))
+	}
 	if d := input.Shape[0]; d.Param == "" && d.Value != 1 {
 		return Model{}, nil, fmt.Errorf("%w: input %q has a fixed batch of %d; export with a dynamic batch (dynamic_axes) or batch 1", ErrONNX, input.Name, d.Value)
 	}

@@ -254,6 +254,7 @@ func TestFromONNXRefusesWhatItCannotRun(t *testing.T) {
 		{func(m *onnx.Model) { m.Graph.Nodes[7].Attrs["group"] = onnx.Attr{Type: 2, I: 2} }, "group 2"},
 		{func(m *onnx.Model) { m.Graph.Nodes[1].Inputs[0] = "x" }, "batch norm not directly after a convolution"},
 		{func(m *onnx.Model) { m.Graph.Nodes[0].Domain = "com.microsoft" }, "domain"},
+		{func(m *onnx.Model) { m.Graph.Inputs[0].ElemType = onnx.Int64 }, `input "x" is INT64`},
 	} {
 		om := testONNX(rand.New(rand.NewPCG(1, 2)))
 		tc.edit(om)
