@@ -6,6 +6,7 @@ import (
 
 	"atoll/gpu"
 	"atoll/gpu/backend"
+	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/models/run"
@@ -30,6 +31,15 @@ func engOnlyBatch(gpuName, zoo string) int {
 
 // cudaGPUName is the name of CUDA device ordinal. Tests replace it.
 var cudaGPUName = backend.CUDAName
+
+// cudaUUID is NVML's UUID of CUDA device ordinal ("" where NVML does not
+// answer).
+var cudaUUID = func(ordinal int) string {
+	if inv, err := cuda.Inventory(); err == nil && ordinal < len(inv) {
+		return inv[ordinal].UUID
+	}
+	return ""
+}
 
 // bindInstances runs in the owner goroutine once the device is open: it
 // loads an instance per client (HP and BE request instances of each

@@ -31,6 +31,28 @@ type Fleet struct {
 	stop    chan struct{}
 	watched sync.WaitGroup
 	closing sync.Once
+	// ordinals and uuids label each engine's GPU in metrics (default: its
+	// index, no UUID).
+	ordinals []int
+	uuids    []string
+}
+
+// SetDevices names the engines' GPUs: CUDA ordinals and (where NVML
+// answers) UUIDs, for the per-GPU metrics' labels.
+func (f *Fleet) SetDevices(ordinals []int, uuids []string) {
+	f.ordinals, f.uuids = slices.Clone(ordinals), slices.Clone(uuids)
+}
+
+// DeviceLabel is engine i's GPU: its ordinal and UUID ("" unknown).
+func (f *Fleet) DeviceLabel(i int) (ordinal int, uuid string) {
+	ordinal = i
+	if i < len(f.ordinals) {
+		ordinal = f.ordinals[i]
+	}
+	if i < len(f.uuids) {
+		uuid = f.uuids[i]
+	}
+	return ordinal, uuid
 }
 
 var _ Engine = (*Fleet)(nil)
@@ -433,5 +455,14 @@ func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) 
 	if err != nil {
 		return fail(err)
 	}
+	ordinals := make([]int, len(plan))
+	uuids := make([]string, len(plan))
+	for i, p := range plan {
+		ordinals[i] = p.Device
+		if cfg.Backend == "cuda" {
+			uuids[i] = cudaUUID(p.Device)
+		}
+	}
+	f.SetDevices(ordinals, uuids)
 	return f, nil
 }

@@ -201,7 +201,9 @@ func TestFleetMetricsPerGPU(t *testing.T) {
 			t.Errorf("%s: %d series (%v), want one per GPU", name, n, err)
 		}
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP atoll_gpu_ready Per GPU of a multi-GPU daemon: 1 when its engine accepts requests.\n# TYPE atoll_gpu_ready gauge\natoll_gpu_ready{gpu=\"0\"} 1\natoll_gpu_ready{gpu=\"1\"} 1\n"), "atoll_gpu_ready"); err != nil {
+	// Labelled by CUDA ordinal and NVML UUID (what NewEngines sets).
+	f.SetDevices([]int{1, 3}, []string{"GPU-aaaa", "GPU-bbbb"})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader("# HELP atoll_gpu_ready Per GPU of a multi-GPU daemon: 1 when its engine accepts requests.\n# TYPE atoll_gpu_ready gauge\natoll_gpu_ready{gpu=\"1\",uuid=\"GPU-aaaa\"} 1\natoll_gpu_ready{gpu=\"3\",uuid=\"GPU-bbbb\"} 1\n"), "atoll_gpu_ready"); err != nil {
 		t.Error(err)
 	}
 }

@@ -222,16 +222,19 @@ func newEngineCollector(eng Engine, lat prometheus.Histogram) *engineCollector {
 		restarts:   prometheus.NewDesc("atoll_engine_restarts_total", "Times the device was reopened after a device failure.", nil, nil),
 		retried:    prometheus.NewDesc("atoll_requests_retried_total", "HP requests run again after a device failure (inference is idempotent).", nil, nil),
 
-		gpuReady:    prometheus.NewDesc("atoll_gpu_ready", "Per GPU of a multi-GPU daemon: 1 when its engine accepts requests.", []string{"gpu"}, nil),
-		gpuDepth:    prometheus.NewDesc("atoll_gpu_queue_depth", "Per GPU: requests accepted by its engine and not yet finished.", []string{"gpu"}, nil),
-		gpuLaunches: prometheus.NewDesc("atoll_gpu_launches_total", "Per GPU: kernel launches.", []string{"gpu"}, nil),
-		gpuBEWork:   prometheus.NewDesc("atoll_gpu_be_work_seconds_total", "Per GPU: profiled solo seconds of BE kernels completed.", []string{"gpu"}, nil),
-		gpuRestarts: prometheus.NewDesc("atoll_gpu_restarts_total", "Per GPU: device reopens after failures.", []string{"gpu"}, nil),
+		gpuReady:    prometheus.NewDesc("atoll_gpu_ready", "Per GPU of a multi-GPU daemon: 1 when its engine accepts requests.", []string{"gpu", "uuid"}, nil),
+		gpuDepth:    prometheus.NewDesc("atoll_gpu_queue_depth", "Per GPU: requests accepted by its engine and not yet finished.", []string{"gpu", "uuid"}, nil),
+		gpuLaunches: prometheus.NewDesc("atoll_gpu_launches_total", "Per GPU: kernel launches.", []string{"gpu", "uuid"}, nil),
+		gpuBEWork:   prometheus.NewDesc("atoll_gpu_be_work_seconds_total", "Per GPU: profiled solo seconds of BE kernels completed.", []string{"gpu", "uuid"}, nil),
+		gpuRestarts: prometheus.NewDesc("atoll_gpu_restarts_total", "Per GPU: device reopens after failures.", []string{"gpu", "uuid"}, nil),
 	}
 }
 
 // perGPU is implemented by engines over several GPUs (Fleet).
-type perGPU interface{ Engines() []Engine }
+type perGPU interface {
+	Engines() []Engine
+	DeviceLabel(i int) (ordinal int, uuid string)
+}
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.preempts, c.padded, c.launches, c.beIters, c.beWork, c.queueDepth, c.ready, c.restarts, c.retried,
@@ -262,16 +265,17 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.retried, prometheus.CounterValue, float64(s.Retried))
 	if f, ok := c.eng.(perGPU); ok {
 		for i, e := range f.Engines() {
-			gs, gpu := e.Stats(), strconv.Itoa(i)
+			ordinal, uuid := f.DeviceLabel(i)
+			gs, gpu := e.Stats(), strconv.Itoa(ordinal)
 			up := 0.0
 			if e.Ready() {
 				up = 1
 			}
-			ch <- prometheus.MustNewConstMetric(c.gpuReady, prometheus.GaugeValue, up, gpu)
-			ch <- prometheus.MustNewConstMetric(c.gpuDepth, prometheus.GaugeValue, float64(gs.QueueDepth), gpu)
-			ch <- prometheus.MustNewConstMetric(c.gpuLaunches, prometheus.CounterValue, float64(gs.Launches), gpu)
-			ch <- prometheus.MustNewConstMetric(c.gpuBEWork, prometheus.CounterValue, gs.BEWorkSeconds, gpu)
-			ch <- prometheus.MustNewConstMetric(c.gpuRestarts, prometheus.CounterValue, float64(gs.Restarts), gpu)
+			ch <- prometheus.MustNewConstMetric(c.gpuReady, prometheus.GaugeValue, up, gpu, uuid)
+			ch <- prometheus.MustNewConstMetric(c.gpuDepth, prometheus.GaugeValue, float64(gs.QueueDepth), gpu, uuid)
+			ch <- prometheus.MustNewConstMetric(c.gpuLaunches, prometheus.CounterValue, float64(gs.Launches), gpu, uuid)
+			ch <- prometheus.MustNewConstMetric(c.gpuBEWork, prometheus.CounterValue, gs.BEWorkSeconds, gpu, uuid)
+			ch <- prometheus.MustNewConstMetric(c.gpuRestarts, prometheus.CounterValue, float64(gs.Restarts), gpu, uuid)
 		}
 	}
 	c.preemptLat.Collect(ch)
