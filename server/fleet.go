@@ -215,7 +215,7 @@ func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
 		restarts := f.engines[c.i].Stats().Restarts
 		st, err = f.engines[c.i].SubmitJob(spec)
 		if err == nil {
-			id := fleetJobID(c.i, st.ID)
+			id := f.fleetJobID(c.i, st.ID)
 			f.jobs.Lock()
 			f.jobs.byID[id] = &fleetJob{engine: c.i, id: st.ID, spec: spec, restarts: restarts}
 			f.jobs.order = append(f.jobs.order, id)
@@ -230,24 +230,31 @@ func (f *Fleet) SubmitJob(spec JobSpec) (JobStatus, error) {
 	return st, err
 }
 
-func fleetJobID(i int, id string) string {
+// fleetJobID names engine i's job id by its GPU's ordinal ("gpu3/job-1").
+func (f *Fleet) fleetJobID(i int, id string) string {
 	if id == "" {
 		return ""
 	}
-	return fmt.Sprintf("gpu%d/%s", i, id)
+	ordinal, _ := f.DeviceLabel(i)
+	return fmt.Sprintf("gpu%d/%s", ordinal, id)
 }
 
 // splitJobID finds a fleet job id's engine.
 func (f *Fleet) splitJobID(id string) (int, string, bool) {
 	dev, rest, ok := strings.Cut(id, "/")
-	var i int
+	var ordinal int
 	if !ok || !strings.HasPrefix(dev, "gpu") {
 		return 0, "", false
 	}
-	if _, err := fmt.Sscanf(dev, "gpu%d", &i); err != nil || i < 0 || i >= len(f.engines) {
+	if _, err := fmt.Sscanf(dev, "gpu%d", &ordinal); err != nil || dev != fmt.Sprintf("gpu%d", ordinal) {
 		return 0, "", false
 	}
-	return i, rest, true
+	for i := range f.engines {
+		if o, _ := f.DeviceLabel(i); o == ordinal {
+			return i, rest, true
+		}
+	}
+	return 0, "", false
 }
 
 // Jobs implements Engine: the fleet's jobs in submission order (a moved
@@ -261,7 +268,7 @@ func (f *Fleet) Jobs() []JobStatus {
 		for _, h := range j.history {
 			placed[h] = true
 		}
-		placed[fleetJobID(j.engine, j.id)] = true
+		placed[f.fleetJobID(j.engine, j.id)] = true
 	}
 	f.jobs.Unlock()
 	var out []JobStatus
@@ -272,7 +279,7 @@ func (f *Fleet) Jobs() []JobStatus {
 	}
 	for i, e := range f.engines {
 		for _, j := range e.Jobs() {
-			if id := fleetJobID(i, j.ID); !placed[id] {
+			if id := f.fleetJobID(i, j.ID); !placed[id] {
 				j.ID = id
 				out = append(out, j)
 			}
@@ -294,7 +301,7 @@ func (f *Fleet) Job(id string) (JobStatus, bool) {
 		return JobStatus{}, false
 	}
 	st, found := f.engines[i].Job(rest)
-	st.ID = fleetJobID(i, st.ID)
+	st.ID = f.fleetJobID(i, st.ID)
 	return st, found
 }
 
@@ -315,7 +322,7 @@ func (f *Fleet) CancelJob(id string) (JobStatus, error) {
 		return JobStatus{}, fmt.Errorf("%w: %q (a fleet's job ids look like gpu0/job-1)", ErrUnknownJob, id)
 	}
 	st, err := f.engines[i].CancelJob(rest)
-	st.ID = fleetJobID(i, st.ID)
+	st.ID = f.fleetJobID(i, st.ID)
 	return st, err
 }
 

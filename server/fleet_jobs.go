@@ -125,7 +125,7 @@ func (f *Fleet) moveLocked(j *fleetJob, st JobStatus, left int) {
 	if err != nil {
 		return
 	}
-	j.history = append(j.history, fleetJobID(j.engine, j.id))
+	j.history = append(j.history, f.fleetJobID(j.engine, j.id))
 	j.offset += st.Done
 	j.engine, j.id, j.restarts = best, nst.ID, restarts
 	j.moves++

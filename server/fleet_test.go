@@ -366,3 +366,27 @@ func TestFleetMovesAJobOffAFailedGPU(t *testing.T) {
 		t.Errorf("after cancel: %+v", got)
 	}
 }
+
+// TestFleetJobIDsNameTheGPU: job ids carry the GPU's CUDA ordinal, as the
+// metrics do.
+func TestFleetJobIDsNameTheGPU(t *testing.T) {
+	leakCheck(t)
+	f := newFleet(t, newTestEngine(t, nil), newTestEngine(t, nil))
+	f.SetDevices([]int{2, 5}, nil)
+	st, err := f.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(st.ID, "gpu2/") {
+		t.Errorf("job %q: want it named by GPU 2", st.ID)
+	}
+	if got, ok := f.Job(st.ID); !ok || got.ID != st.ID {
+		t.Errorf("Job(%q) = %+v, %v", st.ID, got, ok)
+	}
+	if _, ok := f.Job("gpu0/" + strings.TrimPrefix(st.ID, "gpu2/")); ok {
+		t.Error("a job id naming GPU 0, which the fleet does not serve, was found")
+	}
+	if _, err := f.CancelJob(st.ID); err != nil {
+		t.Error(err)
+	}
+}
