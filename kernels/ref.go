@@ -244,42 +244,50 @@ func act(x float64, a Act) float64 {
 // whatever the split.
 func refGEMM(a, b, bias, resid []float64, batch, m, n, k int, ac Act) []float64 {
 	c := make([]float64, batch*m*n)
-	rows := batch * m
+	eachRow(batch*m, m*n*k, func(r int) {
+		z, i := r/m, r%m
+		A, B := a[z*m*k:], b[z*k*n:]
+		row := c[r*n : (r+1)*n]
+		for p := 0; p < k; p++ {
+			av := A[i*k+p]
+			brow := B[p*n : (p+1)*n]
+			for j := range row {
+				row[j] += av * brow[j]
+			}
+		}
+		for j := range row {
+			v := row[j]
+			if bias != nil {
+				v += bias[j]
+			}
+			if resid != nil {
+				v += resid[r*n+j]
+			}
+			row[j] = act(v, ac)
+		}
+	})
+	return c
+}
+
+// eachRow calls row(r) for r in [0, rows), split across the CPUs when the
+// work (multiply-adds) is worth goroutines. Each call owns its own output
+// row, so results do not depend on the split.
+func eachRow(rows, work int, row func(r int)) {
 	parts := min(runtime.GOMAXPROCS(0), rows)
-	if m*n*k < 1<<16 {
-		parts = 1 // too small to be worth a goroutine
+	if work < 1<<16 {
+		parts = 1
 	}
 	var wg sync.WaitGroup
-	for part := range parts {
+	for p := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for r := part * rows / parts; r < (part+1)*rows/parts; r++ {
-				z, i := r/m, r%m
-				A, B := a[z*m*k:], b[z*k*n:]
-				row := c[z*m*n+i*n : z*m*n+(i+1)*n]
-				for p := 0; p < k; p++ {
-					av := A[i*k+p]
-					brow := B[p*n : (p+1)*n]
-					for j := range row {
-						row[j] += av * brow[j]
-					}
-				}
-				for j := range row {
-					v := row[j]
-					if bias != nil {
-						v += bias[j]
-					}
-					if resid != nil {
-						v += resid[z*m*n+i*n+j]
-					}
-					row[j] = act(v, ac)
-				}
+			for r := p * rows / parts; r < (p+1)*rows/parts; r++ {
+				row(r)
 			}
 		}()
 	}
 	wg.Wait()
-	return c
 }
 
 type convGeom struct{ n, h, w, c, oc, r, s, st, pad, oh, ow int }
@@ -313,41 +321,28 @@ func (g convGeom) taps(yield func(out, in, tap int)) {
 // split.
 func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
 	y := make([]float64, g.n*g.oh*g.ow*g.oc)
-	rows := g.n * g.oh
-	parts := min(runtime.GOMAXPROCS(0), rows)
-	if g.oh*g.ow*g.oc*g.c*g.r*g.s < 1<<16 {
-		parts = 1 // too small to be worth a goroutine
-	}
-	var wg sync.WaitGroup
-	for p := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for row := p * rows / parts; row < (p+1)*rows/parts; row++ {
-				n, oy := row/g.oh, row%g.oh
-				for ox := 0; ox < g.ow; ox++ {
-					o := y[((n*g.oh+oy)*g.ow+ox)*g.oc:][:g.oc]
-					for ry := 0; ry < g.r; ry++ {
-						for sx := 0; sx < g.s; sx++ {
-							iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
-							if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
-								continue
-							}
-							in, tap := (n*g.h+iy)*g.w+ix, ry*g.s+sx
-							for c := 0; c < g.c; c++ {
-								xv := x[in*g.c+c]
-								wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
-								for k := range o {
-									o[k] += xv * wrow[k]
-								}
-							}
+	eachRow(g.n*g.oh, g.oh*g.ow*g.oc*g.c*g.r*g.s, func(row int) {
+		n, oy := row/g.oh, row%g.oh
+		for ox := 0; ox < g.ow; ox++ {
+			o := y[(row*g.ow+ox)*g.oc:][:g.oc]
+			for ry := 0; ry < g.r; ry++ {
+				for sx := 0; sx < g.s; sx++ {
+					iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
+					if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
+						continue
+					}
+					in, tap := (n*g.h+iy)*g.w+ix, ry*g.s+sx
+					for c := 0; c < g.c; c++ {
+						xv := x[in*g.c+c]
+						wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
+						for k := range o {
+							o[k] += xv * wrow[k]
 						}
 					}
 				}
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	for i, v := range y {
 		if bias != nil {
 			v += bias[i%g.oc]

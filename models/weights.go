@@ -144,7 +144,10 @@ func InitInputs(g *Graph, seed uint64) *Bundle {
 		t, _ := g.Tensor(name)
 		v := make([]float64, t.Elems())
 		if t.DType == kernels.I32 {
-			n := g.intRange(name)
+			n, ok := g.IntRange(name)
+			if !ok {
+				n = 1
+			}
 			for i := range v {
 				v[i] = float64(rng.IntN(n))
 			}
@@ -166,23 +169,24 @@ func (g *Graph) metadata() map[string]string {
 		"batch": fmt.Sprint(g.Batch), "output": g.Output}
 }
 
-// intRange is the exclusive bound of an integer input: the vocabulary of
-// the gather that reads it, or the classes of the loss.
-func (g *Graph) intRange(name string) int {
+// IntRange is the exclusive bound of an integer input: the vocabulary of
+// the gather that reads it, or the classes of the loss; ok is false when no
+// layer bounds it.
+func (g *Graph) IntRange(name string) (bound int, ok bool) {
 	for _, l := range g.Layers {
 		if !slices.Contains(l.In, name) {
 			continue
 		}
 		switch o := l.Op.(type) {
 		case kernels.Gather:
-			return o.Vocab
+			return o.Vocab, true
 		case kernels.Reduce:
-			return o.Cols
+			return o.Cols, true
 		case kernels.XentLoss:
-			return o.Classes
+			return o.Classes, true
 		}
 	}
-	return 1
+	return 0, false
 }
 
 // CheckBundle verifies that b holds exactly the tensors of kind (weights or

@@ -201,3 +201,20 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // round rounds x to 1/scale, so that committed profiles do not depend on
 // the last bits of floating-point arithmetic (e.g. FMA on arm64).
 func round(x, scale float64) float64 { return math.Round(x*scale) / scale }
+
+// Lookup is a model's profile for spec at batch through lookup (profiles.Lookup
+// or a test's); an imported model (models.Model.Weights set) that nobody has
+// profiled on this GPU kind gets its roofline estimate, marked Source
+// estimated, so the simulator can time it at once (the GPU backends refuse
+// estimated profiles and say to run atoll profile).
+func Lookup(spec gpu.Spec, m models.Model, batch int, lookup func(gpu, model string, batch int, phase string) (*profiles.Profile, error)) (*profiles.Profile, error) {
+	p, err := lookup(spec.Name, m.Name(), batch, "")
+	if err == nil || m.Weights() == nil {
+		return p, err
+	}
+	g, gerr := m.Graph(batch)
+	if gerr != nil {
+		return nil, gerr
+	}
+	return Estimate(spec, m.Name(), batch, g.Layers)
+}

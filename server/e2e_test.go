@@ -144,15 +144,21 @@ func TestDaemonEndToEnd(t *testing.T) {
 // checks that Run returned cleanly.
 func startE2E(t *testing.T, jobs []server.EngineJobModel, opts ...server.RunOption) (addr string, stop func()) {
 	t.Helper()
+	return startDaemon(t, func(c *server.EngineConfig) { c.Virtual, c.Jobs = true, jobs }, opts...)
+}
+
+// startDaemon runs the daemon with default settings on loopback over an
+// engine serving a reduced ResNet ("rn", timed as ResNet-50); mut adjusts
+// the engine's configuration.
+func startDaemon(t *testing.T, mut func(*server.EngineConfig), opts ...server.RunOption) (addr string, stop func()) {
+	t.Helper()
 	rn, err := models.NewResNet("e2e-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := server.NewEngine(context.Background(), server.EngineConfig{
-		Virtual: true, Seed: 3, Workers: 2,
-		Models: []server.EngineModel{{Name: "rn", Zoo: "resnet50", Model: &rn}},
-		Jobs:   jobs,
-	})
+	ec := server.EngineConfig{Seed: 3, Workers: 2, Models: []server.EngineModel{{Name: "rn", Zoo: "resnet50", Model: &rn}}}
+	mut(&ec)
+	eng, err := server.NewEngine(context.Background(), ec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,23 +32,6 @@ func engShape(s []int) []int64 {
 	return out
 }
 
-// engIntRange is the exclusive bound of an integer input: the vocabulary
-// of the gather that reads it, or the classes of the loss.
-func engIntRange(g *models.Graph, name string) int {
-	for _, l := range g.Layers {
-		if !slices.Contains(l.In, name) {
-			continue
-		}
-		switch o := l.Op.(type) {
-		case kernels.Gather:
-			return o.Vocab
-		case kernels.Reduce:
-			return o.Cols
-		}
-	}
-	return math.MaxInt32
-}
-
 // check validates req's inputs against the model and builds the input
 // bundle.
 func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {

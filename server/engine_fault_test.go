@@ -102,28 +102,10 @@ func TestEngineReopensTheDeviceAfterAFailure(t *testing.T) {
 				return
 			}
 			// Four clients, 25 requests each, across the failure.
-			var wg sync.WaitGroup
-			var failed atomic.Int32
-			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range 25 {
-						r := *req
-						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-						_, err := e.Infer(ctx, &r)
-						cancel()
-						if err != nil {
-							failed.Add(1)
-							t.Errorf("request across the device failure: %v", err)
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			failed := clients(t, e, req, 4, 25)
 			st := e.Stats()
-			if failed.Load() != 0 || st.Restarts != 1 || st.Retried == 0 || st.Launches < 29 {
-				t.Errorf("%d of 100 requests failed; restarts %d, retried %d, launches %d: want none failed, 1 restart, some retried, counters kept", failed.Load(), st.Restarts, st.Retried, st.Launches)
+			if failed != 0 || st.Restarts != 1 || st.Retried == 0 || st.Launches < 29 {
+				t.Errorf("%d of 100 requests failed; restarts %d, retried %d, launches %d: want none failed, 1 restart, some retried, counters kept", failed, st.Restarts, st.Retried, st.Launches)
 			}
 			t.Logf("100 requests across a device failure: restarts %d, retried %d", st.Restarts, st.Retried)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -32,13 +32,15 @@ func engOnlyBatch(gpuName, zoo string) int {
 // cudaGPUName is the name of CUDA device ordinal. Tests replace it.
 var cudaGPUName = backend.CUDAName
 
-// cudaUUID is NVML's UUID of CUDA device ordinal ("" where NVML does not
+// cudaUUIDs are NVML's GPU UUIDs by ordinal (none where NVML does not
 // answer).
-var cudaUUID = func(ordinal int) string {
-	if inv, err := cuda.Inventory(); err == nil && ordinal < len(inv) {
-		return inv[ordinal].UUID
+func cudaUUIDs() []string {
+	inv, _ := cuda.Inventory()
+	out := make([]string, len(inv))
+	for i, d := range inv {
+		out[i] = d.UUID
 	}
-	return ""
+	return out
 }
 
 // bindInstances runs in the owner goroutine once the device is open: it

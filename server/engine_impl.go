@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -288,6 +289,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		if mc.Zoo == "" {
 			return nil, fmt.Errorf("%w: %s: no zoo model; use one of %s", ErrConfig, where, strings.Join(models.Names(), ", "))
 		}
+		given := mc.Zoo // a zoo name, or an .onnx path
 		zm, err := models.Get(mc.Zoo)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
@@ -333,17 +335,12 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
 		}
-		prof, err := lookupProfile(spec.Name, mc.Zoo, mc.Batch, "")
-		if err != nil && cfg.Backend == "sim" && src.Weights() != nil {
-			// An imported model nobody profiled yet: the simulator times
-			// it with its roofline estimate (atoll profile measures one).
-			prof, err = profiler.Estimate(spec, g.Model, g.Batch, g.Layers)
-		}
+		prof, err := profiler.Lookup(spec, zm, mc.Batch, lookupProfile)
 		if err != nil && cfg.Backend == "sim" {
 			return nil, fmt.Errorf("%w: %s: the simulator times %s from its profile: %w", ErrConfig, where, mc.Zoo, err)
 		}
 		if prof != nil && cfg.Backend == "cuda" && prof.Source == profiles.SourceEstimated {
-			return nil, fmt.Errorf("%w: %s: the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", ErrConfig, where, mc.Zoo, mc.Batch, spec.Name, mc.Zoo, mc.Batch)
+			return nil, fmt.Errorf("%w: %s: the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", ErrConfig, where, mc.Zoo, mc.Batch, spec.Name, given, mc.Batch)
 		}
 		if prof == nil {
 			// The scheduler needs the kernel sequence on cuda too.
@@ -365,7 +362,11 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 			t, _ := g.Tensor(in)
 			m.info.Inputs = append(m.info.Inputs, TensorInfo{Name: in, Datatype: engDatatype(t.DType), Shape: engShape(t.Shape)})
 			if t.DType == kernels.I32 {
-				m.intMax[in] = engIntRange(g, in)
+				bound, ok := g.IntRange(in)
+				if !ok {
+					bound = math.MaxInt32 // any non-negative integer
+				}
+				m.intMax[in] = bound
 			}
 		}
 		out, _ := g.Tensor(g.Output)

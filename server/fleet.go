@@ -309,11 +309,13 @@ func (f *Fleet) Job(id string) (JobStatus, bool) {
 func (f *Fleet) CancelJob(id string) (JobStatus, error) {
 	f.jobs.Lock()
 	j := f.jobs.byID[id]
+	var engine int
+	var engID string
+	if j != nil {
+		engine, engID = j.engine, j.id
+	}
 	f.jobs.Unlock()
 	if j != nil {
-		f.jobs.Lock()
-		engine, engID := j.engine, j.id
-		f.jobs.Unlock()
 		_, err := f.engines[engine].CancelJob(engID)
 		return f.jobStatus(id, j), err
 	}
@@ -464,10 +466,14 @@ func NewEngines(ctx context.Context, cfg Config, available int) (Engine, error) 
 	}
 	ordinals := make([]int, len(plan))
 	uuids := make([]string, len(plan))
+	var known []string // NVML's UUIDs by ordinal
+	if cfg.Backend == "cuda" {
+		known = cudaUUIDs()
+	}
 	for i, p := range plan {
 		ordinals[i] = p.Device
-		if cfg.Backend == "cuda" {
-			uuids[i] = cudaUUID(p.Device)
+		if p.Device < len(known) {
+			uuids[i] = known[p.Device]
 		}
 	}
 	f.SetDevices(ordinals, uuids)

@@ -39,27 +39,7 @@ func TestFleetSpreadsAndFailsOver(t *testing.T) {
 	}
 	f := newFleet(t, mk(true), mk(false))
 	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
-	serve := func(n int) int32 {
-		var wg sync.WaitGroup
-		var failed atomic.Int32
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range n {
-					r := *req
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					if _, err := f.Infer(ctx, &r); err != nil {
-						failed.Add(1)
-						t.Errorf("request: %v", err)
-					}
-					cancel()
-				}
-			}()
-		}
-		wg.Wait()
-		return failed.Load()
-	}
+	serve := func(n int) int32 { return clients(t, f, req, 4, n) }
 	if n := serve(10); n != 0 {
 		t.Fatalf("%d requests failed with both GPUs up", n)
 	}
@@ -232,27 +212,12 @@ func TestFleetDoesNotWaitForAReopen(t *testing.T) {
 	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
 	failing.Store(true) // GPU 0's next launch fails; it reopens after 3 s
 	start := time.Now()
-	var wg sync.WaitGroup
-	var failed atomic.Int32
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 10 {
-				r := *req
-				if _, err := f.Infer(context.Background(), &r); err != nil {
-					failed.Add(1)
-					t.Errorf("request: %v", err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	failed := clients(t, f, req, 4, 10)
 	if failing.Load() || f.Engines()[0].Ready() {
 		t.Fatalf("GPU 0's fault not injected (pending %v) or GPU 0 not reopening (ready %v)", failing.Load(), f.Engines()[0].Ready())
 	}
-	if took := time.Since(start); failed.Load() != 0 || took > 2*time.Second {
-		t.Errorf("%d failed, 40 requests took %v: want none failed and no wait for GPU 0's 3 s reopen", failed.Load(), took)
+	if took := time.Since(start); failed != 0 || took > 2*time.Second {
+		t.Errorf("%d failed, 40 requests took %v: want none failed and no wait for GPU 0's 3 s reopen", failed, took)
 	}
 }
 
@@ -389,4 +354,29 @@ func TestFleetJobIDsNameTheGPU(t *testing.T) {
 	if _, err := f.CancelJob(st.ID); err != nil {
 		t.Error(err)
 	}
+}
+
+// clients runs n concurrent clients of each requests (copies of req, 20 s
+// each) against e, reports every failure and returns how many failed.
+func clients(t *testing.T, e server.Engine, req *server.InferRequest, n, each int) int32 {
+	t.Helper()
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				r := *req
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				if _, err := e.Infer(ctx, &r); err != nil {
+					failed.Add(1)
+					t.Errorf("request: %v", err)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return failed.Load()
 }

@@ -2,11 +2,9 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -16,7 +14,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"atoll/models"
 	"atoll/server"
 )
 
@@ -31,35 +28,11 @@ func TestOverloadIsAnswered(t *testing.T) {
 	}
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	rn, err := models.NewResNet("ov-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Paced to the wall clock: each request holds the simulated GPU for
 	// ResNet-50's profiled ~2 ms, so the daemon serves about 500 req/s.
-	eng, err := server.NewEngine(context.Background(), server.EngineConfig{Seed: 3, Workers: 2,
-		Models: []server.EngineModel{{Name: "rn", Zoo: "resnet50", Model: &rn}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.ShutdownTimeout = 5 * time.Second
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, cfg, eng, server.WithListener(ln), server.WithLogger(slog.New(slog.DiscardHandler)))
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	u := "http://" + ln.Addr().String() + "/v2/models/rn/infer"
+	addr, stop := startDaemon(t, func(*server.EngineConfig) {})
+	defer stop()
+	u := "http://" + addr + "/v2/models/rn/infer"
 	data := make([]float64, 32*32*3)
 	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input", "shape": []int{1, 32, 32, 3}, "datatype": "BF16", "data": data}}})
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}

@@ -136,10 +136,8 @@ func (w *workloadFlags) checkPolicies(names []string) error {
 var lookupProfile = profiles.Lookup
 
 // profileFor finds the profile of a zoo model, or of an imported .onnx
-// file under its model name; an imported model nobody has profiled on this
-// GPU kind gets its roofline estimate, said so on the profile (the
-// simulator runs it; --backend cuda refuses estimated profiles and says to
-// run atoll profile).
+// file under its model name (profiler.Lookup: its roofline estimate until
+// someone profiles it).
 func profileFor(spec gpu.Spec, model string, batch int) (*profiles.Profile, error) {
 	if !strings.HasSuffix(strings.ToLower(model), ".onnx") {
 		return lookupProfile(spec.Name, model, batch, "")
@@ -148,14 +146,7 @@ func profileFor(spec gpu.Spec, model string, batch int) (*profiles.Profile, erro
 	if err != nil {
 		return nil, err
 	}
-	if p, err := lookupProfile(spec.Name, m.Name(), batch, ""); err == nil {
-		return p, nil
-	}
-	g, err := m.Graph(batch)
-	if err != nil {
-		return nil, err
-	}
-	return profiler.Estimate(spec, m.Name(), batch, g.Layers)
+	return profiler.Lookup(spec, m, batch, lookupProfile)
 }
 
 // cudaGPUName names CUDA device 0. Tests replace it.

@@ -6,17 +6,8 @@ set -u
 R=$PWD; OUT=${OUT:-/tmp/out}; W=/tmp/work6; rm -rf $W; mkdir -p $W
 A=$R/bin/atoll
 log() { echo "== $(date +%T) $*" | tee -a $W/steps.log; }
-log serve
-$A serve --backend cuda --model resnet50 --listen 127.0.0.1:8000 --log-format json > $W/serve.log 2>&1 &
-SP=$!
-for i in $(seq 1 180); do curl -sf 127.0.0.1:8000/v2/health/ready > /dev/null && break; kill -0 $SP 2>/dev/null || break; sleep 1; done
-log "ready after ${i}s"
-for r in 20 250; do
-  timeout 40 $A load --model resnet50 --trace tools/gpu/trace-${r}rps-15s.txt --warmup 1s --slo 10ms \
-    --out $W/load-$r.json > $W/load-$r.txt 2>&1
-  curl -s 127.0.0.1:8000/metrics | grep -E "^atoll_request_(phase|queue|duration)_seconds_(sum|count)" > $W/metrics-$r.txt
-done
-kill -TERM $SP; wait $SP
+. tools/gpu/serve-load.sh
+serve_and_load
 log profile
 mkdir -p $W/H200
 timeout 90 $A profile --model bert-base-384 --batch 1 --substitute --out $W/H200/bert-base-384-bs1.json > $W/profile.txt 2>&1

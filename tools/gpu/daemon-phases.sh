@@ -7,6 +7,7 @@ set -u
 R=$PWD; OUT=${OUT:-/tmp/out}; W=/tmp/work4; rm -rf $W; mkdir -p $W
 A=$R/bin/atoll
 log() { echo "== $(date +%T) $*" | tee -a $W/steps.log; }
+. tools/gpu/serve-load.sh
 log train.sh
 OUT=$OUT timeout 250 bash tools/gpu/train.sh > $W/train-run.log 2>&1
 echo "train.sh rc=$?" >> $W/steps.log
@@ -17,17 +18,7 @@ for r in 20 250; do
     --arrival trace --trace tools/gpu/trace-${r}rps-15s.txt --duration 14s --warmup 1s \
     --reports $W/demo-$r > $W/demo-$r.txt 2>&1
 done
-log serve
-$A serve --backend cuda --model resnet50 --listen 127.0.0.1:8000 --log-format json > $W/serve.log 2>&1 &
-SP=$!
-for i in $(seq 1 180); do curl -sf 127.0.0.1:8000/v2/health/ready > /dev/null && break; kill -0 $SP 2>/dev/null || break; sleep 1; done
-log "ready after ${i}s"
-for r in 20 250; do
-  timeout 40 $A load --model resnet50 --trace tools/gpu/trace-${r}rps-15s.txt --warmup 1s --slo 10ms \
-    --out $W/load-$r.json > $W/load-$r.txt 2>&1
-  curl -s 127.0.0.1:8000/metrics | grep -E "^atoll_request_(phase|queue|duration)_seconds_(sum|count)" > $W/metrics-$r.txt
-done
-kill -TERM $SP; wait $SP
+serve_and_load
 log done
 tar czf $OUT/daemon-phases.tgz -C $W .
 echo; cat $W/steps.log
