@@ -28,10 +28,10 @@ const DefaultBEWindow = 2
 
 // DefaultHPWindow is the HP launches atoll keeps in flight per client:
 // more than any zoo model has kernels, so a request's kernels are all
-// queued on the device when it arrives, as Orion does. With REEF's 4
-// (preempt.DefaultHPWindow) every further kernel waited for the driver
-// loop to see a completion, and on the H100 matrix that was atoll's largest
-// cause of delay (attributed "host", 0.3–1.5 ms per request).
+// queued on the device when it arrives, as Orion does. A shallow window
+// leaves the HP stream idle while the driver loop sees a completion and
+// launches the next kernel (results/matrix-h100-hp-window-2: `host` delay
+// 400 µs per request with 4 in flight, 62 µs with 64).
 const DefaultHPWindow = 1024
 
 // Atoll is the combined policy:
@@ -57,10 +57,10 @@ const DefaultHPWindow = 1024
 //     logical blocks with its progress kept, and resumes once HP has been
 //     idle ResumeAfter).
 //
-// Preemption and padding are off by default: on the H100, preempting
-// Resumable BE kernels cost BE work without lowering HP p99 on the
-// training cells, and a padded BE body stretched the HP kernel it shared a
-// launch with (docs/policies.md).
+// Preemption and padding are off by default: a preempted kernel's
+// continuation cannot be admitted beside HP, so its client idles for the
+// whole HP request, and a padded BE body runs beside the HP kernel of its
+// launch (docs/policies.md).
 type Atoll struct {
 	// ResumeAfter is the HP idle time before BE resumes (default 0.1 ms).
 	ResumeAfter time.Duration
