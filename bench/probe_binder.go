@@ -70,7 +70,11 @@ func (p *BufferPool) Get(slot string, op kernels.Op) (kernels.Buffers, error) {
 			}
 			s = slab{ptr: ptr, bytes: need}
 			p.slabs[key] = s
-			if p.fill && ts.Role != kernels.Output {
+			if ts.Role == kernels.Scratch {
+				if err := p.dev.CopyToDevice(s.ptr, make([]byte, need)); err != nil {
+					return kernels.Buffers{}, fmt.Errorf("%w: zeroing %s: %w", ErrProbe, key, err)
+				}
+			} else if p.fill && ts.Role != kernels.Output {
 				if err := p.fillRandom(s, ts.DType); err != nil {
 					return kernels.Buffers{}, fmt.Errorf("%w: filling %s: %w", ErrProbe, key, err)
 				}

@@ -38,7 +38,8 @@ type Control struct {
 	// zeroed before the first launch of a kernel instance: int32 [0] logical
 	// blocks taken (may exceed Logical, see docs/kernels.md), [1] logical
 	// blocks completed, [2..3] the flag relay (a device-memory copy of the
-	// flag that spares every block a PCIe read), [4] the relay's lock.
+	// flag that spares every block a PCIe read), [4] the relay's lock, [5]
+	// a split-K op's run id for this Resumable instance (see Splits).
 	// Required by Resumable; optional for Reset (with it, Reset blocks read
 	// the relay instead of the host word and [1] counts completed blocks).
 	Counter gpu.Ptr

@@ -103,9 +103,12 @@ func Alloc(dev gpu.Device, op Op, seed uint64) (Buffers, error) {
 		t := Tensor{TensorSpec: ts, Ptr: p}
 		b.T = append(b.T, t)
 		var raw []byte
-		if ts.Role == Output {
+		switch ts.Role {
+		case Output:
 			raw = nanBytes(ts.DType, ts.Elems)
-		} else {
+		case Scratch:
+			raw = make([]byte, ts.Bytes())
+		default:
 			t.Host, raw = randomTensor(rng, ts)
 			b.T[len(b.T)-1] = t
 		}
@@ -124,9 +127,12 @@ func (b Buffers) Refill(dev gpu.Device, seed uint64) error {
 	for i := range b.T {
 		t := &b.T[i]
 		var raw []byte
-		if t.Role == Output {
+		switch t.Role {
+		case Output:
 			raw = nanBytes(t.DType, t.Elems)
-		} else {
+		case Scratch:
+			continue // the kernel's own
+		default:
 			t.Host, raw = randomTensor(rng, t.TensorSpec)
 		}
 		if err := dev.CopyToDevice(t.Ptr, raw); err != nil {

@@ -25,5 +25,5 @@ func ExampleLibrary_Launch() {
 		return
 	}
 	fmt.Println(l.Name, "workers:", l.Grid.Count(), "logical:", l.Logical, "threads:", l.Block.Count(), "smem:", l.SharedMem, "args:", l.Args.Len())
-	// Output: gemm_bf16_128x128/resumable workers: 264 logical: 1024 threads: 256 smem: 71680 args: 188
+	// Output: gemm_bf16_128x128/resumable workers: 264 logical: 1024 threads: 256 smem: 71680 args: 236
 }

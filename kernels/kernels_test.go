@@ -230,7 +230,7 @@ func TestBadShapes(t *testing.T) {
 // paramBytes are the C sizes of the parameter structs (natural alignment,
 // padded to 8), computed by hand from cuda/*.cu.
 var paramBytes = map[string]int{
-	"GemmP": 144, "EwP": 80, "DwP": 72, "LnP": 48, "SmP": 24, "PoolP": 64, "RedP": 32, "GatherP": 40, "SgemmP": 152,
+	"GemmP": 192, "EwP": 80, "DwP": 72, "LnP": 48, "SmP": 24, "PoolP": 64, "RedP": 32, "GatherP": 40, "SgemmP": 152,
 }
 
 func TestLaunchForms(t *testing.T) {

@@ -251,6 +251,9 @@ func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.
 	if err := bufs.check(k); err != nil {
 		return nil, err
 	}
+	if k.split && (form == gpu.Plain || form == gpu.Reset) && (ctl.Offset != 0 || (ctl.Blocks > 0 && ctl.Blocks < k.logical())) {
+		return nil, fmt.Errorf("%w: %s (%s) is split-K and runs whole: no sliced launch (Control.Offset, Blocks)", ErrUnsupported, k.name, op.Shape())
+	}
 	switch form {
 	case gpu.Plain:
 		if ctl.Offset < 0 || ctl.Offset >= k.logical() {
@@ -320,6 +323,11 @@ func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.
 	packCtl(&ln.Args, ctl, k.logical(), l.epoch)
 	l.ptrs = bufs.appendPtrs(l.ptrs[:0])
 	k.pack(&ln.Args, l.ptrs)
+	var progress gpu.Ptr
+	if form == gpu.Resumable {
+		progress = ctl.Counter
+	}
+	packRunTail(&ln.Args, k, progress, l.epoch)
 	e.args = ln.Args.Len()
 	return ln, nil
 }
@@ -513,6 +521,9 @@ func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks in
 	if hpBlocks <= 0 || hpCtl.Offset+hpBlocks > hk.logical() {
 		hpBlocks = hk.logical() - hpCtl.Offset
 	}
+	if hk.split && hpBlocks != hk.logical() {
+		return nil, fmt.Errorf("%w: HP %s (%s) is split-K and runs whole: no sliced padded launch", ErrUnsupported, hk.name, hp.Shape())
+	}
 	if !beCtl.Flag.Valid() || beCtl.Counter == 0 || !beCtl.Done.Valid() {
 		return nil, fmt.Errorf("%w: the BE side of a padded launch needs Control.Flag, Counter and Done", ErrUnsupported)
 	}
@@ -560,6 +571,7 @@ func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks in
 	l.epoch++
 	packCtl(&pad.Args, beCtl, bk.logical(), l.epoch)
 	bk.pack(&pad.Args, beBufs.Ptrs())
+	packRunTail(&pad.Args, bk, beCtl.Counter, l.epoch)
 
 	hpCost := cost(hp)
 	frac := float64(hpBlocks) / float64(hk.logical())
@@ -572,9 +584,22 @@ func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks in
 	}
 	packCtl(&ln.Args, Control{Trace: hpCtl.Trace, Offset: hpCtl.Offset}, hpBlocks, l.epoch)
 	hk.pack(&ln.Args, hpBufs.Ptrs())
+	packRunTail(&ln.Args, hk, 0, l.epoch)
 	packCtl(&ln.Args, beCtl, bk.logical(), l.epoch)
 	bk.pack(&ln.Args, beBufs.Ptrs())
+	packRunTail(&ln.Args, bk, beCtl.Counter, l.epoch)
 	return ln, nil
+}
+
+// packRunTail appends the run's identity to a parameter struct that takes
+// it (kspec.runTail: GemmP's progress and epoch): a split-K GEMM counts its
+// finished splits per run, and a Resumable instance is one run over all
+// its launches (progress: its control block), any other launch a run of
+// its own (its epoch).
+func packRunTail(a *gpu.Args, k *kspec, progress gpu.Ptr, epoch int32) {
+	if k.runTail {
+		a.Ptr(progress).I32(epoch)
+	}
 }
 
 // Watch returns a one-block launch of the flag watcher: it stores

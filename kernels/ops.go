@@ -131,9 +131,83 @@ type GEMM struct {
 	Out     DType // output type
 	Bias    bool
 	Act     Act
+	// SplitK cuts K into chunks computed by separate logical blocks (split-K):
+	// 0 chooses from the shape (AutoSplitK), 1 never splits, n ≥ 2 asks for
+	// n (at most one per K-tile and 32). Only an unbatched GEMM splits.
+	SplitK int
 }
 
 func (g GEMM) batch() int { return max(g.Batch, 1) }
+
+// splitKTiles is the number of output tiles from which a GEMM is not split:
+// about one per SM of the largest GPUs (132 on an H100 SXM).
+const splitKTiles = 128
+
+// splitKTarget is the number of logical blocks split-K aims for: about four
+// 64x64 tiles per SM (132 on an H100 SXM), so that a batch-1 layer with a
+// few output tiles and a long K is neither one short wave on a handful of
+// SMs nor, when it streams its weights (a GEMV), short of loads in flight.
+const splitKTarget = 512
+
+// maxSplitK is the most splits of one GEMM.
+const maxSplitK = 32
+
+// splitKMinTiles is the shortest K chunk of an automatic split, in K-tiles:
+// shorter chunks spend more on the pipeline's start and the partials than
+// they save.
+const splitKMinTiles = 4
+
+// AutoSplitK is the split a GEMM of tiles output tiles and reduction length
+// k gets by default: 1 (none) from splitKTiles tiles or with fewer than two
+// chunks of splitKMinTiles K-tiles; otherwise enough splits to reach
+// splitKTarget blocks (at most maxSplitK), evened out so that no chunk is
+// shorter than needed.
+func AutoSplitK(tiles, k int) int {
+	kt := ceilDiv(k, gemmBK)
+	if tiles <= 0 || tiles >= splitKTiles {
+		return 1
+	}
+	s := min(ceilDiv(splitKTarget, tiles), kt/splitKMinTiles, maxSplitK)
+	if s < 2 {
+		return 1
+	}
+	return ceilDiv(kt, ceilDiv(kt, s))
+}
+
+// splits is the number of K chunks the GEMM runs in (1: not split).
+func (g GEMM) splits() int {
+	if g.batch() > 1 || g.SplitK == 1 || g.K <= 0 {
+		return 1
+	}
+	bm, bn, _ := gemmTile(g.M, g.N)
+	if g.SplitK == 0 {
+		return AutoSplitK(ceilDiv(g.M, bm)*ceilDiv(g.N, bn), g.K)
+	}
+	kt := ceilDiv(g.K, gemmBK)
+	return ceilDiv(kt, ceilDiv(kt, min(g.SplitK, kt))) // no empty chunk
+}
+
+// kChunk is the K range of one split, a whole number of K-tiles.
+func (g GEMM) kChunk() int {
+	kt := ceilDiv(g.K, gemmBK)
+	return ceilDiv(kt, g.splits()) * gemmBK
+}
+
+// Splits is the number of K chunks the op runs in (split-K; 1: not split).
+// A split op keeps f32 partial tiles and per-tile tags in a Scratch tensor;
+// it runs whole in one launch or one resumable instance (no sliced
+// launches), and a Reset re-run must be a new Library.Launch.
+func Splits(op Op) int {
+	switch o := op.(type) {
+	case GEMM:
+		return o.splits()
+	case Conv2D:
+		if o.forward() {
+			return o.gemm().splits()
+		}
+	}
+	return 1
+}
 
 func (g GEMM) Kernel() string {
 	bm, bn, _ := gemmTile(g.M, g.N)
@@ -148,7 +222,7 @@ func (g GEMM) Geometry() Geometry {
 		regs = 96
 	}
 	return Geometry{
-		Grid:      gpu.Dim3{X: ceilDiv(g.N, bn), Y: ceilDiv(g.M, bm), Z: g.batch()},
+		Grid:      gpu.Dim3{X: ceilDiv(g.N, bn), Y: ceilDiv(g.M, bm), Z: g.batch() * g.splits()},
 		Block:     gpu.D1(th),
 		SharedMem: smem,
 		Registers: regs,
@@ -170,7 +244,11 @@ func (g GEMM) Bytes() float64 {
 }
 
 func (g GEMM) Shape() string {
-	return fmt.Sprintf("M=%d N=%d K=%d batch=%d act=%s", g.M, g.N, g.K, g.batch(), g.Act)
+	sh := fmt.Sprintf("M=%d N=%d K=%d batch=%d act=%s", g.M, g.N, g.K, g.batch(), g.Act)
+	if s := g.splits(); s > 1 {
+		sh += fmt.Sprintf(" splitk=%d", s)
+	}
+	return sh
 }
 
 // Conv2D is a convolution in NHWC as an implicit GEMM: M = N·OH·OW output
@@ -191,7 +269,12 @@ type Conv2D struct {
 	// added up by SplitSum: layers with few output tiles and a long K
 	// (early ResNet stages) then fill the GPU. Split 1 is one f32 partial.
 	Split int
+	// SplitK is the forward pass's split-K, as GEMM.SplitK (0: from the
+	// shape; 1: none).
+	SplitK int
 }
+
+func (c Conv2D) forward() bool { return !c.BackwardData && !c.BackwardFilter }
 
 // Out is the output's spatial size.
 func (c Conv2D) Out() (oh, ow int) {
@@ -214,7 +297,11 @@ func (c Conv2D) gemm() GEMM {
 			return GEMM{M: m, N: n, K: c.N / c.Split * oh * ow, Batch: c.Split, In: c.In, Out: F32}
 		}
 	}
-	return GEMM{M: m, N: n, K: k, In: c.In, Out: c.In, Bias: c.Bias, Act: c.Act}
+	split := 1
+	if c.forward() {
+		split = c.SplitK
+	}
+	return GEMM{M: m, N: n, K: k, In: c.In, Out: c.In, Bias: c.Bias, Act: c.Act, SplitK: split}
 }
 
 func (c Conv2D) Kernel() string {
@@ -265,6 +352,9 @@ func (c Conv2D) Shape() string {
 	sh := fmt.Sprintf("N=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d", c.N, c.H, c.W, c.C, oh, ow, c.OutC, c.R, c.S, max(c.Stride, 1))
 	if c.BackwardFilter && c.Split > 0 {
 		sh += fmt.Sprintf(" split=%d", c.Split)
+	}
+	if s := Splits(c); s > 1 {
+		sh += fmt.Sprintf(" splitk=%d", s)
 	}
 	return sh
 }

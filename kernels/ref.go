@@ -20,7 +20,7 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 	}
 	in := func(i int) []float64 { return b.T[i].Host }
 	for i, t := range b.T {
-		if t.Role != Output && len(t.Host) != t.Elems {
+		if (t.Role == Input || t.Role == Weight) && len(t.Host) != t.Elems {
 			return nil, fmt.Errorf("%w: %s tensor %s has no host values (allocate with Alloc)", ErrBuffers, k.name, t.Name)
 		}
 		_ = i

@@ -115,6 +115,10 @@ func checkOps() []Op {
 		GEMM{M: 1536, N: 1536, K: 96, In: F16, Out: F32, Act: ActReLU},
 		GEMM{M: 1664, N: 1408, K: 136, In: BF16, Out: BF16, Bias: true},
 		GEMM{M: 100, N: 70, K: 45, In: BF16, Out: F32},
+		GEMM{M: 70, N: 200, K: 1000, In: BF16, Out: BF16, Bias: true, Act: ActReLU},                                                    // split-K 4 (auto)
+		GEMM{M: 33, N: 40, K: 517, In: F16, Out: F32, SplitK: 3},                                                                       // split-K, scalar loads
+		Conv2D{N: 1, H: 7, W: 7, C: 256, OutC: 128, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, Bias: true, Act: ActReLU, Residual: true}, // split-K 9
+		Conv2D{N: 1, H: 20, W: 20, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: F16, SplitK: 2},
 		Conv2D{N: 2, H: 14, W: 14, C: 16, OutC: 32, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, Bias: true, Act: ActReLU, Residual: true},
 		Conv2D{N: 2, H: 15, W: 15, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: F16},
 		Conv2D{N: 2, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, BackwardData: true},
@@ -304,12 +308,13 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 				}
 			}
 		}
-		// Plain in two slices [0, n/2) and [n/2, n) (sliced launches).
+		// Plain in two slices [0, n/2) and [n/2, n) (sliced launches; a
+		// split-K op runs whole).
 		if err := b.Refill(r.dev, next()); err != nil {
 			return err
 		}
 		k, _ := spec(op)
-		if half := k.logical() / 2; half > 0 {
+		if half := k.logical() / 2; half > 0 && !k.split {
 			for _, sl := range []Control{{Offset: 0, Blocks: half}, {Offset: half}} {
 				l, err := r.lib.Launch(op, gpu.Plain, b, sl)
 				if err != nil {
@@ -404,6 +409,11 @@ func (r *runner) identity(rep *Report, minPreempt int, next func() uint64) error
 		return nil
 	}
 	if err := r.identityOne(rep, gemm, nil, 8, minPreempt, next); err != nil {
+		return err
+	}
+	// Split-K: a tile's partials from several resumable and padded launches.
+	split := GEMM{M: 200, N: 256, K: 16384, In: BF16, Out: BF16, Bias: true, Act: ActReLU}
+	if err := r.identityOne(rep, split, nil, 8, minPreempt, next); err != nil {
 		return err
 	}
 	// In-place SGD: a logical block run twice would apply its update twice.

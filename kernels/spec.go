@@ -27,6 +27,10 @@ const (
 	Input  Role = iota // read; filled with seeded random data
 	Weight             // read; filled with seeded random data
 	Output             // written; poisoned with NaN before checked runs
+	// Scratch is the kernel's own device memory between its blocks (split-K
+	// partials and counts): zeroed when allocated, then left to the kernel.
+	// It belongs to one op instance and is no model tensor.
+	Scratch
 )
 
 func (r Role) String() string {
@@ -37,6 +41,8 @@ func (r Role) String() string {
 		return "weight"
 	case Output:
 		return "output"
+	case Scratch:
+		return "scratch"
 	}
 	return fmt.Sprintf("role(%d)", r)
 }
@@ -67,10 +73,14 @@ type kspec struct {
 	regs    int
 	chunk   int  // default logical blocks per resumable ticket
 	noSync  bool // the body uses no shared memory (no barrier between a ticket's blocks)
+	split   bool // split-K: no sliced launches (a run is one launch or one resumable instance)
 	tensors []TensorSpec
 	// pack appends the parameter struct, given the tensors' device pointers
 	// in the order of tensors.
 	pack func(a *gpu.Args, ptr []gpu.Ptr)
+	// runTail: the library appends the run's identity to the struct
+	// (GemmP's progress and epoch; see packRunTail).
+	runTail bool
 }
 
 func (k *kspec) logical() int { return k.grid.Count() }
@@ -165,6 +175,8 @@ type gemmParams struct {
 	vecA, vecB                      bool
 	img, h, w, ch, oh, ow, oc, r, s int
 	stride, pad                     int
+	ws, tags, runs                  gpu.Ptr // split-K partials, per-tile tags, run counter (Scratch)
+	splits, kchunk                  int
 }
 
 func b2i(b bool) int32 {
@@ -191,10 +203,51 @@ func (g gemmParams) pack(a *gpu.Args, outDT DType) {
 		int32(g.img), int32(g.h), int32(g.w), int32(g.ch), int32(g.oh), int32(g.ow), int32(g.oc), int32(g.r), int32(g.s), int32(g.stride), int32(g.pad)} {
 		a.I32(v)
 	}
+	a.Ptr(g.ws).Ptr(g.tags).Ptr(g.runs).I32(int32(max(g.splits, 1))).I32(int32(g.kchunk))
+	// the library appends the run's identity (progress, epoch): runTail
+}
+
+// splitScratch is the Scratch tensor of a split-K GEMM: f32 partial tiles
+// [splits][M][N] (padded to 16 bytes), one uint64 tag per output tile, and
+// a uint32 run counter (padded to 8 bytes).
+func splitScratch(g GEMM) TensorSpec {
+	bm, bn, _ := gemmTile(g.M, g.N)
+	return TensorSpec{Name: "splitk", DType: F32, Elems: splitPart(g) + 2*ceilDiv(g.M, bm)*ceilDiv(g.N, bn) + 2, Role: Scratch}
+}
+
+// splitPart is the f32 elements of a split GEMM's partial tiles, padded to
+// 16 bytes.
+func splitPart(g GEMM) int { return (g.splits()*g.M*g.N + 3) &^ 3 }
+
+// withSplit adds the split-K fields to g for the Scratch tensor at ws.
+func (q gemmParams) withSplit(g GEMM, ws gpu.Ptr) gemmParams {
+	s := g.splits()
+	if s <= 1 {
+		return q
+	}
+	bm, bn, _ := gemmTile(g.M, g.N)
+	q.ws, q.tags = ws, ws+gpu.Ptr(splitPart(g)*4)
+	q.runs = q.tags + gpu.Ptr(8*ceilDiv(g.M, bm)*ceilDiv(g.N, bn))
+	q.splits, q.kchunk = s, g.kChunk()
+	q.sA, q.sB, q.batch = 0, 0, 1
+	return q
 }
 
 func gemmBody(prob string, in DType, bm, bn, th int) string {
 	return fmt.Sprintf("body_gemm<%s, %s, %d, %d, %d>", prob, dtC(in), bm, bn, th)
+}
+
+// checkSplitK refuses an explicit split-K the GEMM g cannot take.
+func checkSplitK(op Op, g GEMM) error {
+	switch s := g.SplitK; {
+	case s < 0:
+		return shapeErr(op, "SplitK %d must not be negative", s)
+	case s > 1 && g.batch() > 1:
+		return shapeErr(op, "SplitK %d: a batched GEMM does not split K", s)
+	case s > maxSplitK || s > ceilDiv(g.K, gemmBK):
+		return shapeErr(op, "SplitK %d: at most %d and one per K-tile of %d (K = %d)", s, maxSplitK, gemmBK, g.K)
+	}
+	return nil
 }
 
 // spec returns the kernel description of op, or an error wrapping ErrShape
@@ -218,8 +271,12 @@ func spec(op Op) (*kspec, error) {
 		if !valid16(o.In) || !validFloat(o.Out) || !validAct(o.Act) {
 			return nil, shapeErr(op, "inputs must be bf16 or f16, output f32/f16/bf16, act known")
 		}
+		if err := checkSplitK(op, o); err != nil {
+			return nil, err
+		}
 		bm, bn, th := gemmTile(o.M, o.N)
 		k.family, k.param, k.body = "gemm", "GemmP", gemmBody("ProbGemm", o.In, bm, bn, th)
+		k.runTail = true
 		b := o.batch()
 		k.tensors = []TensorSpec{
 			{Name: "A", DType: o.In, Elems: b * o.M * o.K, Role: Input},
@@ -229,11 +286,19 @@ func spec(op Op) (*kspec, error) {
 		if o.Bias {
 			k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: F32, Elems: o.N, Role: Weight})
 		}
+		split := o.splits() > 1
+		if split {
+			k.tensors = append(k.tensors, splitScratch(o))
+			k.split = true
+		}
 		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 			g := gemmParams{a: p[0], b: p[1], c: p[2], sA: int64(o.M * o.K), sB: int64(o.K * o.N), sC: int64(o.M * o.N),
 				m: o.M, n: o.N, k: o.K, batch: b, act: int(o.Act), vecA: o.K%8 == 0, vecB: o.N%8 == 0}
 			if o.Bias {
 				g.bias = p[3]
+			}
+			if split {
+				g = g.withSplit(o, p[len(p)-1])
 			}
 			g.pack(a, o.Out)
 		}
@@ -251,7 +316,13 @@ func spec(op Op) (*kspec, error) {
 		if o.Split < 0 || (o.Split > 0 && (!o.BackwardFilter || o.N%o.Split != 0)) {
 			return nil, shapeErr(op, "Split %d: only BackwardFilter splits, into a divisor of the batch N", o.Split)
 		}
+		if o.SplitK > 1 && !o.forward() {
+			return nil, shapeErr(op, "SplitK %d: only the forward pass splits K", o.SplitK)
+		}
 		g := o.gemm()
+		if err := checkSplitK(op, g); err != nil {
+			return nil, err
+		}
 		bm, bn, th := gemmTile(g.M, g.N)
 		st := max(o.Stride, 1)
 		base := gemmParams{m: g.M, n: g.N, k: g.K, batch: 1, img: o.N, h: o.H, w: o.W, ch: o.C, oh: oh, ow: ow, oc: o.OutC, r: o.R, s: o.S, stride: st, pad: o.Pad}
@@ -259,6 +330,7 @@ func spec(op Op) (*kspec, error) {
 		w := TensorSpec{Name: "W", DType: o.In, Elems: o.R * o.S * o.C * o.OutC}
 		y := TensorSpec{Name: "Y", DType: o.In, Elems: o.N * oh * ow * o.OutC}
 		k.family, k.param = "gemm", "GemmP"
+		k.runTail = true
 		switch {
 		case o.BackwardData:
 			k.body = gemmBody("ProbConvDgrad", o.In, bm, bn, th)
@@ -299,6 +371,11 @@ func spec(op Op) (*kspec, error) {
 			if o.Residual {
 				k.tensors = append(k.tensors, TensorSpec{Name: "resid", DType: o.In, Elems: y.Elems, Role: Input})
 			}
+			split := g.splits() > 1
+			if split {
+				k.tensors = append(k.tensors, splitScratch(g))
+				k.split = true
+			}
 			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 				q := base
 				q.a, q.b, q.c, q.act = p[0], p[1], p[2], int(o.Act)
@@ -310,6 +387,9 @@ func spec(op Op) (*kspec, error) {
 				}
 				if o.Residual {
 					q.resid = p[i]
+				}
+				if split {
+					q = q.withSplit(g, p[len(p)-1])
 				}
 				q.pack(a, o.In)
 			}

@@ -180,7 +180,9 @@ func bertForward(b *builder, n int, cfg BERTConfig) ([]bertLayer, string) {
 	b.output = x
 	if cfg.Pooler {
 		// Dense + tanh on each sequence's first ([CLS]) token.
-		pd := kernels.GEMM{M: n, N: h, K: h, In: bf16, Out: bf16, Bias: true}
+		// SplitK 1: the layer runs as the strided RowsGEMM (glue), which
+		// does not split K, and the profile describes that launch.
+		pd := kernels.GEMM{M: n, N: h, K: h, In: bf16, Out: bf16, Bias: true, SplitK: 1}
 		l := b.add("pooler.dense", pd, LinearParams(pd))
 		l.In, l.Out = []string{x}, []string{b.act("pooler.dense", bf16, n, h)}
 		l.W = []string{b.weight("pooler.dense.weight", bf16, h, h), b.weight("pooler.dense.bias", kernels.F32, h)}

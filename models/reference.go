@@ -211,7 +211,7 @@ func refKernel(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 	bufs := kernels.Buffers{T: make([]kernels.Tensor, len(specs))}
 	for i, s := range specs {
 		bufs.T[i] = kernels.Tensor{TensorSpec: s}
-		if s.Role != kernels.Output {
+		if s.Role == kernels.Input || s.Role == kernels.Weight {
 			v, ok := vals[names[i]]
 			if !ok {
 				return nil, fmt.Errorf("operand %s: tensor %q has no value", s.Name, names[i])

@@ -50,6 +50,8 @@ func Operands(g *Graph, l Layer) (names, dropped []string, err error) {
 			}
 		case kernels.Output:
 			names[i], ok = take(&out)
+		case kernels.Scratch:
+			ok = true // the kernel's own memory, no tensor of the graph (names[i] = "")
 		}
 		if !ok {
 			return nil, nil, fmt.Errorf("%w: layer %s: no tensor for %s operand %s of %s", ErrOperands, l.Name, s.Role, s.Name, l.Op.Kernel())

@@ -377,6 +377,12 @@ func (mt *meter) peakLaunch(op kernels.Op) (*gpu.Launch, error) {
 			return nil, err
 		}
 		b.T[i] = kernels.Tensor{TensorSpec: s, Ptr: p}
+		if s.Role == kernels.Scratch {
+			if err := mt.dev.CopyToDevice(p, make([]byte, s.Bytes())); err != nil {
+				return nil, fmt.Errorf("zeroing %s of %s: %w", s.Name, op.Kernel(), err)
+			}
+			continue
+		}
 		if mt.fill && s.Role != kernels.Output {
 			for off := int64(0); off < s.Bytes(); off += int64(len(chunk)) {
 				n := min(int64(len(chunk)), s.Bytes()-off)

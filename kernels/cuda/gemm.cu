@@ -23,6 +23,17 @@ struct GemmP {
   int vecA, vecB;    // nonzero: 8 consecutive k (A) / n (B) are contiguous and 16-byte aligned
   // convolution geometry (unused by plain GEMM)
   int n, h, w, c, oh, ow, oc, r, s, stride, pad;
+  // Split-K (splits > 1; batch must be 1): grid z = splits, entry z sums K
+  // range [z·kchunk, (z+1)·kchunk) into its f32 partial tile ws[z][M][N];
+  // the block that completes a tile (tags[tile], gemm_splitk_fixup) adds
+  // the partials in split order and applies bias, residual and activation.
+  float* ws;                 // [splits][M][N] f32 partials
+  unsigned long long* tags;  // [tilesM·tilesN]: run id << 32 | splits done
+  unsigned int* runs;        // Resumable instances started (their run ids)
+  int splits, kchunk;        // kchunk: a multiple of GEMM_BK
+  // Appended by the library to every GemmP: the run's identity.
+  int* progress;             // Resumable: the Ctl's control block; else null
+  int epoch;                 // the launch's serial number
 };
 
 // Problem policies: where the logical A[m][k] and B[k][n] live.
@@ -366,8 +377,100 @@ __device__ __forceinline__ void gemm_epilogue_staged(const GemmP& p, float (&acc
   }
 }
 
+// Split-K fixup, after split z of tile `tile` stored its partial: count
+// the split as done for this run and, in the block whose count completes
+// the tile, add the partials of all splits in split order (so the sum does
+// not depend on which block finishes last), apply bias, residual and
+// activation, store C, and set the count back to zero. A tile's tag
+// carries the id of the run that counted, so that the counts an unfinished
+// run leaves (a cut Reset launch, an abandoned Resumable instance) are
+// ignored by the next: a Plain or Reset launch is a run of its own (id =
+// its epoch, below 2^31; re-enqueueing a finished launch is fine, its
+// counts are back at zero, but a cut Reset launch is re-run as a new
+// launch), and a Resumable instance is one run over all its launches,
+// plain and padded (id = 2^31 + a serial number drawn from the scratch's
+// run counter by its first worker and kept in control word 5, which the
+// scheduler zeroes for every fresh instance).
+template <int ODT, int BM, int BN, int NT>
+__device__ __forceinline__ void gemm_splitk_sum(const GemmP& p, int m0, int n0) {
+  typedef DTy<ODT> D;
+  typedef typename D::T T;
+  const long long mn = (long long)p.M * p.N;
+  const int S = p.splits;
+  // Four adjacent columns per thread and step; the partials of eight splits
+  // are loaded before they are added (latency-bound otherwise: one block
+  // sums the whole tile). The additions run in split order either way.
+  const bool vec = (p.N & 3) == 0;
+  for (int q = threadIdx.x * 4; q < BM * BN; q += NT * 4) {
+    const int m = m0 + q / BN, n = n0 + q % BN;
+    if (m >= p.M || n >= p.N) continue;
+    const long long idx = (long long)m * p.N + n;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    const int cols = min(4, p.N - n);
+    if (vec) {
+      int z = 0;
+      for (; z + 8 <= S; z += 8) {
+        float4 a[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) a[u] = __ldcg((const float4*)(p.ws + (z + u) * mn + idx));
+#pragma unroll
+        for (int u = 0; u < 8; u++) { v[0] += a[u].x; v[1] += a[u].y; v[2] += a[u].z; v[3] += a[u].w; }
+      }
+      for (; z < S; z++) {
+        const float4 a = __ldcg((const float4*)(p.ws + z * mn + idx));
+        v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+      }
+    } else {
+      for (int z = 0; z < S; z++)
+        for (int e = 0; e < cols; e++) v[e] += __ldcg(p.ws + z * mn + idx + e);
+    }
+    for (int e = 0; e < cols; e++) {
+      float x = v[e];
+      if (p.bias) x += p.bias[n + e];
+      if (p.resid) x += D::load((const T*)p.resid, idx + e);
+      D::store((T*)p.C, idx + e, apply_act(x, p.act));
+    }
+  }
+}
+
+template <int BM, int BN, int NT>
+__device__ __forceinline__ void gemm_splitk_fixup(const GemmP& p, int tile, int m0, int n0, unsigned char* smem_raw) {
+  volatile int* last = (volatile int*)smem_raw;
+  __threadfence(); // this block's partial is visible before it is counted
+  BSYNC(NT);
+  if (threadIdx.x == 0) {
+    unsigned int id = (unsigned int)p.epoch & 0x7fffffffu;
+    if (p.progress) {
+      volatile int* slot = p.progress + 5;
+      if (*slot == 0) atomicCAS(p.progress + 5, 0, (int)(0x80000000u | (atomicAdd(p.runs, 1u) + 1u)));
+      id = (unsigned int)*slot;
+    }
+    unsigned long long* tag = p.tags + tile;
+    unsigned long long old = *(volatile unsigned long long*)tag, seen;
+    unsigned int done;
+    do {
+      seen = old;
+      done = (unsigned int)(seen >> 32) == id ? (unsigned int)seen : 0u;
+      old = atomicCAS(tag, seen, ((unsigned long long)id << 32) | (done + 1u));
+    } while (old != seen);
+    *last = done + 1u == (unsigned int)p.splits;
+    if (*last) atomicExch(tag, (unsigned long long)id << 32); // count back to zero: the run saw every split
+  }
+  BSYNC(NT);
+  const int mine = *last;
+  BSYNC(NT); // the word is the next logical block's pipeline
+  if (!mine) return;
+  __threadfence(); // the other splits' partials, stored before they were counted
+  switch (p.out_dtype) {
+  case DT_F32: gemm_splitk_sum<DT_F32, BM, BN, NT>(p, m0, n0); break;
+  case DT_F16: gemm_splitk_sum<DT_F16, BM, BN, NT>(p, m0, n0); break;
+  default: gemm_splitk_sum<DT_BF16, BM, BN, NT>(p, m0, n0); break;
+  }
+}
+
 // body_gemm: one BM x BN output tile of one batch entry per logical block.
-// lb = ((batch * tilesM) + tileM) * tilesN + tileN. A GEMM_STAGES-deep
+// lb = ((z * tilesM) + tileM) * tilesN + tileN, z the batch entry or, with
+// split-K, the split. A GEMM_STAGES-deep
 // cp.async pipeline with one barrier per K-tile.
 template <class PR, int DT, int BM, int BN, int NT>
 __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
@@ -382,7 +485,12 @@ __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
   u16* smem = (u16*)smem_raw;
 
   const int tilesN = (p.N + BN - 1) / BN, tilesM = (p.M + BM - 1) / BM;
-  const int tn = lb % tilesN, tm = (lb / tilesN) % tilesM, b = lb / (tilesN * tilesM);
+  const int tn = lb % tilesN, tm = (lb / tilesN) % tilesM, z = lb / (tilesN * tilesM);
+  // Split-K: z is the split, the data is batch entry 0.
+  const bool split = p.splits > 1;
+  const int b = split ? 0 : z;
+  const int kbeg = split ? z * p.kchunk : 0;
+  const int kend = split ? min(p.K, kbeg + p.kchunk) : p.K;
   const int m0 = tm * BM, n0 = tn * BN;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
@@ -395,7 +503,7 @@ __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
 #pragma unroll
       for (int q = 0; q < 4; q++) acc[i][j][q] = 0.f;
 
-  const int KT = (p.K + GEMM_BK - 1) / GEMM_BK;
+  const int KT = (kend - kbeg + GEMM_BK - 1) / GEMM_BK, KT0 = kbeg / GEMM_BK;
   // Per-thread copy plan of the linear fast path: this thread copies the
   // 16-byte chunks at rows a_r0 + c*A_RS (k offset a_kc) of the A tile and
   // rows b_r0 + c*B_RS (n offset b_nc) of the B tile.
@@ -416,7 +524,7 @@ __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
   const u32 a_frag = s_base + ((wm + (lane & 15)) * L::A_LD + (lane >> 4) * 8) * 2;
   const u32 b_frag = s_base + (L::A_ELEMS + (lane & 15) * L::B_LD + wn + (lane >> 4) * 8) * 2;
   auto load = [&](int kt, int st) {
-    const int k0 = kt * GEMM_BK;
+    const int k0 = (KT0 + kt) * GEMM_BK;
     u16* sp = smem + st * L::STAGE;
     if (linA) {
       const bool kok = k0 + a_kc < p.K;
@@ -471,6 +579,16 @@ __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
   cp_async_wait<0>();
   BSYNC(NT); // shared memory is reused by the next logical block (resumable)
 
+  if (split) {
+    GemmP q = p;
+    q.C = p.ws + (long long)z * p.M * p.N;
+    q.bias = 0;
+    q.resid = 0;
+    q.act = ACT_NONE;
+    gemm_epilogue_staged<DT_F32, BM, BN, NT>(q, acc, 0, m0, n0, wm, wn, smem_raw);
+    gemm_splitk_fixup<BM, BN, NT>(p, tm * tilesN + tn, m0, n0, smem_raw);
+    return;
+  }
   switch (p.out_dtype) {
   case DT_F32: gemm_epilogue_staged<DT_F32, BM, BN, NT>(p, acc, b, m0, n0, wm, wn, smem_raw); break;
   case DT_F16: gemm_epilogue_staged<DT_F16, BM, BN, NT>(p, acc, b, m0, n0, wm, wn, smem_raw); break;

@@ -162,6 +162,14 @@ func (in *Instance) bind(l models.Layer, weights *models.Bundle) (kernels.Buffer
 	specs, _ := kernels.Tensors(l.Op)
 	b := kernels.Buffers{T: make([]kernels.Tensor, len(specs))}
 	for i, s := range specs {
+		if s.Role == kernels.Scratch {
+			p, err := in.scratch(l.Name+"."+s.Name, s)
+			if err != nil {
+				return kernels.Buffers{}, err
+			}
+			b.T[i] = kernels.Tensor{TensorSpec: s, Ptr: p}
+			continue
+		}
 		t, _ := in.g.Tensor(names[i])
 		if t.DType != s.DType || t.Elems() != s.Elems {
 			return kernels.Buffers{}, fmt.Errorf("%w: operand %s wants %s[%d], tensor %v is %s[%d]", models.ErrOperands, s.Name, s.DType, s.Elems, t.Name, t.DType, t.Elems())
@@ -169,6 +177,21 @@ func (in *Instance) bind(l models.Layer, weights *models.Bundle) (kernels.Buffer
 		b.T[i] = kernels.Tensor{TensorSpec: s, Ptr: in.ptr[names[i]]}
 	}
 	return b, nil
+}
+
+// scratch allocates a layer's Scratch tensor (zeroed), held as name.
+func (in *Instance) scratch(name string, s kernels.TensorSpec) (gpu.Ptr, error) {
+	name = "scratch:" + name
+	p, err := in.dev.Alloc(max(s.Bytes(), 4))
+	if err != nil {
+		return 0, fmt.Errorf("run: %s: allocating %s (%d bytes): %w", in.g.Model, name, s.Bytes(), err)
+	}
+	in.ptr[name] = p
+	in.bytes += s.Bytes()
+	if err := in.dev.CopyToDevice(p, make([]byte, s.Bytes())); err != nil {
+		return 0, fmt.Errorf("run: %s: zeroing %s: %w", in.g.Model, name, err)
+	}
+	return p, nil
 }
 
 // bindOp binds op's operands to the named tensors (a substitute's).

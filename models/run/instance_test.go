@@ -117,6 +117,13 @@ func TestInstanceWiring(t *testing.T) {
 			t.Errorf("layer %s: launch %v x %v smem %d, op says %v x %v smem %d", l.Name, launch.Grid, launch.Block, launch.SharedMem, geo.Grid, geo.Block, geo.SharedMem)
 		}
 		for j, tb := range bufs.T {
+			if tb.Role == kernels.Scratch {
+				// the layer's own memory: allocated, zeroed, in the launch
+				if tb.Ptr == 0 || !hasPtr(launch, tb.Ptr) {
+					t.Errorf("layer %s: scratch %s at %#x, not in the launch", l.Name, tb.Name, tb.Ptr)
+				}
+				continue
+			}
 			p, _ := in.Ptr(names[j])
 			if tb.Ptr != p || p == 0 {
 				t.Errorf("layer %s operand %s: %#x, tensor %s is at %#x", l.Name, tb.Name, tb.Ptr, names[j], p)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# atoll's kernels against PyTorch's on this GPU, one model at a time
+# (issue 12's table): for every zoo model, `atoll profile` (the sum of the
+# measured kernel durations: atoll's time on the GPU for one forward pass
+# or training step), then tools/gpu/speed.py (PyTorch, bf16, channels-last,
+# the whole pass in one CUDA graph), then the table. Resumable: a model
+# whose profile exists is not profiled again.
+#
+#   tools/gpu/speed.sh OUT [MODEL:BATCH ...]
+#
+# Writes OUT/profiles/<gpu>/<model>-bs<N>.json, OUT/profile.log,
+# OUT/torch-speed.json and OUT/speed.md (SPEED_TORCH=0: the profiles only;
+# they are the zoo's built-in profiles for that GPU, profiles/<gpu>/). Needs bin/atoll (make gpu-build)
+# and python3 with torch, torchvision and transformers.
+set -uo pipefail
+out=${1:?usage: tools/gpu/speed.sh OUT [MODEL:BATCH ...]}
+shift
+models=("$@")
+[ ${#models[@]} -gt 0 ] || models=(resnet50:1 resnet152:1 vgg19:1 mobilenetv2:1 bert-base:1 distilbert:1 resnet50-train:32 bert-base-train:8)
+case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in
+*H200*) gpu=H200 ;;
+*) gpu=H100-SXM ;;
+esac
+mkdir -p "$out/profiles/$gpu"
+for mb in "${models[@]}"; do
+	m=${mb%:*} b=${mb#*:}
+	f=$out/profiles/$gpu/$m-bs$b.json
+	[ -f "$f" ] && continue
+	echo "== $(date +%T) $m bs$b" >> "$out/profile.log"
+	timeout 170 bin/atoll profile --model "$m" --batch "$b" --substitute --force --out "$f" >> "$out/profile.log" 2>&1
+	echo "rc=$?" >> "$out/profile.log"
+done
+[ "${SPEED_TORCH:-1}" = 0 ] && exit 0 # profiles only (the zoo's profiles for a GPU)
+[ -f "$out/torch-speed.json" ] || PYTHONUNBUFFERED=1 python3 tools/gpu/speed.py "$out/torch-speed.json" "${models[@]}" 2>> "$out/torch-speed.log"
+python3 - "$out" "$gpu" "${models[@]}" <<'PY' | tee "$out/speed.md"
+import json, os, sys
+out, gpu, models = sys.argv[1], sys.argv[2], sys.argv[3:]
+torch = json.load(open(os.path.join(out, "torch-speed.json")))
+print(f"| model | atoll (sum of kernels) | PyTorch, CUDA graph (median, p10–p90) | atoll / PyTorch |")
+print(f"|---|---|---|---|")
+for mb in models:
+    m, _, b = mb.partition(":")
+    f = os.path.join(out, "profiles", gpu, f"{m}-bs{b}.json")
+    t = torch["models"].get(mb)
+    a = sum(k["durationUs"] for k in json.load(open(f))["kernels"]) if os.path.exists(f) else None
+    cell_a = f"{a/1000:.2f} ms" if a else "–"
+    cell_t = f"{t['medianUs']/1000:.2f} ms ({t['p10Us']/1000:.2f}–{t['p90Us']/1000:.2f})" if t else "–"
+    ratio = f"{a/t['medianUs']:.2f}×" if a and t else "–"
+    print(f"| {m} bs{b} | {cell_a} | {cell_t} | {ratio} |")
+print(f"\n{torch['device']}, PyTorch {torch['torch']}.")
+PY
