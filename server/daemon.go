@@ -218,6 +218,11 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	go func() { h.Wait(); close(waited) }()
 	select {
 	case <-waited:
+		// A handler's return precedes its response on the wire (net/http
+		// flushes after it): let the connections go idle before closing.
+		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = srv.Shutdown(ictx) // the listeners are closed already: only the wait matters
+		icancel()
 	case <-time.After(cfg.ShutdownTimeout):
 		log.Error("handlers still running after the engine closed; dropping their connections")
 	}

@@ -78,13 +78,18 @@ func TestEngineRefusesWhatCannotMeetItsDeadline(t *testing.T) {
 		c.Models[0].MaxQueue = 64
 	})
 	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
-	start := time.Now()
-	r0 := *req
-	if _, err := e.Infer(context.Background(), &r0); err != nil {
-		t.Fatal(err)
+	// The slowest of three: a busy CI machine must not make the deadline
+	// below what the queue ahead can meet.
+	var one time.Duration
+	for range 3 {
+		start := time.Now()
+		r0 := *req
+		if _, err := e.Infer(context.Background(), &r0); err != nil {
+			t.Fatal(err)
+		}
+		one = max(one, time.Since(start))
 	}
-	one := time.Since(start)
-	n := burst(t, e, req, 64, 8*one, func(err error) string {
+	n := burst(t, e, req, 64, 12*one, func(err error) string {
 		switch {
 		case errors.Is(err, server.ErrQueueFull) && strings.Contains(err.Error(), "deadline"):
 			return "predicted"
