@@ -75,7 +75,8 @@ type Config struct {
 	// Devices are the GPUs the daemon serves on: "0" (the default), a
 	// list "0,1,3", or "all" (every GPU the driver sees; on the simulator,
 	// one). With several, each GPU gets its own scheduler and a replica of
-	// every model, and requests go to the least busy (Fleet).
+	// every model, and requests go to the replica predicting the shortest
+	// latency (Fleet).
 	Devices string `yaml:"devices"`
 	// MaxActiveJobs bounds the jobs queued or running at once; a job
 	// submitted beyond it is refused with 429 and Retry-After.

@@ -8,18 +8,20 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Fleet is one Engine over several: one per GPU of a node, each with its own
 // device, scheduler loop and copy (replica) of every served model. It
-// routes each request to the ready replica with the fewest requests in
-// flight, runs a request again on another replica when the one it went to
+// routes each request to the ready replica that predicts the shortest
+// latency (requests in flight times its recent latency per request), runs a request again on another replica when the one it went to
 // fails or stops (inference is idempotent), places a job on the engine
 // with the fewest active jobs, and names jobs by engine ("gpu1/job-3").
 // Every method is safe for concurrent use.
 type Fleet struct {
 	engines  []Engine
 	inflight []atomic.Int64
+	latency  []atomic.Int64 // moving average of a served request's latency, ns (0: none yet)
 	rerouted atomic.Uint64
 	models   []ModelInfo      // every model, in first-served order
 	byModel  map[string][]int // engines serving each model
@@ -64,7 +66,7 @@ func NewFleet(engines []Engine) (*Fleet, error) {
 	if len(engines) == 0 {
 		return nil, fmt.Errorf("%w: a fleet needs at least one engine", ErrConfig)
 	}
-	f := &Fleet{engines: engines, inflight: make([]atomic.Int64, len(engines)), byModel: map[string][]int{}, stop: make(chan struct{})}
+	f := &Fleet{engines: engines, inflight: make([]atomic.Int64, len(engines)), latency: make([]atomic.Int64, len(engines)), byModel: map[string][]int{}, stop: make(chan struct{})}
 	f.jobs.byID = map[string]*fleetJob{}
 	first := map[string]ModelInfo{}
 	for i, e := range engines {
@@ -122,19 +124,49 @@ func (f *Fleet) Ready() bool {
 	return false
 }
 
-// pick is the ready engine among those serving model with the fewest
-// requests in flight, not in tried; -1 when none.
+// pick is the ready engine among those serving model, not in tried, that
+// predicts the shortest latency for one more request: its requests in
+// flight plus this one, times its recent latency per request (so a GPU
+// slowed by its BE work, or by a longer queue, gets fewer). An engine that
+// has served nothing yet is taken to be as fast as the fastest that has;
+// ties go to the fewer in flight, then the lower index. -1 when none.
 func (f *Fleet) pick(model string, tried []bool) int {
-	best := -1
+	var fastest int64
+	for _, i := range f.byModel[model] {
+		if l := f.latency[i].Load(); l > 0 && (fastest == 0 || l < fastest) {
+			fastest = l
+		}
+	}
+	best, bestCost, bestN := -1, int64(0), int64(0)
 	for _, i := range f.byModel[model] {
 		if tried[i] || !f.engines[i].Ready() {
 			continue
 		}
-		if best < 0 || f.inflight[i].Load() < f.inflight[best].Load() {
-			best = i
+		n, l := f.inflight[i].Load(), f.latency[i].Load()
+		if l == 0 {
+			l = fastest
+		}
+		cost := (n + 1) * l
+		if best < 0 || cost < bestCost || (cost == bestCost && n < bestN) {
+			best, bestCost, bestN = i, cost, n
 		}
 	}
 	return best
+}
+
+// observe folds a served request's latency into engine i's moving average
+// (weight 1/8 for the newest; the first sets it).
+func (f *Fleet) observe(i int, d time.Duration) {
+	for {
+		old := f.latency[i].Load()
+		v := int64(d)
+		if old > 0 {
+			v = old + (int64(d)-old)/8
+		}
+		if f.latency[i].CompareAndSwap(old, max(v, 1)) {
+			return
+		}
+	}
 }
 
 // Infer implements Engine.
@@ -157,8 +189,12 @@ func (f *Fleet) Infer(ctx context.Context, req *InferRequest) (*InferResult, err
 		tried[i] = true
 		f.inflight[i].Add(1)
 		r := *req
+		start := time.Now()
 		res, err := f.engines[i].Infer(ctx, &r)
 		f.inflight[i].Add(-1)
+		if err == nil {
+			f.observe(i, time.Since(start))
+		}
 		if err == nil || !rerouteable(err) || ctx.Err() != nil {
 			return res, err
 		}

@@ -380,3 +380,39 @@ func clients(t *testing.T, e server.Engine, req *server.InferRequest, n, each in
 	wg.Wait()
 	return failed.Load()
 }
+
+// slowEngine counts the requests an engine was given and adds delay to
+// each: a replica on a slower (busier) GPU.
+type slowEngine struct {
+	server.Engine
+	delay time.Duration
+	n     atomic.Int32
+}
+
+func (c *slowEngine) Infer(ctx context.Context, req *server.InferRequest) (*server.InferResult, error) {
+	c.n.Add(1)
+	time.Sleep(c.delay)
+	return c.Engine.Infer(ctx, req)
+}
+
+// TestFleetRoutesAroundABusyGPU: two replicas, one 20 ms slower per request
+// (a GPU busy with other work). Four closed-loop clients send most of their
+// requests to the fast one: the fleet predicts each replica's latency from
+// its requests in flight and its recent latency per request. (On the
+// simulator a BE job's slowdown is hidden by the CPU that computes the
+// outputs, so the slowness is added here.)
+func TestFleetRoutesAroundABusyGPU(t *testing.T) {
+	leakCheck(t)
+	e0 := &slowEngine{Engine: newTestEngine(t, nil), delay: 20 * time.Millisecond}
+	e1 := &slowEngine{Engine: newTestEngine(t, nil)}
+	f := newFleet(t, e0, e1)
+	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
+	if n := clients(t, f, req, 4, 10); n != 0 {
+		t.Fatalf("%d requests failed", n)
+	}
+	n0, n1 := e0.n.Load(), e1.n.Load()
+	t.Logf("requests: slow replica %d, fast replica %d", n0, n1)
+	if n0+n1 != 40 || n1 < 3*n0 {
+		t.Errorf("slow replica got %d requests, fast one %d: want most on the fast one", n0, n1)
+	}
+}
