@@ -248,7 +248,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		// a default that would time this GPU with another's profiles.
 		name, err := cudaGPUName(cfg.Ordinal)
 		if err != nil {
-			return nil, fmt.Errorf("%w: backend cuda: %w (use backend sim without a GPU)", ErrConfig, err)
+			return nil, fmt.Errorf("%w: backend cuda: %w (without a GPU: --backend sim, or backend: sim in the config)", ErrConfig, err)
 		}
 		cfg.GPU = name
 	}

@@ -44,6 +44,8 @@ var newEngine = func(ctx context.Context, cfg server.Config, log *slog.Logger) (
 		if inv, err := cuda.Inventory(); err == nil {
 			available = len(inv)
 		}
+	} else if strings.TrimSpace(cfg.Devices) == "all" {
+		log.Info(`--devices all on the simulator: one simulated GPU (name devices, e.g. --devices 0,1, for several; --backend cuda for the real GPUs)`)
 	}
 	return server.NewEngines(ctx, cfg, available)
 }
