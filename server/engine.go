@@ -117,6 +117,9 @@ type InferRequest struct {
 	Outputs []string // requested output names; empty = all
 	// Arrived is when the HTTP layer accepted the request (for queue time).
 	Arrived time.Time
+	// checked: a decoder has run checkAgainst on it with the model's
+	// metadata, so the engine does not run it again.
+	checked bool
 }
 
 // InferResult is a finished request.

@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	"atoll/kernels"
@@ -32,29 +31,21 @@ func engShape(s []int) []int64 {
 	return out
 }
 
-// check validates req's inputs against the model and builds the input
-// bundle.
+// check validates req against the model — its names, datatypes and shapes
+// with checkAgainst (unless a decoder has), then its values — and builds the
+// input bundle.
 func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
+	if !req.checked {
+		if err := checkAgainst(m.info, req.Inputs, req.Outputs); err != nil {
+			return nil, err
+		}
+	}
 	if m.nchw != nil {
 		return m.checkNCHW(req)
 	}
 	b := &models.Bundle{}
-	seen := map[string]bool{}
 	for _, t := range req.Inputs {
-		ti, ok := findTensor(m.info.Inputs, t.Name)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s has no input %q; its inputs are %s", ErrBadInput, m.info.Name, t.Name, tensorNames(m.info.Inputs))
-		}
-		if seen[t.Name] {
-			return nil, fmt.Errorf("%w: input %q given twice", ErrBadInput, t.Name)
-		}
-		seen[t.Name] = true
-		if t.Datatype != ti.Datatype {
-			return nil, fmt.Errorf("%w: input %q is %s, not %s", ErrBadInput, t.Name, ti.Datatype, t.Datatype)
-		}
-		if !slices.Equal(t.Shape, ti.Shape) {
-			return nil, fmt.Errorf("%w: input %q has shape %v; %s takes %v (batch %d)", ErrBadInput, t.Name, t.Shape, m.info.Name, ti.Shape, m.graph.Batch)
-		}
+		ti, _ := findTensor(m.info.Inputs, t.Name)
 		n := 1
 		for _, d := range ti.Shape {
 			n *= int(d)
@@ -85,16 +76,6 @@ func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
 			}
 		}
 		b.Add(models.NewData(t.Name, gt.DType, gt.Shape, t.Data))
-	}
-	for _, ti := range m.info.Inputs {
-		if !seen[ti.Name] {
-			return nil, fmt.Errorf("%w: input %q (%s %v) is missing", ErrBadInput, ti.Name, ti.Datatype, ti.Shape)
-		}
-	}
-	for _, o := range req.Outputs {
-		if _, ok := findTensor(m.info.Outputs, o); !ok {
-			return nil, fmt.Errorf("%w: %s has no output %q; its outputs are %s", ErrBadInput, m.info.Name, o, tensorNames(m.info.Outputs))
-		}
 	}
 	return b, nil
 }
@@ -130,21 +111,12 @@ func (m *engModel) checkRaw(t Tensor, gt models.Tensor, n int) (*models.Data, er
 	return d, nil
 }
 
-// checkNCHW is check for an imported model: one float32 image [N, C, H, W]
-// under the file's input name, transposed into the graph's NHWC input.
+// checkNCHW is check's value part for an imported model: one float32 image
+// [N, C, H, W] under the file's input name, transposed into the graph's
+// NHWC input.
 func (m *engModel) checkNCHW(req *InferRequest) (*models.Bundle, error) {
 	ti, io := m.info.Inputs[0], m.nchw
-	if len(req.Inputs) != 1 || req.Inputs[0].Name != ti.Name {
-		var names []string
-		for _, t := range req.Inputs {
-			names = append(names, t.Name)
-		}
-		return nil, fmt.Errorf("%w: %s takes one input, %q (FP32 %v, NCHW as the ONNX file has it); got %q", ErrBadInput, m.info.Name, ti.Name, ti.Shape, names)
-	}
-	t := req.Inputs[0]
-	if t.Datatype != ti.Datatype || !slices.Equal(t.Shape, ti.Shape) {
-		return nil, fmt.Errorf("%w: input %q is %s %v; %s takes %s %v (NCHW, batch %d)", ErrBadInput, t.Name, t.Datatype, t.Shape, m.info.Name, ti.Datatype, ti.Shape, m.graph.Batch)
-	}
+	t := req.Inputs[0] // checkAgainst: the one input, named, typed and shaped as ti
 	n, c, h, w := m.graph.Batch, io.C, io.H, io.W
 	vals := t.Data
 	if t.Raw != nil { // the binary extension's bytes, little-endian float32
@@ -168,11 +140,6 @@ func (m *engModel) checkNCHW(req *InferRequest) (*models.Bundle, error) {
 					nhwc[((b*h+y)*w+x)*c+ch] = v
 				}
 			}
-		}
-	}
-	for _, o := range req.Outputs {
-		if o != m.info.Outputs[0].Name {
-			return nil, fmt.Errorf("%w: %s has no output %q; its output is %q", ErrBadInput, m.info.Name, o, m.info.Outputs[0].Name)
 		}
 	}
 	gt, _ := m.graph.Tensor(m.graph.Inputs[0])

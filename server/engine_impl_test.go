@@ -586,7 +586,7 @@ func TestEngineServesAnONNXFile(t *testing.T) {
 	// The zoo's NHWC input is not what this model takes.
 	bad := *req
 	bad.Inputs = []server.Tensor{{Name: "input", Datatype: "BF16", Shape: []int64{1, 8, 8, 3}, Data: nhwc}}
-	if _, err := e.Infer(context.Background(), &bad); !errors.Is(err, server.ErrBadInput) || !strings.Contains(err.Error(), `takes one input, "x"`) {
+	if _, err := e.Infer(context.Background(), &bad); !errors.Is(err, server.ErrBadInput) || !strings.Contains(err.Error(), `inputs are "x"`) {
 		t.Errorf("an NHWC request: %v, want ErrBadInput naming x", err)
 	}
 }

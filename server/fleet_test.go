@@ -395,7 +395,7 @@ func (c *slowEngine) Infer(ctx context.Context, req *server.InferRequest) (*serv
 	return c.Engine.Infer(ctx, req)
 }
 
-// TestFleetRoutesAroundABusyGPU: two replicas, one 20 ms slower per request
+// TestFleetRoutesAroundABusyGPU: two replicas, one much slower per request
 // (a GPU busy with other work). Four closed-loop clients send most of their
 // requests to the fast one: the fleet predicts each replica's latency from
 // its requests in flight and its recent latency per request. (On the
@@ -403,10 +403,21 @@ func (c *slowEngine) Infer(ctx context.Context, req *server.InferRequest) (*serv
 // outputs, so the slowness is added here.)
 func TestFleetRoutesAroundABusyGPU(t *testing.T) {
 	leakCheck(t)
-	e0 := &slowEngine{Engine: newTestEngine(t, nil), delay: 20 * time.Millisecond}
 	e1 := &slowEngine{Engine: newTestEngine(t, nil)}
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e1, "tiny"), 1)
+	// Slower by ten times a request's own latency here (at least 20 ms), so
+	// that the difference holds on a slow machine and under -race.
+	var base time.Duration
+	for range 3 {
+		start := time.Now()
+		r := *req
+		if _, err := e1.Engine.Infer(context.Background(), &r); err != nil {
+			t.Fatal(err)
+		}
+		base = max(base, time.Since(start))
+	}
+	e0 := &slowEngine{Engine: newTestEngine(t, nil), delay: max(20*time.Millisecond, 10*base)}
 	f := newFleet(t, e0, e1)
-	req, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
 	if n := clients(t, f, req, 4, 10); n != 0 {
 		t.Fatalf("%d requests failed", n)
 	}

@@ -302,6 +302,7 @@ func grpcInferRequest(req *pb.ModelInferRequest, info ModelInfo, prio PriorityCo
 	if err := checkAgainst(info, ir.Inputs, ir.Outputs); err != nil {
 		return fail(err)
 	}
+	ir.checked = len(info.Inputs) > 0
 	return ir, nil
 }
 

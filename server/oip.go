@@ -325,14 +325,24 @@ func priorityParam(params map[string]json.RawMessage) (int64, error) {
 	return v, nil
 }
 
-// checkAgainst checks a request's inputs and requested outputs against the
-// model's metadata, when the model publishes it.
+// checkAgainst is the one check of a request's inputs and requested
+// outputs against the model's metadata (when the model publishes it):
+// every input named once and known, of the model's datatype and shape (-1
+// is any size), every requested output known. The decoders run it on what
+// they decode (and mark the request checked); the engine runs it on a
+// request that did not come through them. Values (finite floats, integer
+// ranges) are the engine's to check.
 func checkAgainst(info ModelInfo, inputs []Tensor, outputs []string) error {
 	if len(info.Inputs) > 0 {
 		if len(inputs) != len(info.Inputs) {
 			return badInput("model %q takes %d inputs (%s), the request has %d", info.Name, len(info.Inputs), tensorNames(info.Inputs), len(inputs))
 		}
-		for _, t := range inputs {
+		for i, t := range inputs {
+			for _, u := range inputs[:i] {
+				if u.Name == t.Name {
+					return badInput("input %q appears twice; send each input once", t.Name)
+				}
+			}
 			ti, ok := findTensor(info.Inputs, t.Name)
 			if !ok {
 				return badInput("model %q has no input %q; its inputs are %s", info.Name, t.Name, tensorNames(info.Inputs))
@@ -477,6 +487,7 @@ func buildInferWith(rj *inferRequestJSON, tensorOf func(i int) (Tensor, error), 
 	if err := checkAgainst(info, req.Inputs, req.Outputs); err != nil {
 		return nil, rj.ID, class, err
 	}
+	req.checked = len(info.Inputs) > 0 // the model published what to check against
 	return req, rj.ID, class, nil
 }
 
