@@ -51,7 +51,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	hostCost := fs.Duration("sim-launch-cost", 0, "simulator: host time each launch takes (the GPU reports' hostUsPerLaunch is the measured figure)")
+	hostCost := fs.Duration("sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
 	var files []string
 	for rest := args; ; {
 		if err := parse(fs, rest); err != nil {
