@@ -244,29 +244,24 @@ func act(x float64, a Act) float64 {
 // whatever the split.
 func refGEMM(a, b, bias, resid []float64, batch, m, n, k int, ac Act) []float64 {
 	c := make([]float64, batch*m*n)
-	eachRow(batch*m, m*n*k, func(r int) {
-		z, i := r/m, r%m
-		A, B := a[z*m*k:], b[z*k*n:]
-		row := c[r*n : (r+1)*n]
-		for p := 0; p < k; p++ {
-			av := A[i*k+p]
-			brow := B[p*n : (p+1)*n]
-			for j := range row {
-				row[j] += av * brow[j]
-			}
-		}
-		for j := range row {
-			v := row[j]
-			if bias != nil {
-				v += bias[j]
-			}
-			if resid != nil {
-				v += resid[r*n+j]
-			}
-			row[j] = act(v, ac)
-		}
-	})
+	for z := range batch {
+		matmul(c[z*m*n:][:m*n], a[z*m*k:][:m*k], b[z*k*n:][:k*n], m, n, k)
+	}
+	epilogue(c, n, bias, resid, ac)
 	return c
+}
+
+// epilogue applies bias (per column of n), residual and activation in place.
+func epilogue(c []float64, n int, bias, resid []float64, ac Act) {
+	for i, v := range c {
+		if bias != nil {
+			v += bias[i%n]
+		}
+		if resid != nil {
+			v += resid[i]
+		}
+		c[i] = act(v, ac)
+	}
 }
 
 // eachRow calls row(r) for r in [0, rows), split across the CPUs when the
@@ -316,42 +311,32 @@ func (g convGeom) taps(yield func(out, in, tap int)) {
 }
 
 // refConvFwd: Y[n][oy][ox][o] = act(sum X[n][iy][ix][c] W[r][s][c][o] + bias[o] + resid).
-// Output rows are split across the CPUs; each output sums its taps in the
-// same order as one goroutine would, so the result does not depend on the
-// split.
+// The implicit GEMM made explicit: the patches (im2col; zeros in the
+// padding) times the weights [R·S·C][O], so each output sums its taps in
+// (r, s) order, channels in order. A padding tap adds 0·w = ±0, which leaves
+// every finite sum as it was.
 func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
-	y := make([]float64, g.n*g.oh*g.ow*g.oc)
-	eachRow(g.n*g.oh, g.oh*g.ow*g.oc*g.c*g.r*g.s, func(row int) {
-		n, oy := row/g.oh, row%g.oh
-		for ox := 0; ox < g.ow; ox++ {
-			o := y[(row*g.ow+ox)*g.oc:][:g.oc]
-			for ry := 0; ry < g.r; ry++ {
-				for sx := 0; sx < g.s; sx++ {
-					iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
-					if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
-						continue
-					}
-					in, tap := (n*g.h+iy)*g.w+ix, ry*g.s+sx
-					for c := 0; c < g.c; c++ {
-						xv := x[in*g.c+c]
-						wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
-						for k := range o {
-							o[k] += xv * wrow[k]
+	rows, kk := g.n*g.oh*g.ow, g.r*g.s*g.c
+	patches := make([]float64, rows*kk)
+	for n := 0; n < g.n; n++ {
+		for oy := 0; oy < g.oh; oy++ {
+			for ox := 0; ox < g.ow; ox++ {
+				prow := patches[((n*g.oh+oy)*g.ow+ox)*kk:][:kk]
+				for ry := 0; ry < g.r; ry++ {
+					for sx := 0; sx < g.s; sx++ {
+						iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
+						if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
+							continue
 						}
+						copy(prow[(ry*g.s+sx)*g.c:][:g.c], x[((n*g.h+iy)*g.w+ix)*g.c:])
 					}
 				}
 			}
 		}
-	})
-	for i, v := range y {
-		if bias != nil {
-			v += bias[i%g.oc]
-		}
-		if resid != nil {
-			v += resid[i]
-		}
-		y[i] = act(v, a)
 	}
+	y := make([]float64, rows*g.oc)
+	matmul(y, patches, w, rows, g.oc, kk)
+	epilogue(y, g.oc, bias, resid, a)
 	return y
 }
 
