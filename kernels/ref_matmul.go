@@ -16,6 +16,12 @@ const matmulKC = 256
 // blocking changes which element is computed when, not how, so the result
 // is the same bit for bit on every build.
 
+// MatMul is the CPU reference's matrix product (matmul): c = a·b for
+// row-major a (m×k) and b (k×n) into a zeroed c, each element summed in
+// the plain loop's order, so it is the same bit for bit as
+// `for p := range k { v += a[i][p]*b[p][j] }` from zero.
+func MatMul(c, a, b []float64, m, n, k int) { matmul(c, a, b, m, n, k) }
+
 // matmulTiled is matmul in tiles of 4 rows × 8 columns run by tile (the
 // vector micro-kernel) over K blocks, the rest element by element; column
 // tiles are split across the CPUs.

@@ -238,35 +238,43 @@ func refAttention(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 	d := h / heads
 	at := func(part, tok, head, j int) float64 { return qkv[tok*3*h+part*h+head*d+j] }
 	switch l.Glue {
+	// Per (sequence, head): the operands gathered into contiguous matrices
+	// and multiplied by kernels.MatMul, which sums in the plain loop's
+	// order (over d for the scores, over the keys for the context).
 	case GlueAttnScores:
 		scale := 1 / math.Sqrt(float64(d))
 		out := make([]float64, batch*seq*seq)
+		q, kt := make([]float64, seq*d), make([]float64, d*seq)
 		for b := range batch {
 			img, head := b/heads, b%heads
 			for i := range seq {
-				for j := range seq {
-					s := 0.0
-					for k := range d {
-						s += at(0, img*seq+i, head, k) * at(1, img*seq+j, head, k)
-					}
-					out[(b*seq+i)*seq+j] = s * scale
+				for k := range d {
+					q[i*d+k] = at(0, img*seq+i, head, k)
+					kt[k*seq+i] = at(1, img*seq+i, head, k)
 				}
+			}
+			s := out[b*seq*seq:][:seq*seq]
+			kernels.MatMul(s, q, kt, seq, seq, d)
+			for i := range s {
+				s[i] *= scale
 			}
 		}
 		return [][]float64{out}, nil
 	default: // context: P·V, heads merged
 		p := vals[l.In[0]]
 		out := make([]float64, tokens*h)
+		v, c := make([]float64, seq*d), make([]float64, seq*d)
 		for b := range batch {
 			img, head := b/heads, b%heads
-			for i := range seq {
+			for j := range seq {
 				for k := range d {
-					s := 0.0
-					for j := range seq {
-						s += p[(b*seq+i)*seq+j] * at(2, img*seq+j, head, k)
-					}
-					out[(img*seq+i)*h+head*d+k] = s
+					v[j*d+k] = at(2, img*seq+j, head, k)
 				}
+			}
+			clear(c)
+			kernels.MatMul(c, p[b*seq*seq:][:seq*seq], v, seq, d, seq)
+			for i := range seq {
+				copy(out[(img*seq+i)*h+head*d:][:d], c[i*d:][:d])
 			}
 		}
 		return [][]float64{out}, nil
