@@ -1,12 +1,13 @@
 package server
 
 import (
-	"atoll/sched"
 	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"atoll/sched"
 )
 
 // fakeEngine is an Engine for the HTTP layer's tests. Infer doubles its

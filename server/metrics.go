@@ -1,9 +1,10 @@
 package server
 
 import (
-	"atoll/sched"
 	"strconv"
 	"time"
+
+	"atoll/sched"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
