@@ -101,6 +101,12 @@ type Report struct {
 	// record), from the run's wall clock: the real cost on a GPU; on the
 	// simulator it is the Go code's own cost, not a model figure.
 	HostUsPerLaunch float64 `json:"hostUsPerLaunch"`
+	// HostPerLaunch splits the driver's host time per launch, in µs: the
+	// launch itself (up to the device's Launch call — binding —, the call,
+	// and after it — the event Record —, which add up to HostUsPerLaunch)
+	// and the polls for completions (with the event queries they made per
+	// launch).
+	HostPerLaunch *HostSplit `json:"hostPerLaunch,omitempty"`
 	WallSec         float64 `json:"wallSec"`
 }
 
@@ -321,4 +327,14 @@ func causeOrder(rs []*Report) []string {
 		}
 	}
 	return nil
+}
+
+// HostSplit is the driver's host time per launch by part, in µs, and the
+// event queries its polls made per launch (Report.HostPerLaunch).
+type HostSplit struct {
+	BindUs   float64 `json:"bindUs"`
+	LaunchUs float64 `json:"launchUs"`
+	RecordUs float64 `json:"recordUs"`
+	PollUs   float64 `json:"pollUs"`
+	Queries  float64 `json:"queries"`
 }

@@ -309,7 +309,12 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
 	if tr.Launches > 0 {
-		r.HostUsPerLaunch = round3(float64(tr.LaunchHost) / float64(tr.Launches) / 1e3)
+		n := float64(tr.Launches)
+		us := func(d time.Duration) float64 { return round3(float64(d) / n / 1e3) }
+		r.HostUsPerLaunch = us(tr.LaunchHost)
+		h := tr.Host
+		r.HostPerLaunch = &HostSplit{BindUs: us(h.Bind), LaunchUs: us(h.Launch), RecordUs: us(h.Record), PollUs: us(h.Poll),
+			Queries: round3(float64(h.Queries) / n)}
 	}
 	r.Finish()
 	return r

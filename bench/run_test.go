@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,12 @@ func TestSuiteRunsEveryPolicy(t *testing.T) {
 		}
 		if r.Launches == 0 || r.HostUsPerLaunch <= 0 {
 			t.Errorf("%s: %d launches, host time per launch %v µs: the driver's launch cost went unmeasured", r.Policy, r.Launches, r.HostUsPerLaunch)
+		}
+		// The parts of a launch add up to the whole (up to rounding), and
+		// every launch's event was queried at least once.
+		if h := r.HostPerLaunch; h == nil || h.LaunchUs <= 0 || h.PollUs <= 0 || h.Queries < 1 ||
+			math.Abs(h.BindUs+h.LaunchUs+h.RecordUs-r.HostUsPerLaunch) > 0.005 {
+			t.Errorf("%s: host time by part %+v, per launch %v µs: want parts that add up and every event queried", r.Policy, h, r.HostUsPerLaunch)
 		}
 		if r.Policy == "dedicated" {
 			if *r.P99Overhead != 0 || r.BEWorkPerSec != 0 {

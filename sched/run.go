@@ -91,8 +91,10 @@ type Trace struct {
 	// LaunchHost is the host (wall) time the driver spent making launches
 	// — binding, the device's Launch and the event Record — over the whole
 	// run. On a real GPU, LaunchHost/Launches is the host cost of one
-	// launch (the simulator's HostLaunchCost models it).
+	// launch (the simulator's HostLaunchCost models it). Host splits it,
+	// and adds the polls.
 	LaunchHost time.Duration
+	Host       HostTime
 	Stats      Stats // the core's counters over the whole run
 	// BlameByKernel sums, per BE kernel ("model/layer"), the delay of the
 	// measured HP requests' kernels that ran beside it (co-run, drain and
@@ -101,6 +103,23 @@ type Trace struct {
 	// KernelSpans is, per HP client and kernel, the median device span
 	// over the measured requests (Options.RecordSpans).
 	KernelSpans [][]time.Duration
+}
+
+// HostTime is where the driver's host (wall) time went over a run, for
+// the host-launch path's cost on a real GPU (on the simulator it is the Go
+// code's own cost).
+type HostTime struct {
+	// The three parts of LaunchHost: up to the device's Launch call
+	// (Binder.Bind: the launch record, args and buffers), the call, and
+	// after it (the completion event taken and recorded, bookkeeping).
+	Bind   time.Duration
+	Launch time.Duration
+	Record time.Duration
+	// Poll is the time in polls for completions: an event Query per
+	// launch in flight at the head of its stream, and Time (and the done
+	// word) per completion; Queries counts the Query calls.
+	Poll    time.Duration
+	Queries int
 }
 
 // Window is the measured interval, Duration − Warmup.
@@ -460,12 +479,15 @@ func (d *driver) loop(ctx context.Context) error {
 
 // poll collects the completed launches into d.comps, in time order.
 func (d *driver) poll() (int, error) {
+	t0 := time.Now()
+	defer func() { d.trace.Host.Poll += time.Since(t0) }()
 	d.comps = d.comps[:0]
 	for _, s := range d.qorder {
 		q := d.queues[s]
 		n := 0
 		for ; n < len(q); n++ {
 			f := q[n]
+			d.trace.Host.Queries++
 			ok, err := d.dev.Query(f.ev)
 			if err != nil {
 				return 0, devErr(fmt.Sprintf("Query (event of L%d %s k%d)", f.l.ID, f.l.Client, f.l.Kernel), err)
@@ -593,7 +615,16 @@ func (d *driver) apply(dec Decision) error {
 func (d *driver) launch(l Launch) error {
 	what := func() string { return fmt.Sprintf("L%d %s k%d %s", l.ID, l.Client, l.Kernel, l.Form) }
 	t0 := time.Now()
-	defer func() { d.trace.LaunchHost += time.Since(t0) }()
+	var tLaunch, tRecord time.Time // the device's Launch call starts, returns
+	defer func() {
+		end := time.Now()
+		d.trace.LaunchHost += end.Sub(t0)
+		if !tRecord.IsZero() {
+			d.trace.Host.Bind += tLaunch.Sub(t0)
+			d.trace.Host.Launch += tRecord.Sub(tLaunch)
+			d.trace.Host.Record += end.Sub(tRecord)
+		}
+	}()
 	f := &dflight{l: l, stream: d.stream(l.Stream), raisedAt: -1}
 	req := BindRequest{Client: l.Client, Kernel: l.Kernel, Form: l.Form}
 	var err error
@@ -638,12 +669,14 @@ func (d *driver) launch(l Launch) error {
 	// The kernel may start as soon as the launch call is made: attribution
 	// counts the host's part up to here.
 	submitted := d.dev.Now()
+	tLaunch = time.Now()
 	if err := d.dev.Launch(f.stream, &gl); err != nil {
 		if f.done.Valid() {
 			d.words = append(d.words, f.done)
 		}
 		return devErr("Launch "+what(), err)
 	}
+	tRecord = time.Now()
 	if f.ev, err = d.event(); err != nil {
 		return err
 	}
