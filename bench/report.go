@@ -107,7 +107,7 @@ type Report struct {
 	// and the polls for completions (with the event queries they made per
 	// launch).
 	HostPerLaunch *HostSplit `json:"hostPerLaunch,omitempty"`
-	WallSec         float64 `json:"wallSec"`
+	WallSec       float64    `json:"wallSec"`
 }
 
 // CauseStat is one cause's share of the HP requests' delay: its mean and
