@@ -121,9 +121,15 @@ func TestEngineReopensTheDeviceAfterAFailure(t *testing.T) {
 // several points of a training job) fails that job with the error, and
 // every HP request across it is answered successfully — run again on the
 // reopened device where the failure caught it — and a later job runs.
+// With sticky, the fault poisons the device as a CUDA kernel fault poisons
+// its context: every call after the faulting launch fails, whatever it is.
 func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
-	for _, nth := range []int{1, 16} {
-		t.Run(fmt.Sprintf("nth=%d", nth), func(t *testing.T) {
+	for _, tc := range []struct {
+		nth    int
+		sticky bool
+	}{{1, false}, {16, false}, {1, true}, {16, true}, {64, true}} {
+		nth := tc.nth
+		t.Run(fmt.Sprintf("nth=%d/sticky=%v", nth, tc.sticky), func(t *testing.T) {
 			leakCheck(t)
 			var opened atomic.Int32
 			e := newTestEngine(t, func(c *server.EngineConfig) {
@@ -134,7 +140,12 @@ func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
 						return d
 					}
 					fd := faulty.New(d)
-					_ = fd.FailLaunch(func(l *gpu.Launch) bool { return strings.Contains(l.Name, "grad") }, nth)
+					grad := func(l *gpu.Launch) bool { return strings.Contains(l.Name, "grad") }
+					if tc.sticky {
+						_ = fd.Poison(grad, nth)
+					} else {
+						_ = fd.FailLaunch(grad, nth)
+					}
 					return fd
 				}
 			})

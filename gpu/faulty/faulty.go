@@ -55,6 +55,7 @@ type Device struct {
 		rules    []Rule
 		launches []launchRule
 		injected []InjectedError
+		poisoned bool // a Poison launch failed: every counted call fails
 	}
 }
 
@@ -101,9 +102,26 @@ func (f *Device) FailWhen(r Rule) {
 
 // launchRule fails the nth launch that pick selects.
 type launchRule struct {
-	pick func(*gpu.Launch) bool
-	nth  int
-	seen int
+	pick   func(*gpu.Launch) bool
+	nth    int
+	seen   int
+	poison bool // Poison: the device fails every call from this one on
+}
+
+// Poison makes the device fail the way a CUDA context does after a kernel
+// fault (an illegal address, a trap: on an H100 every later launch,
+// synchronization and allocation of the process returns the error): the
+// nth launch that pick selects (1-based) fails, and so does every counted
+// call after it, whatever its method. A new device (the engine reopening)
+// is not poisoned.
+func (f *Device) Poison(pick func(l *gpu.Launch) bool, nth int) error {
+	if pick == nil || nth < 1 {
+		return fmt.Errorf("faulty: Poison: want a pick function and nth >= 1")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.launches = append(f.mu.launches, launchRule{pick: pick, nth: nth, poison: true})
+	return nil
 }
 
 // FailLaunch makes Launch fail for the launches pick selects (by kernel
@@ -119,11 +137,11 @@ func (f *Device) FailLaunch(pick func(l *gpu.Launch) bool, nth int) error {
 	return nil
 }
 
-// ClearRules removes every rule; counters are kept.
+// ClearRules removes every rule and the poison; counters are kept.
 func (f *Device) ClearRules() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.mu.rules, f.mu.launches = nil, nil
+	f.mu.rules, f.mu.launches, f.mu.poisoned = nil, nil, false
 }
 
 // Calls is the number of counted calls so far.
@@ -154,6 +172,11 @@ func (f *Device) enter(method string) error {
 	f.mu.calls++
 	f.mu.perName[method]++
 	call, nth := f.mu.calls, f.mu.perName[method]
+	if f.mu.poisoned {
+		e := InjectedError{Method: method, Call: call}
+		f.mu.injected = append(f.mu.injected, e)
+		return &e
+	}
 	for _, r := range f.mu.rules {
 		if r(method, call, nth) {
 			e := InjectedError{Method: method, Call: call}
@@ -291,6 +314,7 @@ func (f *Device) launchFault(l *gpu.Launch) error {
 		}
 		r.seen++
 		if r.nth == 0 || r.seen == r.nth {
+			f.mu.poisoned = f.mu.poisoned || r.poison
 			e := InjectedError{Method: "Launch", Call: f.mu.calls}
 			f.mu.injected = append(f.mu.injected, e)
 			return &e

@@ -353,3 +353,33 @@ func TestFailLaunchPicksByKernel(t *testing.T) {
 		t.Error("FailLaunch(nil) accepted")
 	}
 }
+
+// Poison: calls pass until the picked launch, which fails with every call
+// after it, whatever the method; ClearRules lifts it.
+func TestPoisonFailsEverythingAfter(t *testing.T) {
+	inner := newFake()
+	f := New(inner)
+	if err := f.Poison(func(l *gpu.Launch) bool { return l.Name == "be" }, 2); err != nil {
+		t.Fatal(err)
+	}
+	var errs []bool
+	for _, name := range []string{"be", "hp", "be", "hp"} {
+		errs = append(errs, f.Launch(1, &gpu.Launch{Name: name}) != nil)
+	}
+	if want := []bool{false, false, true, true}; !slices.Equal(errs, want) {
+		t.Errorf("failed launches %v, want %v (from the second \"be\" on)", errs, want)
+	}
+	if _, err := f.NewEvent(); !errors.Is(err, ErrInjected) {
+		t.Errorf("NewEvent after the poison: %v, want an injected error", err)
+	}
+	if _, err := f.Alloc(16); !errors.Is(err, gpu.ErrDriver) {
+		t.Errorf("Alloc after the poison: %v, want a driver error", err)
+	}
+	f.ClearRules()
+	if err := f.Launch(1, &gpu.Launch{Name: "hp"}); err != nil {
+		t.Errorf("after ClearRules: %v", err)
+	}
+	if err := f.Poison(func(*gpu.Launch) bool { return true }, 0); err == nil {
+		t.Error("Poison at launch 0 accepted")
+	}
+}
