@@ -497,6 +497,14 @@ func spec(op Op) (*kspec, error) {
 			}
 			a.I32(b2i(o.Max))
 		}
+	case Fault:
+		if o.Kind != FaultTrap && o.Kind != FaultAddress {
+			return nil, shapeErr(op, "unknown fault kind %v", o.Kind)
+		}
+		k.noSync = true
+		k.family, k.param, k.body = "misc", "FaultP", "body_fault"
+		k.tensors = []TensorSpec{{Name: "x", DType: F32, Elems: 1, Role: Output}}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) { a.Ptr(p[0]).I32(int32(o.Kind)) }
 	case Reduce:
 		if o.Name != "mean" && o.Name != "sum" {
 			return nil, fmt.Errorf("%w: reduce %q has no kernel (have mean, sum)", ErrUnsupported, o.Name)

@@ -85,6 +85,9 @@ type Config struct {
 	// predicted to queue longer than this (the queue ahead × the model's
 	// measured time per request); 0: only request_timeout bounds it.
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay"`
+	// FaultDrill makes one BE kernel launch fault on purpose (fault drills:
+	// docs/daemon.md); absent: off.
+	FaultDrill FaultDrill `yaml:"fault_drill,omitempty"`
 }
 
 // ModelConfig is one served model.
@@ -269,6 +272,12 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return bad("shutdown_timeout", "%v; must be > 0 (e.g. 15s)", c.ShutdownTimeout)
 	}
+	if c.FaultDrill.BELaunch < 0 {
+		return bad("fault_drill.be_launch", "%d; want the 1-based BE launch to fault, or 0 (off)", c.FaultDrill.BELaunch)
+	}
+	if _, err := c.FaultDrill.kind(); err != nil {
+		return bad("fault_drill.kind", "%q; want trap or address", c.FaultDrill.Kind)
+	}
 	if c.Restarts < 0 {
 		return bad("restarts", "%d; must be >= 0 (0: never reopen the device after a failure)", c.Restarts)
 	}
@@ -306,7 +315,8 @@ func (c *Config) Validate() error {
 // Engine is the engine configuration this daemon configuration asks for.
 func (c Config) Engine() EngineConfig {
 	ec := EngineConfig{Backend: c.Backend, GPU: c.GPU, Policy: c.Policy, Drain: c.ShutdownTimeout,
-		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff, MaxActiveJobs: c.MaxActiveJobs, MaxQueueDelay: c.MaxQueueDelay}
+		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff, MaxActiveJobs: c.MaxActiveJobs, MaxQueueDelay: c.MaxQueueDelay,
+		FaultDrill: c.FaultDrill}
 	for _, m := range c.Models {
 		zoo := m.Zoo
 		if zoo == "" {

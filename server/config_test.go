@@ -98,6 +98,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"hp_max", "priority:\n  levels: 2\n  hp_max: 3\n", []string{"priority.hp_max"}},
 		{"body_limit", "body_limit: 10\n", []string{"body_limit"}},
 		{"request_timeout", "request_timeout: -1s\n", []string{"request_timeout"}},
+		{"fault_drill kind", "fault_drill:\n  be_launch: 3\n  kind: segv\n", []string{"fault_drill.kind", "trap or address"}},
+		{"fault_drill launch", "fault_drill:\n  be_launch: -1\n", []string{"fault_drill.be_launch"}},
 		{"shutdown_timeout", "shutdown_timeout: 0s\n", []string{"shutdown_timeout"}},
 		{"restarts", "restarts: -1\n", []string{"restarts", ">= 0"}},
 		{"restart_backoff", "restarts: 2\nrestart_backoff: 0s\n", []string{"restart_backoff"}},

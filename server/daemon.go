@@ -139,6 +139,9 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		go func() { serveErr <- srv.Serve(ln) }()
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "backend", cfg.Backend, "policy", cfg.Policy, "models", len(eng.Models()))
+	if d := cfg.FaultDrill; d.BELaunch > 0 {
+		log.Warn("fault drill: BE kernel launch number "+fmt.Sprint(d.BELaunch)+" will fault on purpose (fault_drill in the configuration; remove it outside drills)", "kind", d.Kind)
+	}
 	if !isLoopback(ln.Addr()) {
 		switch open := openGroups(restricted); {
 		case len(open) > 0:

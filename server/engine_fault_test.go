@@ -204,3 +204,56 @@ func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultDrill: with fault_drill, the chosen BE launch runs the fault
+// kernel, which poisons the simulated device as a kernel fault poisons a
+// CUDA context; the job ends failed naming it, no HP request fails, the
+// engine reopens the device once, and the drill does not fire again.
+func TestFaultDrill(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, func(c *server.EngineConfig) {
+		c.Virtual = false
+		c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
+		c.FaultDrill = server.FaultDrill{BELaunch: 40}
+	})
+	job, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				if st, _ := e.Job(job.ID); !st.Ended.IsZero() && e.Ready() && i > 20 {
+					return
+				}
+				r := *req
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				if _, err := e.Infer(ctx, &r); err != nil {
+					failed.Add(1)
+					t.Errorf("HP request across the drill: %v", err)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	st := waitJob(t, e, job.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() })
+	if st.State != server.JobFailed || !strings.Contains(st.Error, "fault_trap") {
+		t.Errorf("the drilled job: %+v, want failed naming the fault kernel", st)
+	}
+	if n := e.Stats().Restarts; n != 1 || failed.Load() != 0 {
+		t.Errorf("restarts %d, failed HP requests %d: want one reopen and none failed", n, failed.Load())
+	}
+	next, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := waitJob(t, e, next.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() }); st.State != server.JobDone {
+		t.Errorf("a job after the drill: %+v, want done (the drill fires once)", st)
+	}
+}

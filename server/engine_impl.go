@@ -76,6 +76,9 @@ type EngineConfig struct {
 	// WrapDevice, when set, wraps the opened device (fault injection in
 	// tests: gpu/faulty).
 	WrapDevice func(gpu.Device) gpu.Device
+	// FaultDrill, when set, makes one BE kernel launch fault on purpose
+	// (drills only).
+	FaultDrill FaultDrill
 	// Restarts is how many times the engine reopens the device after the
 	// scheduler loop stopped on a device error (0: never; the engine then
 	// stays failed until the daemon restarts). Requests and job runs in
@@ -199,6 +202,8 @@ type engineImpl struct {
 	ocfg    sched.OnlineConfig
 	cancel  context.CancelFunc
 	stopped chan struct{} // closed when supervise returns
+	// drillLaunches counts BE launches for the fault drill (FaultDrill).
+	drillLaunches atomic.Int64
 
 	restarts    atomic.Int64 // device reopens so far
 	retried     atomic.Int64 // HP requests run again after a device failure
@@ -432,6 +437,22 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		ocfg.Bind = func(dev gpu.Device) (sched.Binder, error) { return e.bindInstances(dev, cfg.Seed) }
 		ocfg.Release = func(gpu.Device) { e.releaseCUDA() }
 		ocfg.Hooks = sched.OnlineHooks{BeforeRequest: e.beforeRequest, AfterRequest: e.afterRequest}
+	}
+	if cfg.FaultDrill.BELaunch > 0 {
+		inner := ocfg.Bind
+		ocfg.Bind = func(dev gpu.Device) (sched.Binder, error) {
+			var b sched.Binder
+			var err error
+			if inner != nil {
+				b, err = inner(dev)
+			} else {
+				b, err = sched.NewProfileBinder(dev, onlineWorkload(ocfg))
+			}
+			if err != nil {
+				return nil, err
+			}
+			return newDrillBinder(dev, b, cfg.FaultDrill, &e.drillLaunches)
+		}
 	}
 	if wrap := cfg.WrapDevice; wrap != nil {
 		inner := open

@@ -31,6 +31,10 @@ type Device struct {
 	hostLat float64 // HostReadLatency, ns
 	rng     *rand.Rand
 	closed  bool
+	// fault is the sticky error a fault kernel left (FaultPrefix): every
+	// later call but the destroys and Close returns it, as a CUDA context's
+	// calls do after a kernel fault.
+	fault error
 
 	now      float64 // virtual time, ns
 	observed bool    // an event completed or a kernel stored a HostWord during this Wait
@@ -115,6 +119,9 @@ func dur(ns float64) time.Duration {
 // first. With no work on the device it jumps to until. It returns ctx.Err()
 // if ctx is cancelled (virtual time then stops wherever it got to).
 func (d *Device) Wait(ctx context.Context, until time.Duration) error {
+	if d.fault != nil {
+		return d.fault
+	}
 	if d.closed {
 		return errClosed
 	}
@@ -127,6 +134,9 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 // NewContext makes a further GPU context. Streams of different contexts
 // never have blocks resident at the same time: the GPU time-slices.
 func (d *Device) NewContext() (gpu.Context, error) {
+	if d.fault != nil {
+		return 0, d.fault
+	}
 	if d.closed {
 		return 0, errClosed
 	}
@@ -151,6 +161,9 @@ type simCtx struct {
 // context. Partitions of different sizes overlap; a real GPU's green
 // contexts made from one split would not.
 func (d *Device) NewPartition(sms int) (gpu.Context, error) {
+	if d.fault != nil {
+		return 0, d.fault
+	}
 	if d.closed {
 		return 0, errClosed
 	}
@@ -170,6 +183,9 @@ func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 
 // NewStream makes a stream. The priority must lie in Info().Priorities.
 func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
+	if d.fault != nil {
+		return 0, d.fault
+	}
 	if d.closed {
 		return 0, errClosed
 	}
@@ -221,6 +237,9 @@ type module struct {
 // LoadModule accepts any source: the simulator times kernels from their
 // Launch.Cost, not their code.
 func (d *Device) LoadModule(src gpu.ModuleSource) (gpu.Module, error) {
+	if d.fault != nil {
+		return nil, d.fault
+	}
 	if d.closed {
 		return nil, errClosed
 	}
@@ -254,6 +273,9 @@ func (d *Device) FuncName(f gpu.Func) string {
 // becomes eligible LaunchLatency after the call and after all earlier work
 // in s; it then takes no time.
 func (d *Device) Memset32(s gpu.Stream, p gpu.Ptr, v uint32, n int) error {
+	if d.fault != nil {
+		return d.fault
+	}
 	st, err := d.stream(s)
 	if err != nil {
 		return err
@@ -271,6 +293,9 @@ func (d *Device) Memset32(s gpu.Stream, p gpu.Ptr, v uint32, n int) error {
 // NewEvent makes an event. An event never recorded counts as complete but
 // has no time.
 func (d *Device) NewEvent() (gpu.Event, error) {
+	if d.fault != nil {
+		return 0, d.fault
+	}
 	if d.closed {
 		return 0, errClosed
 	}
@@ -320,6 +345,9 @@ func (d *Device) DestroyEvent(e gpu.Event) error {
 // Record places e in s; it completes when all work enqueued in s before it
 // has completed (at once if s is idle).
 func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
+	if d.fault != nil {
+		return d.fault
+	}
 	ev, err := d.event(e)
 	if err != nil {
 		return err
@@ -340,6 +368,9 @@ func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
 
 // Query reports whether e has completed.
 func (d *Device) Query(e gpu.Event) (bool, error) {
+	if d.fault != nil {
+		return false, d.fault
+	}
 	ev, err := d.event(e)
 	if err != nil {
 		return false, err
@@ -349,6 +380,9 @@ func (d *Device) Query(e gpu.Event) (bool, error) {
 
 // Time is the virtual time at which e completed.
 func (d *Device) Time(e gpu.Event) (time.Duration, error) {
+	if d.fault != nil {
+		return 0, d.fault
+	}
 	ev, err := d.event(e)
 	if err != nil {
 		return 0, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"atoll/gpu"
 )
@@ -168,6 +169,9 @@ func (d *Device) checkWords(l *gpu.Launch, role string) error {
 // Launch validates l and enqueues it on s. l is copied: the caller may reuse
 // it at once.
 func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
+	if d.fault != nil {
+		return d.fault
+	}
 	st, err := d.stream(s)
 	if err != nil {
 		return err
@@ -223,8 +227,19 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	}
 	d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
 	d.hostBusy(float64(d.cfg.HostLaunchCost))
+	if name := d.FuncName(l.Func); strings.HasPrefix(name, FaultPrefix) {
+		// Accepted, as CUDA accepts the launch; the error shows from the
+		// next call on.
+		d.fault = fmt.Errorf("%w: %s: a kernel faulted (simulated illegal instruction or address); the context is unusable, open the device again", gpu.ErrDriver, name)
+	}
 	return nil
 }
+
+// FaultPrefix begins the name of a kernel function that models a kernel
+// fault (kernels.Fault): launching it makes every later call of the device
+// but the destroys and Close fail, as a CUDA context's calls do after an
+// illegal instruction or address.
+const FaultPrefix = "fault_"
 
 // hostBusy moves the clock on by dt of host time: the device runs
 // meanwhile (kernels progress, events complete), as it does while a real

@@ -93,6 +93,9 @@ func allZero(b []byte) bool {
 // Alloc reserves bytes of simulated device memory (bookkeeping only: no
 // host memory is used until data is written).
 func (d *Device) Alloc(bytes int64) (gpu.Ptr, error) {
+	if d.fault != nil {
+		return 0, d.fault
+	}
 	if d.closed {
 		return 0, errClosed
 	}
@@ -154,6 +157,9 @@ func (d *Device) checkRange(p gpu.Ptr, n int64) error {
 
 // CopyToDevice copies src to dst synchronously.
 func (d *Device) CopyToDevice(dst gpu.Ptr, src []byte) error {
+	if d.fault != nil {
+		return d.fault
+	}
 	if d.closed {
 		return errClosed
 	}
@@ -167,6 +173,9 @@ func (d *Device) CopyToDevice(dst gpu.Ptr, src []byte) error {
 // CopyFromDevice copies from src to dst synchronously; never-written bytes
 // read as zero.
 func (d *Device) CopyFromDevice(dst []byte, src gpu.Ptr) error {
+	if d.fault != nil {
+		return d.fault
+	}
 	if d.closed {
 		return errClosed
 	}
@@ -263,6 +272,9 @@ func (w *hostWords) store(i int, v uint32) {
 
 // NewHostWords maps n zeroed words of simulated pinned host memory.
 func (d *Device) NewHostWords(n int) ([]gpu.HostWord, error) {
+	if d.fault != nil {
+		return nil, d.fault
+	}
 	if d.closed {
 		return nil, errClosed
 	}

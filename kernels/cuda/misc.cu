@@ -208,3 +208,14 @@ template <int DT> __device__ __forceinline__ void body_gather(int lb, const Gath
     ((T*)p.out)[i] = (v >= 0 && v < p.vocab) ? ((const T*)p.table)[(long long)v * p.cols + j] : (T)0;
   }
 }
+
+// ---- fault drill (kernels.Fault): thread 0 of logical block 0 traps
+// (kind 0) or stores 2^40 bytes past its buffer (kind 1), leaving the
+// context's sticky error. Never part of a model.
+struct FaultP { float* x; int kind; };
+__device__ __forceinline__ void body_fault(int lb, const FaultP& p) {
+  if (lb != 0 || threadIdx.x != 0) return;
+  if (p.kind == 0) __trap();
+  volatile float* far = p.x + (1ll << 38);
+  *far = 1.f;
+}
