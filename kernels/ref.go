@@ -268,7 +268,18 @@ func epilogue(c []float64, n int, bias, resid []float64, ac Act) {
 // work (multiply-adds) is worth goroutines. Each call owns its own output
 // row, so results do not depend on the split.
 func eachRow(rows, work int, row func(r int)) {
-	parts := min(runtime.GOMAXPROCS(0), rows)
+	inParts(rows, work, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row(r)
+		}
+	})
+}
+
+// inParts splits [0, n) into one contiguous range per CPU (one range when
+// the work, in multiply-adds, is not worth goroutines) and calls part on
+// each, concurrently; it returns when all have.
+func inParts(n, work int, part func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), max(n, 1))
 	if work < 1<<16 {
 		parts = 1
 	}
@@ -277,9 +288,7 @@ func eachRow(rows, work int, row func(r int)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for r := p * rows / parts; r < (p+1)*rows/parts; r++ {
-				row(r)
-			}
+			part(p*n/parts, (p+1)*n/parts)
 		}()
 	}
 	wg.Wait()

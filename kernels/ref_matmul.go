@@ -1,10 +1,5 @@
 package kernels
 
-import (
-	"runtime"
-	"sync"
-)
-
 // matmulKC is the K block of matmul: a 4x8 tile's strip of B over it stays
 // in L1 and the A rows it meets in L2.
 const matmulKC = 256
@@ -28,42 +23,32 @@ func MatMul(c, a, b []float64, m, n, k int) { matmul(c, a, b, m, n, k) }
 func matmulTiled(c, a, b []float64, m, n, k int, tile func(c, a, b []float64, n, lda, kc, k0 int)) {
 	m4, n8 := m/4*4, n/8*8
 	tiles := n8 / 8
-	parts := min(runtime.GOMAXPROCS(0), max(tiles, 1))
-	if m*n*k < 1<<16 {
-		parts = 1
-	}
-	var wg sync.WaitGroup
-	for part := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			j0, j1 := part*tiles/parts*8, (part+1)*tiles/parts*8
-			for k0 := 0; k0 < k; k0 += matmulKC {
-				k1 := min(k, k0+matmulKC)
-				for j := j0; j < j1; j += 8 {
-					for i := 0; i < m4; i += 4 {
-						tile(c[i*n+j:], a[i*k:], b[k0*n+j:], n, k, k1-k0, k0)
-					}
+	inParts(tiles, m*n*k, func(t0, t1 int) {
+		for k0 := 0; k0 < k; k0 += matmulKC {
+			k1 := min(k, k0+matmulKC)
+			for j := t0 * 8; j < t1*8; j += 8 {
+				for i := 0; i < m4; i += 4 {
+					tile(c[i*n+j:], a[i*k:], b[k0*n+j:], n, k, k1-k0, k0)
 				}
 			}
-			if part == parts-1 {
-				j1 = n // the columns past the last whole tile
-			}
-			for i := range m {
-				for j := j0; j < j1; j++ {
-					if i < m4 && j < n8 {
-						continue
-					}
-					v := 0.0
-					for p := range k {
-						v += a[i*k+p] * b[p*n+j]
-					}
-					c[i*n+j] = v
+		}
+		j0, j1 := t0*8, t1*8
+		if t1 == tiles {
+			j1 = n // the last part: the columns past the last whole tile
+		}
+		for i := range m {
+			for j := j0; j < j1; j++ {
+				if i < m4 && j < n8 {
+					continue
 				}
+				v := 0.0
+				for p := range k {
+					v += a[i*k+p] * b[p*n+j]
+				}
+				c[i*n+j] = v
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // matmulRows is matmul a row at a time (each row of c gathers a[i][p]·b's
