@@ -7,6 +7,7 @@
 # whose profile exists is not profiled again.
 #
 #   tools/gpu/speed.sh OUT [MODEL:BATCH ...]
+#   SPEED_LOAD=1 tools/gpu/speed.sh OUT     # also each model alone at load 0.9
 #
 # Writes OUT/profiles/<gpu>/<model>-bs<N>.json, OUT/profile.log,
 # OUT/torch-speed.json and OUT/speed.md (SPEED_TORCH=0: the profiles only;
@@ -30,6 +31,20 @@ for mb in "${models[@]}"; do
 	timeout 170 bin/atoll profile --model "$m" --batch "$b" --substitute --force --out "$f" >> "$out/profile.log" 2>&1
 	echo "rc=$?" >> "$out/profile.log"
 done
+# SPEED_LOAD=1: each inference model alone at load 0.9 for 30 s through the
+# scheduler, on the profiles just made (issue 12's sustained-rate check:
+# p99 within 15x the solo latency). Resumable like the profiles.
+if [ "${SPEED_LOAD:-0}" = 1 ]; then
+	for mb in "${models[@]}"; do
+		m=${mb%:*} b=${mb#*:}
+		case $m in *-train) continue ;; esac
+		f=$out/alone-$m-bs$b-0.9.json
+		[ -f "$f" ] && continue
+		ATOLL_PROFILES=$out/profiles timeout 120 bin/atoll bench --backend cuda --be none --policy atoll \
+			--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
+		echo "$m bs$b rc=$?" >> "$out/alone.log"
+	done
+fi
 [ "${SPEED_TORCH:-1}" = 0 ] && exit 0 # profiles only (the zoo's profiles for a GPU)
 [ -f "$out/torch-speed.json" ] || PYTHONUNBUFFERED=1 python3 tools/gpu/speed.py "$out/torch-speed.json" "${models[@]}" 2>> "$out/torch-speed.log"
 python3 - "$out" "$gpu" "${models[@]}" <<'PY' | tee "$out/speed.md"
@@ -48,4 +63,12 @@ for mb in models:
     ratio = f"{a/t['medianUs']:.2f}×" if a and t else "–"
     print(f"| {m} bs{b} | {cell_a} | {cell_t} | {ratio} |")
 print(f"\n{torch['device']}, PyTorch {torch['torch']}.")
+alone = [mb for mb in models if os.path.exists(os.path.join(out, "alone-%s-bs%s-0.9.json" % tuple(mb.split(":"))))]
+if alone:
+    print("\n| model alone at load 0.9, 30 s | rate /s | solo ms | p50 ms | p99 ms | p99 / solo |")
+    print("|---|---|---|---|---|---|")
+    for mb in alone:
+        r = json.load(open(os.path.join(out, "alone-%s-bs%s-0.9.json" % tuple(mb.split(":")))))
+        solo, hp = r["workload"]["soloHpUs"], r["hp"]
+        print(f"| {mb} | {r['workload']['ratePerSec']:.0f} | {solo/1000:.2f} | {hp['p50Us']/1000:.2f} | {hp['p99Us']/1000:.2f} | {hp['p99Us']/solo:.1f}× |")
 PY
