@@ -154,41 +154,17 @@ func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
-			// Three HP clients from before the fault until well after it.
-			var wg sync.WaitGroup
-			var failed, served atomic.Int32
-			for range 3 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					after := 0
-					for i := 0; i < 200 && after < 10; i++ {
-						if st, _ := e.Job(job.ID); !st.Ended.IsZero() && e.Ready() {
-							after++
-						}
-						r := *req
-						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-						if _, err := e.Infer(ctx, &r); err != nil {
-							failed.Add(1)
-							t.Errorf("HP request beside the faulting BE job: %v", err)
-						} else {
-							served.Add(1)
-						}
-						cancel()
-					}
-				}()
-			}
-			wg.Wait()
+			served, failed := hpAcrossJob(t, e, req, job.ID)
 			st := waitJob(t, e, job.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() })
 			if st.State != server.JobFailed || !strings.Contains(st.Error, "injected") {
 				t.Errorf("the faulting job: %+v, want failed with the injected error", st)
 			}
-			t.Logf("%d HP requests served across the fault; job %s after %d iterations; restarts %d, retried %d", served.Load(), st.State, st.Done, e.Stats().Restarts, e.Stats().Retried)
+			t.Logf("%d HP requests served across the fault; job %s after %d iterations; restarts %d, retried %d", served, st.State, st.Done, e.Stats().Restarts, e.Stats().Retried)
 			// The fault either stops the scheduler loop (the device is
 			// reopened once and the requests it caught run again) or, at a
 			// run's first launch, only ends that run.
-			if failed.Load() != 0 || opened.Load() > 2 {
-				t.Errorf("%d HP requests failed (%d served), device opened %d times: want none failed and at most one reopen", failed.Load(), served.Load(), opened.Load())
+			if failed != 0 || opened.Load() > 2 {
+				t.Errorf("%d HP requests failed (%d served), device opened %d times: want none failed and at most one reopen", failed, served, opened.Load())
 			}
 			// The daemon serves on, and a new job runs.
 			if _, err := e.Infer(context.Background(), req); err != nil {
@@ -221,33 +197,13 @@ func TestFaultDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
-	var failed atomic.Int32
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 100; i++ {
-				if st, _ := e.Job(job.ID); !st.Ended.IsZero() && e.Ready() && i > 20 {
-					return
-				}
-				r := *req
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				if _, err := e.Infer(ctx, &r); err != nil {
-					failed.Add(1)
-					t.Errorf("HP request across the drill: %v", err)
-				}
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
+	_, failed := hpAcrossJob(t, e, req, job.ID)
 	st := waitJob(t, e, job.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() })
 	if st.State != server.JobFailed || !strings.Contains(st.Error, "fault_trap") {
 		t.Errorf("the drilled job: %+v, want failed naming the fault kernel", st)
 	}
-	if n := e.Stats().Restarts; n != 1 || failed.Load() != 0 {
-		t.Errorf("restarts %d, failed HP requests %d: want one reopen and none failed", n, failed.Load())
+	if n := e.Stats().Restarts; n != 1 || failed != 0 {
+		t.Errorf("restarts %d, failed HP requests %d: want one reopen and none failed", n, failed)
 	}
 	next, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 2})
 	if err != nil {
@@ -256,4 +212,36 @@ func TestFaultDrill(t *testing.T) {
 	if st := waitJob(t, e, next.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() }); st.State != server.JobDone {
 		t.Errorf("a job after the drill: %+v, want done (the drill fires once)", st)
 	}
+}
+
+// hpAcrossJob runs three HP clients from before a BE job's fault until ten
+// requests each after the job ended and the engine is ready again (at most
+// 200 each), failing the test on each failed request.
+func hpAcrossJob(t *testing.T, e server.Engine, req *server.InferRequest, job string) (served, failed int32) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var nFailed, nServed atomic.Int32
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			after := 0
+			for i := 0; i < 200 && after < 10; i++ {
+				if st, _ := e.Job(job); !st.Ended.IsZero() && e.Ready() {
+					after++
+				}
+				r := *req
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				if _, err := e.Infer(ctx, &r); err != nil {
+					nFailed.Add(1)
+					t.Errorf("HP request across the BE fault: %v", err)
+				} else {
+					nServed.Add(1)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return nServed.Load(), nFailed.Load()
 }
