@@ -8,7 +8,10 @@ weights and channels-last for inference, bf16 autocast for training, and the
 whole forward pass or training step captured in one CUDA graph. Each model:
 warm-up, then REPS graph replays timed one by one with CUDA events; the
 median and the p10/p90 in microseconds go to OUT.json as
-{"device": ..., "torch": ..., "models": {"resnet50:1": {...}}}.
+{"device": ..., "torch": ..., "models": {"resnet50:1": {...}}}, with the
+kernel time per op class (GEMM, conv fwd/dgrad/wgrad, attention, norms,
+other) from a profiled eager pass (classesUs; kernel names classified by
+op_class, which speed.sh applies to atoll's profiles too).
 Random weights (torchvision / transformers configs).
 """
 import json
@@ -55,6 +58,42 @@ def time_one(fn):
             "reps": REPS, "graph": g is not None}
 
 
+def op_class(name):
+    """The op class of a kernel name, atoll's or cuDNN/cuBLAS/PyTorch's."""
+    n = name.lower()
+    for key, cls in (("wgrad", "conv wgrad"), ("dgrad", "conv dgrad"), ("fprop", "conv fwd"), ("conv", "conv fwd"),
+                     ("depthwise", "conv fwd"), ("fmha", "attention"), ("flash", "attention"), ("attention", "attention"),
+                     ("sgemm_", "attention"), ("softmax", "attention"), ("layer_norm", "norms"), ("layernorm", "norms"),
+                     ("batch_norm", "norms"), ("bn_", "norms"), ("gemm", "GEMM"), ("nvjet", "GEMM"), ("cutlass", "GEMM")):
+        if key in n:
+            return cls
+    return "other"
+
+
+def classes(fn, reps=5):
+    """PyTorch's kernel time per op class for one pass of fn (eager, so the
+    profiler sees every kernel), in microseconds; {} if profiling fails."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+        out = {}
+        for e in prof.key_averages():
+            us = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+            if us > 0:
+                c = op_class(e.key)
+                out[c] = out.get(c, 0.0) + us / reps
+        return out
+    except Exception as e:  # noqa: BLE001 - the per-class table is optional
+        print(f"  per-class profile failed ({type(e).__name__}: {e})", file=sys.stderr)
+        return {}
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
@@ -65,6 +104,7 @@ def main():
         name, _, batch = mb.partition(":")
         fn = build(name, int(batch or 1))
         r = time_one(fn)
+        r["classesUs"] = classes(fn)
         res["models"][mb] = r
         print(f"{mb:22s} {r['medianUs']:9.1f} us  (p10 {r['p10Us']:.1f}, p90 {r['p90Us']:.1f}, graph {r['graph']})",
               file=sys.stderr)

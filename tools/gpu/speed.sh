@@ -63,6 +63,28 @@ for mb in models:
     ratio = f"{a/t['medianUs']:.2f}×" if a and t else "–"
     print(f"| {m} bs{b} | {cell_a} | {cell_t} | {ratio} |")
 print(f"\n{torch['device']}, PyTorch {torch['torch']}.")
+sys.path.insert(0, os.path.join(os.getcwd(), "tools", "gpu"))
+try:
+    from speed import op_class
+except Exception:  # noqa: BLE001 - no torch here: no per-class table
+    op_class = None
+if op_class:
+    print("\n| model | op class | atoll ms | PyTorch ms (eager kernels) |")
+    print("|---|---|---|---|")
+    for mb in models:
+        m, _, b = mb.partition(":")
+        f = os.path.join(out, "profiles", gpu, f"{m}-bs{b}.json")
+        t = (torch["models"].get(mb) or {}).get("classesUs", {})
+        if not os.path.exists(f):
+            continue
+        mine = {}
+        for k in json.load(open(f))["kernels"]:
+            c = op_class(k["kernel"])
+            mine[c] = mine.get(c, 0.0) + k["durationUs"]
+        for c in sorted(set(mine) | set(t), key=lambda c: -mine.get(c, 0)):
+            a = f"{mine[c]/1000:.2f}" if c in mine else "–"
+            p = f"{t[c]/1000:.2f}" if c in t else "–"
+            print(f"| {m} bs{b} | {c} | {a} | {p} |")
 alone = [mb for mb in models if os.path.exists(os.path.join(out, "alone-%s-bs%s-0.9.json" % tuple(mb.split(":"))))]
 if alone:
     print("\n| model alone at load 0.9, 30 s | rate /s | solo ms | p50 ms | p99 ms | p99 / solo |")
