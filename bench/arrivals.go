@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -118,10 +117,4 @@ func Rate(times []time.Duration, span time.Duration) float64 {
 		return 0
 	}
 	return float64(len(times)) / span.Seconds()
-}
-
-func sortedCopy(ds []time.Duration) []time.Duration {
-	c := append([]time.Duration(nil), ds...)
-	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
-	return c
 }

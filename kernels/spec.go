@@ -171,7 +171,7 @@ func (g Gather) vocab() int {
 type gemmParams struct {
 	a, b, c, bias, resid            gpu.Ptr
 	sA, sB, sC                      int64
-	m, n, k, batch, act, outDT      int
+	m, n, k, batch, act             int
 	vecA, vecB                      bool
 	img, h, w, ch, oh, ow, oc, r, s int
 	stride, pad                     int

@@ -88,11 +88,11 @@ func init() {
 // bertLayer holds the forward ops and tensor names of one encoder layer
 // that the backward pass needs.
 type bertLayer struct {
-	prefix            string
-	qkv, out, f1, f2  kernels.GEMM
-	scores, context   kernels.GEMM
-	softmax, ln1, ln2 int // elements
-	in, attnLN        string
+	prefix           string
+	qkv, out, f1, f2 kernels.GEMM
+	scores, context  kernels.GEMM
+	softmax          int // elements
+	in, attnLN       string
 }
 
 // bertForward adds embeddings, the encoder and (if configured) the pooler.
@@ -374,19 +374,6 @@ func (b *builder) adam(name string, lr float32) {
 		b.op(name+"."+t.Name, kernels.Adam{Elems: t.Elems(), In: t.DType, Grad: g.DType, LR: lr}, 0,
 			append([]string{g.Name}, state...), []string{t.Name}, append([]string{t.Name}, state...))
 	}
-}
-
-// linearBackwardFrom is linearBackward with the output gradient dy and the
-// input gradient dx named explicitly: the bias gradient's partial column
-// sums, dgrad and wgrad as GEMMs (a cost description; BERT's training step
-// uses denseBackward, whose layers the kernel library runs).
-func (b *builder) linearBackwardFrom(name string, g kernels.GEMM, x, dy, dx string) {
-	if g.Bias {
-		r := columnReduce("sum", g.N, g.M)
-		b.op(name+".bgrad", r, 0, []string{dy}, nil, []string{b.tensor(GradName(name+".bias")+".partials", KindGradient, kernels.F32, r.Rows)})
-	}
-	b.op(name+".dgrad", kernels.GEMM{M: g.M, N: g.K, K: g.N, In: g.In, Out: g.Out}, 0, []string{dy}, []string{name + ".weight"}, []string{dx})
-	b.op(name+".wgrad", kernels.GEMM{M: g.K, N: g.N, K: g.M, In: g.In, Out: g.Out}, 0, []string{x, dy}, nil, []string{b.grad(name + ".weight")})
 }
 
 func noAct(g kernels.GEMM) kernels.GEMM { g.Act = kernels.ActNone; return g }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"atoll/kernels"
 )
@@ -439,58 +438,6 @@ func (b *builder) lossBackward(n, classes int, logits string) {
 		[]string{"loss.softmax", "labels"}, nil, []string{b.grad(logits)})
 }
 
-// linearBackward adds the backward pass of a linear layer y = x·W + b with
-// x M x K and W K x N: the bias gradient (a column sum of dy), dx = dy·Wᵀ
-// (M x K, inner N) and dW = xᵀ·dy (K x N, inner M). name is the layer (its
-// output is name, its weights name.weight and name.bias), x its input;
-// dx is written to grad:x.
-func (b *builder) linearBackward(name string, g kernels.GEMM, x string) {
-	b.linearBackwardFrom(name, g, x, GradName(name), b.grad(x))
-}
-
-// optimizer adds one multi-tensor update over every parameter counted so
-// far (fp32 master weights and state). It reads every weight, its
-// gradient (bias gradients as the partial sums the backward pass left)
-// and one state tensor per weight and state name (momentum; Adam's m and
-// v), and writes the weights and the state.
-func (b *builder) optimizer(name, kernel string, inputs, outputs int, state ...string) {
-	l := Layer{Name: name, Op: kernels.Elementwise{Name: kernel, Elems: Params(b.layers), Inputs: inputs, Outputs: outputs, In: kernels.F32}}
-	l.glue(GlueMultiTensor)
-	for _, t := range b.list {
-		if t.Kind != KindWeight {
-			continue
-		}
-		l.W = append(l.W, t.Name)
-		l.Out = append(l.Out, t.Name)
-		if g := b.gradOf(t.Name); g != "" && !slices.Contains(l.In, g) {
-			l.In = append(l.In, g)
-		}
-		for _, s := range state {
-			st := b.tensor(s+":"+t.Name, KindState, kernels.F32, t.Shape...)
-			l.In = append(l.In, st)
-			l.Out = append(l.Out, st)
-		}
-	}
-	b.layers = append(b.layers, l)
-}
-
-// gradOf finds the gradient the backward pass left for weight w: grad:w,
-// grad:w.partials, or the per-channel partial sums of its layer
-// (grad:<layer>.partials for w = <layer>.weight or <layer>.bias). Empty if
-// none.
-func (b *builder) gradOf(w string) string {
-	cands := []string{GradName(w), GradName(w) + ".partials"}
-	if i := strings.LastIndexByte(w, '.'); i > 0 {
-		cands = append(cands, GradName(w[:i]+".partials"))
-	}
-	for _, c := range cands {
-		if _, ok := b.tensors[c]; ok {
-			return c
-		}
-	}
-	return ""
-}
-
 // VGGConfig is the shape of a VGG-19 (no batch norm). The zoo's is
 // {Image: 224, WidthDiv: 1, Hidden: 4096, Classes: 1000}; tests build
 // reduced ones (a 32x32 image, widths divided by 16) that run fully on the
@@ -588,20 +535,6 @@ func mobilenetV2(b *builder, n int) {
 	pooled := b.act("avgpool", bf16, n, 1280)
 	b.op("avgpool", kernels.Reduce{Name: "mean", Rows: n * 1280, Cols: h * h, In: bf16}, 0, []string{x}, nil, []string{pooled}).glue(GlueNHWCMean)
 	b.output = b.linear("classifier.1", pooled, kernels.GEMM{M: n, N: classes, K: 1280, In: bf16, Out: bf16, Bias: true})
-}
-
-// reduceSplit is the longest run of elements one reduction row covers.
-const reduceSplit = 2048
-
-// columnReduce is a per-channel reduction (BN statistics, bias and
-// normalisation-weight gradients) of rows outputs over cols elements each,
-// split as real implementations split it so that the grid fills the GPU:
-// rows·S partial sums over cols/S elements each, S = ceil(cols/2048). The
-// partials (a few per channel) are finished by the kernel that consumes
-// them (BN apply, the optimizer), as cuDNN and apex do.
-func columnReduce(name string, rows, cols int) kernels.Reduce {
-	s := (cols + reduceSplit - 1) / reduceSplit
-	return kernels.Reduce{Name: name, Rows: rows * s, Cols: (cols + s - 1) / s, In: bf16}
 }
 
 // ErrLabels: a training input's label outside [0, classes) (the loss

@@ -63,10 +63,9 @@ type onnxOp struct {
 	max                     bool
 	act                     kernels.Act
 	// weights (ONNX layouts) and folded batch norm
-	w, b                      *onnx.Tensor
-	bnScale, bnShift          []float64
-	transB                    bool
-	consumersLeft, hasBNorAct bool
+	w, b             *onnx.Tensor
+	bnScale, bnShift []float64
+	transB           bool
 }
 
 // FromONNX maps an ONNX inference graph onto the kernel library: a Model
