@@ -291,10 +291,7 @@ func CauseTable(w io.Writer, rs []*Report) error {
 		tablewriter.WithHeaderAutoFormat(tw.Off),
 		tablewriter.WithRowAlignment(tw.AlignRight),
 	)
-	header := []string{"policy (µs mean / p99)"}
-	for _, c := range causeOrder(rs) {
-		header = append(header, c)
-	}
+	header := append([]string{"policy (µs mean / p99)"}, causeOrder(rs)...)
 	header = append(header, "top BE kernel beside HP (µs/request)")
 	t.Header(header)
 	for _, r := range rs {
