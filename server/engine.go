@@ -143,7 +143,15 @@ type JobSpec struct {
 	Model      string `json:"model"`      // a zoo name, e.g. "resnet50-train" or "resnet50"
 	Batch      int    `json:"batch"`      // batch size
 	Iterations int    `json:"iterations"` // > 0
+	// Resume: when the device fails under the job (a kernel fault, the
+	// driver), the job runs its remaining iterations once the engine has
+	// reopened the device, up to MaxJobResumes times, instead of ending
+	// failed. An iteration cut by the failure runs again from its start.
+	Resume bool `json:"resume,omitempty"`
 }
+
+// MaxJobResumes is how many device failures a job with Resume outlives.
+const MaxJobResumes = 3
 
 // Job states.
 const (
@@ -161,6 +169,7 @@ type JobStatus struct {
 	State      string    `json:"state"`
 	Done       int       `json:"iterationsDone"`
 	Throughput float64   `json:"iterationsPerSec"`
+	Resumed    int       `json:"resumed,omitempty"` // runs resumed after a device failure (JobSpec.Resume)
 	Created    time.Time `json:"created"`
 	Started    time.Time `json:"started,omitzero"`
 	Ended      time.Time `json:"ended,omitzero"`

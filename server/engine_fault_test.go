@@ -245,3 +245,40 @@ func hpAcrossJob(t *testing.T, e server.Engine, req *server.InferRequest, job st
 	wg.Wait()
 	return nServed.Load(), nFailed.Load()
 }
+
+// TestJobsResumeAfterADeviceFailure: two jobs that asked to resume run
+// beside a fault drill; the device fails once under them, and both go on
+// after the reopen and finish every iteration, with no HP request lost. A
+// job without resume ends failed.
+func TestJobsResumeAfterADeviceFailure(t *testing.T) {
+	leakCheck(t)
+	e := newTestEngine(t, func(c *server.EngineConfig) {
+		c.Virtual = false
+		c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
+		c.FaultDrill = server.FaultDrill{BELaunch: 40}
+	})
+	var ids []string
+	for _, resume := range []bool{true, true, false} {
+		st, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 3, Resume: resume})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, st.ID)
+	}
+	req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	if _, failed := hpAcrossJob(t, e, req, ids[0]); failed != 0 {
+		t.Errorf("%d HP requests failed", failed)
+	}
+	for i, id := range ids {
+		st := waitJob(t, e, id, func(s server.JobStatus) bool { return !s.Ended.IsZero() })
+		switch {
+		case i < 2 && (st.State != server.JobDone || st.Done != 3 || st.Resumed != 1):
+			t.Errorf("resumable job %s: %+v, want done with 3 iterations after one resume", id, st)
+		case i == 2 && st.State != server.JobFailed:
+			t.Errorf("job %s without resume: %+v, want failed", id, st)
+		}
+	}
+	if n := e.Stats().Restarts; n != 1 {
+		t.Errorf("restarts %d, want 1", n)
+	}
+}

@@ -179,7 +179,17 @@ type engJob struct {
 	client int
 	runID  uint64
 	ended  chan struct{}
+	base   int           // iterations done by earlier runs (resumed after a device failure)
+	on     *sched.Online // the loop running it
+	// resuming: the device failed under it and it waits for the reopen
+	// (JobSpec.Resume).
+	resuming bool
+	endOnce  sync.Once
 }
+
+// closeEnded closes j.ended once (a cancel while a resumed run starts may
+// end the job before that run's own end).
+func (j *engJob) closeEnded() { j.endOnce.Do(func() { close(j.ended) }) }
 
 type engCall struct {
 	m      *engModel

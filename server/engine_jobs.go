@@ -98,24 +98,65 @@ func (e *engineImpl) SubmitJob(spec JobSpec) (JobStatus, error) {
 	j := &engJob{client: jm.be, ended: make(chan struct{})}
 	j.st = JobStatus{ID: fmt.Sprintf("job-%d", e.jobSeq.Add(1)), Spec: spec, State: JobQueued, Created: time.Now()}
 	st := j.st
-	r := sched.BERun{Iterations: spec.Iterations,
+	// Listed only once the run exists, so CancelJob always has its id
+	// (the callbacks update j itself under jmu, listed or not).
+	j.on = e.loop() // before the run starts: its OnEnd may resume from it
+	id, err := j.on.StartBE(jm.be, e.jobRun(j, spec.Iterations))
+	if err != nil {
+		return JobStatus{}, e.mapErr(err)
+	}
+	e.jmu.Lock()
+	j.runID = id
+	e.jmu.jobs = append(e.jmu.jobs, j)
+	e.jmu.byID[j.st.ID] = j
+	e.pruneJobsLocked()
+	e.jmu.Unlock()
+	return st, nil
+}
+
+// jobRun is the BE run of job j's next iterations (all of them at first;
+// what is left when it resumes).
+func (e *engineImpl) jobRun(j *engJob, iterations int) sched.BERun {
+	return sched.BERun{Iterations: iterations,
 		OnStart: func() error {
 			e.jmu.Lock()
-			j.st.State, j.st.Started = JobRunning, time.Now()
+			if !j.st.Ended.IsZero() { // cancelled while it was resumed
+				e.jmu.Unlock()
+				return nil
+			}
+			j.st.State = JobRunning
+			if j.st.Started.IsZero() {
+				j.st.Started = time.Now()
+			}
 			e.jmu.Unlock()
 			return nil
 		},
 		OnIteration: func(done int, _ sched.IterationRecord) {
 			e.jmu.Lock()
-			j.st.Done = done
+			if !j.st.Ended.IsZero() {
+				e.jmu.Unlock()
+				return
+			}
+			j.st.Done = j.base + done
 			if el := time.Since(j.st.Started).Seconds(); el > 0 {
-				j.st.Throughput = float64(done) / el
+				j.st.Throughput = float64(j.st.Done) / el
 			}
 			e.jmu.Unlock()
 		},
 		OnEnd: func(done int, err error) {
 			e.jmu.Lock()
-			j.st.Done, j.st.Ended = done, time.Now()
+			defer e.jmu.Unlock()
+			if !j.st.Ended.IsZero() { // cancelled while it was resumed
+				return
+			}
+			j.st.Done = j.base + done
+			if err != nil && errors.Is(err, sched.ErrDevice) && j.st.Spec.Resume && j.st.Resumed < MaxJobResumes && !e.noWait {
+				j.base, j.st.State, j.resuming = j.st.Done, JobQueued, true
+				j.st.Resumed++
+				go e.resumeJob(j, j.on)
+				return
+			}
+			j.st.Ended = time.Now()
 			switch {
 			case err == nil:
 				j.st.State = JobDone
@@ -127,23 +168,53 @@ func (e *engineImpl) SubmitJob(spec JobSpec) (JobStatus, error) {
 			default:
 				j.st.State, j.st.Error = JobFailed, err.Error()
 			}
-			e.jmu.Unlock()
-			close(j.ended)
+			j.closeEnded()
 		},
 	}
-	// Listed only once the run exists, so CancelJob always has its id
-	// (the callbacks update j itself under jmu, listed or not).
-	id, err := e.loop().StartBE(jm.be, r)
-	if err != nil {
-		return JobStatus{}, e.mapErr(err)
+}
+
+// resumeJob starts job j's remaining iterations once the engine has
+// reopened the device after failed stopped; if it does not (the engine
+// closes or gives up), or the new loop refuses the run, the job ends
+// failed.
+func (e *engineImpl) resumeJob(j *engJob, failed *sched.Online) {
+	// end fails the job unless a cancel ended it meanwhile.
+	end := func(why string) {
+		e.jmu.Lock()
+		defer e.jmu.Unlock()
+		if !j.resuming {
+			return
+		}
+		j.resuming = false
+		j.st.State, j.st.Error, j.st.Ended = JobFailed, why, time.Now()
+		j.closeEnded()
+	}
+	if !e.awaitRestart(context.Background(), failed) {
+		end("the device failed and the engine did not reopen it")
+		return
 	}
 	e.jmu.Lock()
-	j.runID = id
-	e.jmu.jobs = append(e.jmu.jobs, j)
-	e.jmu.byID[j.st.ID] = j
-	e.pruneJobsLocked()
+	if !j.resuming { // cancelled while the device reopened
+		e.jmu.Unlock()
+		return
+	}
+	left := j.st.Spec.Iterations - j.base
+	on := e.loop()
+	j.on = on
 	e.jmu.Unlock()
-	return st, nil
+	// Not under jmu: the run's callbacks take it.
+	id, err := on.StartBE(j.client, e.jobRun(j, left))
+	if err != nil {
+		end(fmt.Sprintf("resuming after a device failure: %v", err))
+		return
+	}
+	e.jmu.Lock()
+	cancelled := !j.resuming
+	j.resuming, j.runID = false, id
+	e.jmu.Unlock()
+	if cancelled { // a cancel came while the run started: stop it
+		_ = on.StopBE(j.client, id)
+	}
 }
 
 // pruneJobsLocked drops the oldest ended jobs beyond maxJobs.
@@ -195,6 +266,15 @@ func (e *engineImpl) CancelJob(id string) (JobStatus, error) {
 		return JobStatus{}, fmt.Errorf("%w: %q", ErrUnknownJob, id)
 	}
 	st, runID := j.st, j.runID
+	if j.resuming {
+		// Waiting for the device to reopen: no run to stop.
+		j.resuming = false
+		j.st.State, j.st.Ended = JobCancelled, time.Now()
+		st = j.st
+		e.jmu.Unlock()
+		j.closeEnded()
+		return st, nil
+	}
 	e.jmu.Unlock()
 	if st.State != JobQueued && st.State != JobRunning {
 		return st, fmt.Errorf("%w: job %s is %s", ErrJobConflict, id, st.State)
