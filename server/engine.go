@@ -137,6 +137,15 @@ type InferResult struct {
 	Delay sched.Causes
 }
 
+// Breakable is an Engine that can stop for good (a device lost with no
+// restart left): Broken returns why, and the daemon's liveness endpoints
+// then answer "not live", so a supervisor (Kubernetes' liveness probe,
+// systemd) restarts the process — on a GPU, a kernel fault's sticky error
+// is cleared by nothing less than a new process.
+type Breakable interface {
+	Broken() error
+}
+
 // JobSpec describes a best-effort job: N iterations of a model's training
 // step or of closed-loop batch inference.
 type JobSpec struct {

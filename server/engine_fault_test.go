@@ -48,10 +48,22 @@ func TestEngineDeviceFailureIsInternal(t *testing.T) {
 	if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrInternal) {
 		t.Errorf("Infer after the failure: %v, want ErrInternal", err)
 	}
+	// No restart is configured: the engine is broken for good (liveness
+	// then says so), with the device's error.
+	b := e.(server.Breakable)
+	for deadline := time.Now().Add(10 * time.Second); b.Broken() == nil && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if err := b.Broken(); err == nil || !errors.Is(err, faulty.ErrInjected) {
+		t.Errorf("Broken after a failure with no restart left: %v, want the injected error", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := e.Close(ctx); !errors.Is(err, server.ErrInternal) {
 		t.Errorf("Close after a failure: %v, want ErrInternal naming it", err)
+	}
+	if err := b.Broken(); err != nil {
+		t.Errorf("Broken after Close: %v, want nil (closed, not broken)", err)
 	}
 }
 

@@ -64,6 +64,22 @@ func (e *engineImpl) readyWhenStarted(on *sched.Online) {
 
 func (e *engineImpl) fail(err error) { e.failed.Store(&err) }
 
+// Broken implements Breakable: the error that stopped the engine for good
+// (the device failed with no restart left, or reopening it failed); nil
+// while it serves, reopens or closes normally.
+func (e *engineImpl) Broken() error {
+	p := e.failed.Load()
+	if p == nil || e.closing.Load() {
+		return nil
+	}
+	select {
+	case <-e.stopped:
+		return *p
+	default:
+		return nil
+	}
+}
+
 // restarting reports whether the device failed and the engine will reopen
 // it (restarts left, not closing).
 func (e *engineImpl) restarting() bool {

@@ -17,6 +17,7 @@ type fakeEngine struct {
 	models []ModelInfo
 
 	ready    atomic.Bool
+	broken   atomic.Pointer[error] // Broken's answer (nil: serving)
 	queueMax int64 // > 0: Infer beyond this many concurrent is ErrQueueFull
 	inflight atomic.Int64
 	calls    atomic.Int64
@@ -68,6 +69,14 @@ func newFakeEngine() *fakeEngine {
 
 func (f *fakeEngine) Models() []ModelInfo { return f.models }
 func (f *fakeEngine) Ready() bool         { return f.ready.Load() }
+
+// Broken implements Breakable: what a test stored in broken.
+func (f *fakeEngine) Broken() error {
+	if p := f.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 func (f *fakeEngine) Infer(ctx context.Context, req *InferRequest) (*InferResult, error) {
 	f.calls.Add(1)

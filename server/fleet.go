@@ -114,6 +114,25 @@ func (f *Fleet) Models() []ModelInfo {
 	return out
 }
 
+// Broken implements Breakable: every engine broken for good (their errors
+// joined); nil while one serves or may serve again.
+func (f *Fleet) Broken() error {
+	var errs []error
+	for i, e := range f.engines {
+		b, ok := e.(Breakable)
+		if !ok {
+			return nil
+		}
+		err := b.Broken()
+		if err == nil {
+			return nil
+		}
+		ordinal, _ := f.DeviceLabel(i)
+		errs = append(errs, fmt.Errorf("gpu%d: %w", ordinal, err))
+	}
+	return errors.Join(errs...)
+}
+
 // Ready implements Engine: any engine ready.
 func (f *Fleet) Ready() bool {
 	for _, e := range f.engines {

@@ -427,3 +427,27 @@ func TestFleetRoutesAroundABusyGPU(t *testing.T) {
 		t.Errorf("slow replica got %d requests, fast one %d: want most on the fast one", n0, n1)
 	}
 }
+
+// brokenEngine reports a fixed Broken answer.
+type brokenEngine struct {
+	server.Engine
+	err error
+}
+
+func (b brokenEngine) Broken() error { return b.err }
+
+// A fleet is broken for good only when every engine is, with their errors.
+func TestFleetBrokenWhenEveryGPUIs(t *testing.T) {
+	leakCheck(t)
+	lost := errors.New("device lost")
+	a, b := newTestEngine(t, nil), newTestEngine(t, nil)
+	one := newFleet(t, brokenEngine{a, lost}, brokenEngine{b, nil})
+	if err := one.Broken(); err != nil {
+		t.Errorf("one GPU of two lost: Broken = %v, want nil", err)
+	}
+	c, d := newTestEngine(t, nil), newTestEngine(t, nil)
+	both := newFleet(t, brokenEngine{c, lost}, brokenEngine{d, lost})
+	if err := both.Broken(); !errors.Is(err, lost) || !strings.Contains(err.Error(), "gpu1") {
+		t.Errorf("both GPUs lost: Broken = %v, want both errors, named by GPU", err)
+	}
+}

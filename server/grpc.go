@@ -117,9 +117,10 @@ func (h *Handler) grpcModel(name, version string) (ModelInfo, error) {
 	return m, err
 }
 
-// ServerLive answers true while the process serves.
+// ServerLive answers true while the process serves and its engine has not
+// stopped for good (Breakable).
 func (s *GRPCService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
-	return &pb.ServerLiveResponse{Live: true}, nil
+	return &pb.ServerLiveResponse{Live: s.h.broken() == nil}, nil
 }
 
 // ServerReady answers false while the engine starts or the daemon drains.

@@ -276,7 +276,24 @@ func (h *Handler) serverMetadata(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) live(w http.ResponseWriter, r *http.Request) {
+	if err := h.broken(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"live": false, "error": err.Error()})
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]bool{"live": true})
+}
+
+// broken is why the engine stopped for good (Breakable), as a liveness
+// probe should read it; nil while it serves or may serve again.
+func (h *Handler) broken() error {
+	b, ok := h.eng.(Breakable)
+	if !ok {
+		return nil
+	}
+	if err := b.Broken(); err != nil {
+		return fmt.Errorf("the engine stopped for good (%w): restart the daemon", err)
+	}
+	return nil
 }
 
 func (h *Handler) ready(w http.ResponseWriter, r *http.Request) {

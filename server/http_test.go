@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -105,6 +106,13 @@ func TestMetadataAndHealth(t *testing.T) {
 		t.Errorf("model ready while engine not ready = %d", r.code)
 	}
 	f.ready.Store(true)
+	// An engine stopped for good is not live: a supervisor restarts the process.
+	lost := error(errors.New("device lost"))
+	f.broken.Store(&lost)
+	if r := do(t, c, "GET", u+"/v2/health/live", ""); r.code != 503 || r.body["live"] != false || !strings.Contains(r.raw, "restart the daemon") {
+		t.Errorf("live while the engine is broken = %d %s", r.code, r.raw)
+	}
+	f.broken.Store(nil)
 
 	if r := do(t, c, "GET", u+"/v2/models", ""); r.code != 200 || !strings.Contains(r.raw, `"name":"echo"`) || !strings.Contains(r.raw, `"ready":true`) || !strings.Contains(r.raw, `"ready":false`) {
 		t.Errorf("GET /v2/models = %d %s: want every model with its readiness", r.code, r.raw)
