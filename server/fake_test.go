@@ -18,7 +18,7 @@ type fakeEngine struct {
 
 	ready    atomic.Bool
 	broken   atomic.Pointer[error] // Broken's answer (nil: serving)
-	queueMax int64 // > 0: Infer beyond this many concurrent is ErrQueueFull
+	queueMax int64                 // > 0: Infer beyond this many concurrent is ErrQueueFull
 	inflight atomic.Int64
 	calls    atomic.Int64
 
