@@ -23,7 +23,7 @@ import (
 const engSeed = 7
 
 // tinyResNet is a reduced ResNet whose CPU reference takes milliseconds.
-func tinyResNet(t *testing.T) models.Model {
+func tinyResNet(t testing.TB) models.Model {
 	t.Helper()
 	m, err := models.NewResNet("tiny-resnet", models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10})
 	if err != nil {
@@ -32,7 +32,7 @@ func tinyResNet(t *testing.T) models.Model {
 	return m
 }
 
-func tinyBERT(t *testing.T) models.Model {
+func tinyBERT(t testing.TB) models.Model {
 	t.Helper()
 	m, err := models.NewBERT("tiny-bert", models.BERTConfig{Layers: 1, Hidden: 32, Heads: 2, FFN: 64, Vocab: 50, Positions: 16, Types: 0, Seq: 8})
 	if err != nil {
@@ -41,7 +41,7 @@ func tinyBERT(t *testing.T) models.Model {
 	return m
 }
 
-func newTestEngine(t *testing.T, mut func(*server.EngineConfig)) server.Engine {
+func newTestEngine(t testing.TB, mut func(*server.EngineConfig)) server.Engine {
 	t.Helper()
 	r := tinyResNet(t)
 	b := tinyBERT(t)
@@ -74,7 +74,7 @@ func leakCheck(t *testing.T) {
 
 // request builds a valid request for a model from its ModelInfo and the
 // graph's InitInputs (so the test can compute the expected output).
-func request(t *testing.T, m models.Model, info server.ModelInfo, batch int) (*server.InferRequest, []float64) {
+func request(t testing.TB, m models.Model, info server.ModelInfo, batch int) (*server.InferRequest, []float64) {
 	t.Helper()
 	g, err := m.Graph(batch)
 	if err != nil {
@@ -96,7 +96,7 @@ func request(t *testing.T, m models.Model, info server.ModelInfo, batch int) (*s
 	return req, acts[g.Output]
 }
 
-func modelInfo(t *testing.T, e server.Engine, name string) server.ModelInfo {
+func modelInfo(t testing.TB, e server.Engine, name string) server.ModelInfo {
 	t.Helper()
 	for _, m := range e.Models() {
 		if m.Name == name {
