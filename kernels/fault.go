@@ -37,7 +37,7 @@ func ParseFaultKind(s string) (FaultKind, error) {
 // Fault is a kernel that faults on purpose, for fault drills: on a GPU it
 // leaves the CUDA context's sticky error, so every later call of the
 // process fails, as a faulting BE kernel would (the simulator models the
-// same: gpu/sim). One logical block of 32 threads; its one-element buffer
+// same for functions named sim.FaultPrefix + ..., which Kernel's names are). One logical block of 32 threads; its one-element buffer
 // is never written. Never part of a model; it has no CPU reference.
 type Fault struct{ Kind FaultKind }
 
@@ -48,6 +48,3 @@ func (f Fault) Geometry() Geometry {
 func (f Fault) FLOPs() float64 { return 0 }
 func (f Fault) Bytes() float64 { return 0 }
 func (f Fault) Shape() string  { return "kind=" + f.Kind.String() }
-
-// IsFault reports whether a kernel name is a Fault kernel's (any form).
-func IsFault(name string) bool { return len(name) > 6 && name[:6] == "fault_" }

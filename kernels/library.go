@@ -251,7 +251,7 @@ func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.
 	if err := bufs.check(k); err != nil {
 		return nil, err
 	}
-	if k.split && (form == gpu.Plain || form == gpu.Reset) && (ctl.Offset != 0 || (ctl.Blocks > 0 && ctl.Blocks < k.logical())) {
+	if k.split() && (form == gpu.Plain || form == gpu.Reset) && (ctl.Offset != 0 || (ctl.Blocks > 0 && ctl.Blocks < k.logical())) {
 		return nil, fmt.Errorf("%w: %s (%s) is split-K and runs whole: no sliced launch (Control.Offset, Blocks)", ErrUnsupported, k.name, op.Shape())
 	}
 	switch form {
@@ -521,7 +521,7 @@ func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks in
 	if hpBlocks <= 0 || hpCtl.Offset+hpBlocks > hk.logical() {
 		hpBlocks = hk.logical() - hpCtl.Offset
 	}
-	if hk.split && hpBlocks != hk.logical() {
+	if hk.split() && hpBlocks != hk.logical() {
 		return nil, fmt.Errorf("%w: HP %s (%s) is split-K and runs whole: no sliced padded launch", ErrUnsupported, hk.name, hp.Shape())
 	}
 	if !beCtl.Flag.Valid() || beCtl.Counter == 0 || !beCtl.Done.Valid() {
@@ -597,7 +597,7 @@ func (l *Library) LaunchPadded(hp Op, hpBufs Buffers, hpCtl Control, hpBlocks in
 // its launches (progress: its control block), any other launch a run of
 // its own (its epoch).
 func packRunTail(a *gpu.Args, k *kspec, progress gpu.Ptr, epoch int32) {
-	if k.runTail {
+	if k.runTail() {
 		a.Ptr(progress).I32(epoch)
 	}
 }

@@ -174,14 +174,19 @@ func AutoSplitK(tiles, k int) int {
 	return ceilDiv(kt, ceilDiv(kt, s))
 }
 
+// tiles is the number of output tiles of one batch entry.
+func (g GEMM) tiles() int {
+	bm, bn, _ := gemmTile(g.M, g.N)
+	return ceilDiv(g.M, bm) * ceilDiv(g.N, bn)
+}
+
 // splits is the number of K chunks the GEMM runs in (1: not split).
 func (g GEMM) splits() int {
 	if g.batch() > 1 || g.SplitK == 1 || g.K <= 0 {
 		return 1
 	}
-	bm, bn, _ := gemmTile(g.M, g.N)
 	if g.SplitK == 0 {
-		return AutoSplitK(ceilDiv(g.M, bm)*ceilDiv(g.N, bn), g.K)
+		return AutoSplitK(g.tiles(), g.K)
 	}
 	kt := ceilDiv(g.K, gemmBK)
 	return ceilDiv(kt, ceilDiv(kt, min(g.SplitK, kt))) // no empty chunk
@@ -202,9 +207,7 @@ func Splits(op Op) int {
 	case GEMM:
 		return o.splits()
 	case Conv2D:
-		if o.forward() {
-			return o.gemm().splits()
-		}
+		return o.gemm().splits() // only the forward pass's GEMM may split
 	}
 	return 1
 }
@@ -293,8 +296,8 @@ func (c Conv2D) gemm() GEMM {
 		m, n, k = c.N*c.H*c.W, c.C, c.R*c.S*c.OutC
 	case c.BackwardFilter:
 		m, n, k = c.R*c.S*c.C, c.OutC, c.N*oh*ow
-		if c.Split > 0 {
-			return GEMM{M: m, N: n, K: c.N / c.Split * oh * ow, Batch: c.Split, In: c.In, Out: F32}
+		if c.Split > 0 { // its own split over the images: never split-K
+			return GEMM{M: m, N: n, K: c.N / c.Split * oh * ow, Batch: c.Split, In: c.In, Out: F32, SplitK: 1}
 		}
 	}
 	split := 1

@@ -314,7 +314,7 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 			return err
 		}
 		k, _ := spec(op)
-		if half := k.logical() / 2; half > 0 && !k.split {
+		if half := k.logical() / 2; half > 0 && !k.split() {
 			for _, sl := range []Control{{Offset: 0, Blocks: half}, {Offset: half}} {
 				l, err := r.lib.Launch(op, gpu.Plain, b, sl)
 				if err != nil {

@@ -73,17 +73,23 @@ type kspec struct {
 	regs    int
 	chunk   int  // default logical blocks per resumable ticket
 	noSync  bool // the body uses no shared memory (no barrier between a ticket's blocks)
-	split   bool // split-K: no sliced launches (a run is one launch or one resumable instance)
 	tensors []TensorSpec
 	// pack appends the parameter struct, given the tensors' device pointers
 	// in the order of tensors.
 	pack func(a *gpu.Args, ptr []gpu.Ptr)
-	// runTail: the library appends the run's identity to the struct
-	// (GemmP's progress and epoch; see packRunTail).
-	runTail bool
 }
 
 func (k *kspec) logical() int { return k.grid.Count() }
+
+// split reports a split-K kernel (its last tensor the Scratch): it runs
+// whole, one launch or one resumable instance, never sliced.
+func (k *kspec) split() bool {
+	return len(k.tensors) > 0 && k.tensors[len(k.tensors)-1].Role == Scratch
+}
+
+// runTail reports a parameter struct that ends with the run's identity,
+// which the library appends (GemmP's progress and epoch; packRunTail).
+func (k *kspec) runTail() bool { return k.param == "GemmP" }
 
 func dtC(d DType) string {
 	switch d {
@@ -211,8 +217,7 @@ func (g gemmParams) pack(a *gpu.Args, outDT DType) {
 // [splits][M][N] (padded to 16 bytes), one uint64 tag per output tile, and
 // a uint32 run counter (padded to 8 bytes).
 func splitScratch(g GEMM) TensorSpec {
-	bm, bn, _ := gemmTile(g.M, g.N)
-	return TensorSpec{Name: "splitk", DType: F32, Elems: splitPart(g) + 2*ceilDiv(g.M, bm)*ceilDiv(g.N, bn) + 2, Role: Scratch}
+	return TensorSpec{Name: "splitk", DType: F32, Elems: splitPart(g) + 2*g.tiles() + 2, Role: Scratch}
 }
 
 // splitPart is the f32 elements of a split GEMM's partial tiles, padded to
@@ -225,9 +230,8 @@ func (q gemmParams) withSplit(g GEMM, ws gpu.Ptr) gemmParams {
 	if s <= 1 {
 		return q
 	}
-	bm, bn, _ := gemmTile(g.M, g.N)
 	q.ws, q.tags = ws, ws+gpu.Ptr(splitPart(g)*4)
-	q.runs = q.tags + gpu.Ptr(8*ceilDiv(g.M, bm)*ceilDiv(g.N, bn))
+	q.runs = q.tags + gpu.Ptr(8*g.tiles())
 	q.splits, q.kchunk = s, g.kChunk()
 	q.sA, q.sB, q.batch = 0, 0, 1
 	return q
@@ -276,7 +280,6 @@ func spec(op Op) (*kspec, error) {
 		}
 		bm, bn, th := gemmTile(o.M, o.N)
 		k.family, k.param, k.body = "gemm", "GemmP", gemmBody("ProbGemm", o.In, bm, bn, th)
-		k.runTail = true
 		b := o.batch()
 		k.tensors = []TensorSpec{
 			{Name: "A", DType: o.In, Elems: b * o.M * o.K, Role: Input},
@@ -289,7 +292,6 @@ func spec(op Op) (*kspec, error) {
 		split := o.splits() > 1
 		if split {
 			k.tensors = append(k.tensors, splitScratch(o))
-			k.split = true
 		}
 		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 			g := gemmParams{a: p[0], b: p[1], c: p[2], sA: int64(o.M * o.K), sB: int64(o.K * o.N), sC: int64(o.M * o.N),
@@ -330,7 +332,6 @@ func spec(op Op) (*kspec, error) {
 		w := TensorSpec{Name: "W", DType: o.In, Elems: o.R * o.S * o.C * o.OutC}
 		y := TensorSpec{Name: "Y", DType: o.In, Elems: o.N * oh * ow * o.OutC}
 		k.family, k.param = "gemm", "GemmP"
-		k.runTail = true
 		switch {
 		case o.BackwardData:
 			k.body = gemmBody("ProbConvDgrad", o.In, bm, bn, th)
@@ -374,7 +375,6 @@ func spec(op Op) (*kspec, error) {
 			split := g.splits() > 1
 			if split {
 				k.tensors = append(k.tensors, splitScratch(g))
-				k.split = true
 			}
 			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 				q := base

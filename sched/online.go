@@ -46,13 +46,30 @@ type OnlineHooks struct {
 	AfterRequest func(client int, id uint64, tag any) error
 }
 
+// Workload is the workload c's clients make: its HP clients, and its BE
+// clients, which start only when a run is started for them (StartBE).
+func (c OnlineConfig) Workload() Workload {
+	var w Workload
+	for _, h := range c.HP {
+		w.HP = append(w.HP, HPWorkload{Name: h.Name, Profile: h.Profile})
+	}
+	for _, b := range c.BE {
+		w.BE = append(w.BE, BEWorkload{Name: b.Name, Profile: b.Profile, Start: forever})
+	}
+	return w
+}
+
+// forever is the online driver's run length and its BE clients' start:
+// longer than any daemon lives.
+const forever = time.Duration(1 << 62)
+
 // OnlineConfig configures an Online driver.
 type OnlineConfig struct {
 	Policy Policy
 	HP     []OnlineClient
 	BE     []OnlineClient
 	// Bind makes the Binder once the device is open (in the owner
-	// goroutine); nil means NewProfileBinder (gpu/sim).
+	// goroutine); nil means NewProfileBinder (gpu/sim) over Workload().
 	Bind func(dev gpu.Device) (Binder, error)
 	// Release runs in the owner goroutine after the loop ends and before
 	// the device is closed (free model instances there).
@@ -377,14 +394,7 @@ func (o *Online) setup() (*onlineLoop, gpu.Device, error) {
 	if dev == nil {
 		return nil, nil, fmt.Errorf("%w: the opener returned no device", ErrConfig)
 	}
-	var w Workload
-	for _, c := range o.cfg.HP {
-		w.HP = append(w.HP, HPWorkload{Name: c.Name, Profile: c.Profile})
-	}
-	const forever = time.Duration(1 << 62)
-	for _, c := range o.cfg.BE {
-		w.BE = append(w.BE, BEWorkload{Name: c.Name, Profile: c.Profile, Start: forever})
-	}
+	w := o.cfg.Workload()
 	opt := Options{Policy: o.cfg.Policy, Duration: forever, Stall: o.cfg.Stall, OnDecision: o.cfg.OnDecision}
 	if o.cfg.Bind != nil {
 		b, err := o.cfg.Bind(dev)

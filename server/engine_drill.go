@@ -62,16 +62,3 @@ func (b *drillBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 	}
 	return b.Binder.Bind(r)
 }
-
-// onlineWorkload is the workload an online configuration's clients make
-// (what sched.Online gives NewProfileBinder by default).
-func onlineWorkload(c sched.OnlineConfig) sched.Workload {
-	var w sched.Workload
-	for _, h := range c.HP {
-		w.HP = append(w.HP, sched.HPWorkload{Name: h.Name, Profile: h.Profile})
-	}
-	for _, b := range c.BE {
-		w.BE = append(w.BE, sched.BEWorkload{Name: b.Name, Profile: b.Profile})
-	}
-	return w
-}

@@ -456,7 +456,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 			if inner != nil {
 				b, err = inner(dev)
 			} else {
-				b, err = sched.NewProfileBinder(dev, onlineWorkload(ocfg))
+				b, err = sched.NewProfileBinder(dev, ocfg.Workload())
 			}
 			if err != nil {
 				return nil, err

@@ -150,7 +150,7 @@ func (e *engineImpl) jobRun(j *engJob, iterations int) sched.BERun {
 				return
 			}
 			j.st.Done = j.base + done
-			if err != nil && errors.Is(err, sched.ErrDevice) && j.st.Spec.Resume && j.st.Resumed < MaxJobResumes && !e.noWait {
+			if errors.Is(err, sched.ErrDevice) && j.st.Spec.Resume && j.st.Resumed < MaxJobResumes && !e.noWait {
 				j.base, j.st.State, j.resuming = j.st.Done, JobQueued, true
 				j.st.Resumed++
 				go e.resumeJob(j, j.on)

@@ -14,9 +14,10 @@ import (
 // Fleet is one Engine over several: one per GPU of a node, each with its own
 // device, scheduler loop and copy (replica) of every served model. It
 // routes each request to the ready replica that predicts the shortest
-// latency (requests in flight times its recent latency per request), runs a request again on another replica when the one it went to
-// fails or stops (inference is idempotent), places a job on the engine
-// with the fewest active jobs, and names jobs by engine ("gpu1/job-3").
+// latency (requests in flight times its recent latency per request), runs
+// a request again on another replica when the one it went to fails or
+// stops (inference is idempotent), places a job on the engine with the
+// fewest active jobs, and names jobs by engine ("gpu1/job-3").
 // Every method is safe for concurrent use.
 type Fleet struct {
 	engines  []Engine

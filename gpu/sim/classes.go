@@ -1,6 +1,9 @@
 package sim
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // SM classes: sets of SMs in the same state, split when blocks are placed
 // on some of them (or at a partition's first SM) and merged back when
@@ -137,13 +140,8 @@ func (d *Device) mergeClass(m *machine, c, o *smClass) {
 	mergeSorted(ids, len(c.ids))
 	c.ids = ids
 	o.ids, o.gone = o.ids[:0], true
-	for i, x := range m.classes {
-		if x == o {
-			copy(m.classes[i:], m.classes[i+1:])
-			m.classes[len(m.classes)-1] = nil
-			m.classes = m.classes[:len(m.classes)-1]
-			break
-		}
+	if i := slices.Index(m.classes, o); i >= 0 {
+		m.classes = slices.Delete(m.classes, i, i+1) // clears the freed slot
 	}
 	sortClasses(m)
 	d.cpool = append(d.cpool, o)

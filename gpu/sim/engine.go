@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"slices"
 
 	"atoll/gpu"
 )
@@ -606,13 +607,8 @@ func (d *Device) removeGroup(m *machine, g *group) {
 	m.groups[len(m.groups)-1] = nil
 	m.groups = m.groups[:len(m.groups)-1]
 	c := g.cls
-	for i, x := range c.groups {
-		if x == g {
-			copy(c.groups[i:], c.groups[i+1:])
-			c.groups[len(c.groups)-1] = nil
-			c.groups = c.groups[:len(c.groups)-1]
-			break
-		}
+	if i := slices.Index(c.groups, g); i >= 0 {
+		c.groups = slices.Delete(c.groups, i, i+1) // clears the freed slot
 	}
 	*g = group{}
 	d.gpool = append(d.gpool, g)
