@@ -123,6 +123,12 @@ func checkOps() []Op {
 		Conv2D{N: 2, H: 15, W: 15, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: F16},
 		Conv2D{N: 2, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, BackwardData: true},
 		Conv2D{N: 2, H: 8, W: 8, C: 16, OutC: 24, R: 3, S: 3, Stride: 1, Pad: 1, In: F16, BackwardFilter: true},
+		// The gradients' register-staged runs on the 128x128 tile, and the
+		// scalar loads they fall back to (channels not a multiple of 8).
+		Conv2D{N: 2, H: 28, W: 28, C: 1408, OutC: 16, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, BackwardData: true},
+		Conv2D{N: 2, H: 7, W: 7, C: 256, OutC: 1024, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, BackwardFilter: true},
+		Conv2D{N: 2, H: 9, W: 9, C: 16, OutC: 12, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, BackwardData: true},
+		Conv2D{N: 2, H: 15, W: 15, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: BF16, BackwardFilter: true},
 		Depthwise{N: 2, H: 13, W: 13, C: 24, R: 3, S: 3, Stride: 2, Pad: 1, In: F16, Act: ActReLU6},
 		Elementwise{Name: "bias_act", Elems: 5000, Inputs: 1, In: BF16, Act: ActGELU, Cols: 40},
 		Elementwise{Name: "add", Elems: 4099, Inputs: 2, In: F32, Act: ActReLU},

@@ -339,7 +339,8 @@ func spec(op Op) (*kspec, error) {
 			k.tensors = []TensorSpec{y, w, x}
 			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 				q := base
-				q.a, q.b, q.c, q.vecA = p[0], p[1], p[2], o.OutC%8 == 0
+				q.a, q.b, q.c = p[0], p[1], p[2]
+				q.vecA, q.vecB = o.OutC%8 == 0, o.OutC%8 == 0 // dY's and W's runs of output channels
 				q.pack(a, o.In)
 			}
 		case o.BackwardFilter && o.Split > 0: // split-K over the images: f32 partial dW per split
@@ -349,7 +350,8 @@ func spec(op Op) (*kspec, error) {
 			k.tensors = []TensorSpec{x, y, w}
 			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 				q := base
-				q.a, q.b, q.c, q.vecB = p[0], p[1], p[2], o.OutC%8 == 0
+				q.a, q.b, q.c = p[0], p[1], p[2]
+				q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0 // X's runs of channels, dY's of output channels
 				q.batch, q.sB, q.sC = o.Split, int64(g.K)*int64(g.N), int64(g.M)*int64(g.N)
 				q.pack(a, F32)
 			}
@@ -359,7 +361,8 @@ func spec(op Op) (*kspec, error) {
 			k.tensors = []TensorSpec{x, y, w}
 			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
 				q := base
-				q.a, q.b, q.c, q.vecB = p[0], p[1], p[2], o.OutC%8 == 0
+				q.a, q.b, q.c = p[0], p[1], p[2]
+				q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0 // X's runs of channels, dY's of output channels
 				q.pack(a, o.In)
 			}
 		default:

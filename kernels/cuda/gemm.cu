@@ -7,7 +7,9 @@
 // BM x BN block tiles (128x128 with 8 warps of 64x32, or 64x64 with 4 warps
 // of 32x32), K-tiles of GEMM_BK (64) in GEMM_STAGES (2: double-buffered)
 // shared-memory stages filled with cp.async (16-byte, zero-filling at the
-// edges) when the problem allows vector loads, with plain loads otherwise;
+// edges) when the problem allows vector loads along the tile's rows, with
+// 16-byte loads through registers when its runs lie across them (the
+// convolution gradients' kTrA / kTrB), with plain loads otherwise;
 // fragments through ldmatrix; one barrier per K-tile. Plain GEMM and the
 // weight/dY side of convolutions walk per-thread pointers (kLinA/kLinB).
 
@@ -39,10 +41,16 @@ struct GemmP {
 // Problem policies: where the logical A[m][k] and B[k][n] live.
 // a_ptr8 / b_ptr8 return the address of 8 consecutive elements (k..k+7 of A,
 // n..n+7 of B) or null for zeros; a_at / b_at return one element's bits.
+// A problem whose A is contiguous along m rather than k (kTrA: the weight
+// gradient's X, channels innermost) has a_ptr8m (m..m+7 at one k) instead,
+// and one whose B is contiguous along k (kTrB: the data gradient's W, output
+// channels innermost) has b_ptr8k (k..k+7 at one n): the body loads those
+// 16 bytes into registers and scatters them into the tile (vecA / vecB then
+// say that such 8-element runs are contiguous and 16-byte aligned).
 struct ProbGemm {
   // Linear A / B: A[m][k] = a_base[m*lda + k], B[k][n] = b_base[k*ldb + n];
   // the body then walks per-thread pointers instead of calling a_ptr8/b_ptr8.
-  static const bool kLinA = true, kLinB = true;
+  static const bool kLinA = true, kLinB = true, kTrA = false, kTrB = false;
   static __device__ __forceinline__ const u16* a_base(const GemmP& p, int b) { return p.A + b * p.sA; }
   static __device__ __forceinline__ const u16* b_base(const GemmP& p, int b) { return p.B + b * p.sB; }
   static __device__ __forceinline__ const u16* a_ptr8(const GemmP& p, int b, int m, int k) {
@@ -65,7 +73,7 @@ struct ProbGemm {
 
 // Forward convolution: m = (img, oy, ox), k = (ry, sx, ch), n = output channel.
 struct ProbConvFwd {
-  static const bool kLinA = false, kLinB = true;
+  static const bool kLinA = false, kLinB = true, kTrA = false, kTrB = false;
   static __device__ __forceinline__ const u16* a_base(const GemmP& p, int) { return p.A; }
   static __device__ __forceinline__ const u16* b_base(const GemmP& p, int) { return p.B; }
   static __device__ __forceinline__ long long a_index(const GemmP& p, int m, int k) {
@@ -97,7 +105,7 @@ struct ProbConvFwd {
 // A[m][k] = dY[img][oy][ox][o] where iy = oy*stride - pad + ry (if divisible).
 // B[k][n] = W[ry][sx][n][o].
 struct ProbConvDgrad {
-  static const bool kLinA = false, kLinB = false;
+  static const bool kLinA = false, kLinB = false, kTrA = false, kTrB = true;
   static __device__ __forceinline__ const u16* a_base(const GemmP& p, int) { return p.A; }
   static __device__ __forceinline__ const u16* b_base(const GemmP& p, int) { return p.B; }
   static __device__ __forceinline__ long long a_index(const GemmP& p, int m, int k) {
@@ -124,22 +132,39 @@ struct ProbConvDgrad {
     const int o = k % p.oc, rs = k / p.oc;
     return p.B[((long long)rs * p.c + n) * p.oc + o];
   }
+  // k..k+7 at n: output channels o..o+7 of one tap (oc % 8 == 0, k % 8 == 0).
+  static __device__ __forceinline__ const u16* b_ptr8k(const GemmP& p, int, int k, int n) {
+    if (k >= p.K || n >= p.N) return 0;
+    const int o = k % p.oc, rs = k / p.oc;
+    return p.B + ((long long)rs * p.c + n) * p.oc + o;
+  }
 };
 
 // Backward filter: dW[(ry,sx,ch)][o] = sum over (img,oy,ox) X[img][iy][ix][ch] * dY[img][oy][ox][o].
 // m = (ry, sx, ch), k = (img, oy, ox), n = o.
 struct ProbConvWgrad {
-  static const bool kLinA = false, kLinB = true;
+  static const bool kLinA = false, kLinB = true, kTrA = true, kTrB = false;
   static __device__ __forceinline__ const u16* a_base(const GemmP& p, int) { return p.A; }
   static __device__ __forceinline__ const u16* b_base(const GemmP& p, int) { return p.B; }
-  static __device__ __forceinline__ const u16* a_ptr8(const GemmP&, int, int, int) { return 0; }
-  static __device__ __forceinline__ u16 a_at(const GemmP& p, int, int m, int k) {
-    if (m >= p.M || k >= p.K) return 0;
+  // X's index of A[m][k] (k global over the images), or -1 for a padding tap.
+  static __device__ __forceinline__ long long a_index(const GemmP& p, int m, int k) {
     const int ch = m % p.c, rs = m / p.c, sx = rs % p.s, ry = rs / p.s;
     const int ox = k % p.ow, t = k / p.ow, oy = t % p.oh, img = t / p.oh;
     const int iy = oy * p.stride - p.pad + ry, ix = ox * p.stride - p.pad + sx;
-    if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) return 0;
-    return p.A[(((long long)img * p.h + iy) * p.w + ix) * p.c + ch];
+    if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) return -1;
+    return (((long long)img * p.h + iy) * p.w + ix) * p.c + ch;
+  }
+  static __device__ __forceinline__ const u16* a_ptr8(const GemmP&, int, int, int) { return 0; }
+  static __device__ __forceinline__ u16 a_at(const GemmP& p, int, int m, int k) {
+    if (m >= p.M || k >= p.K) return 0;
+    const long long i = a_index(p, m, k);
+    return i < 0 ? (u16)0 : p.A[i];
+  }
+  // m..m+7 at k: channels ch..ch+7 of one pixel (c % 8 == 0, m % 8 == 0).
+  static __device__ __forceinline__ const u16* a_ptr8m(const GemmP& p, int, int m, int k) {
+    if (m >= p.M || k >= p.K) return 0;
+    const long long i = a_index(p, m, k);
+    return i < 0 ? 0 : p.A + i;
   }
   static __device__ __forceinline__ const u16* b_ptr8(const GemmP& p, int, int k, int n) {
     return ProbGemm::b_ptr8(p, 0, k, n);
@@ -155,18 +180,19 @@ struct ProbConvWgrad {
 // and C + b·sC receives the chunk's partial dW (f32), added up in a fixed
 // order by a second kernel (train.cu body_splitsum).
 struct ProbConvWgradSplit {
-  static const bool kLinA = false, kLinB = true;
+  static const bool kLinA = false, kLinB = true, kTrA = true, kTrB = false;
   static __device__ __forceinline__ const u16* a_base(const GemmP& p, int) { return p.A; }
   static __device__ __forceinline__ const u16* b_base(const GemmP& p, int b) { return p.B + b * p.sB; }
   static __device__ __forceinline__ const u16* a_ptr8(const GemmP&, int, int, int) { return 0; }
   static __device__ __forceinline__ u16 a_at(const GemmP& p, int b, int m, int k) {
     if (m >= p.M || k >= p.K) return 0;
-    const int kg = b * p.K + k;
-    const int ch = m % p.c, rs = m / p.c, sx = rs % p.s, ry = rs / p.s;
-    const int ox = kg % p.ow, t = kg / p.ow, oy = t % p.oh, img = t / p.oh;
-    const int iy = oy * p.stride - p.pad + ry, ix = ox * p.stride - p.pad + sx;
-    if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) return 0;
-    return p.A[(((long long)img * p.h + iy) * p.w + ix) * p.c + ch];
+    const long long i = ProbConvWgrad::a_index(p, m, b * p.K + k);
+    return i < 0 ? (u16)0 : p.A[i];
+  }
+  static __device__ __forceinline__ const u16* a_ptr8m(const GemmP& p, int b, int m, int k) {
+    if (m >= p.M || k >= p.K) return 0;
+    const long long i = ProbConvWgrad::a_index(p, m, b * p.K + k);
+    return i < 0 ? 0 : p.A + i;
   }
   static __device__ __forceinline__ const u16* b_ptr8(const GemmP& p, int b, int k, int n) {
     return ProbGemm::b_ptr8(p, b, k, n);
@@ -510,6 +536,15 @@ __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
   constexpr int A_RS = NT / GEMM_KC, A_CH = BM / A_RS;
   constexpr int B_RS = NT / (BN / 8), B_CH = GEMM_BK / B_RS;
   const bool linA = PR::kLinA && p.vecA, linB = PR::kLinB && p.vecB;
+  // Register-staged operands (kTrA / kTrB with vecA / vecB): each thread
+  // loads RA (RB) 16-byte runs along m (k) of the next tile into registers
+  // before the current tile's math and scatters them into shared memory
+  // after it. Consecutive threads take consecutive k (n), so that the
+  // scattered 2-byte stores of a warp fall into distinct banks.
+  constexpr int RA = PR::kTrA ? (BM / 8 * GEMM_BK + NT - 1) / NT : 1;
+  constexpr int RB = PR::kTrB ? (GEMM_BK / 8 * BN + NT - 1) / NT : 1;
+  const bool regA = PR::kTrA && p.vecA, regB = PR::kTrB && p.vecB;
+  uint4 ra[RA], rb[RB];
   const int a_r0 = tid / GEMM_KC, a_kc = (tid % GEMM_KC) * 8;
   const int b_r0 = tid / (BN / 8), b_nc = (tid % (BN / 8)) * 8;
   const long long lda = p.K, ldb = p.N;
@@ -541,22 +576,80 @@ __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
         cp_async16s(b_s + (st * L::STAGE + c * B_RS * L::B_LD) * 2, ok ? b_g + (k0 + c * B_RS) * ldb : p.B, ok);
       }
     }
-    if (!linA || !linB)
-      gemm_load_tile<PR, BM, BN, NT>(p, sp, sp + L::A_ELEMS, b, m0, n0, k0, !linA, !linB);
+    if ((!linA && !regA) || (!linB && !regB))
+      gemm_load_tile<PR, BM, BN, NT>(p, sp, sp + L::A_ELEMS, b, m0, n0, k0, !linA && !regA, !linB && !regB);
+  };
+  auto fetch = [&](int kt) { // global -> registers (register-staged operands)
+    const int k0 = (KT0 + kt) * GEMM_BK;
+    if constexpr (PR::kTrA) {
+      if (regA) {
+#pragma unroll
+        for (int c = 0; c < RA; c++) {
+          const int q = tid + c * NT;
+          const u16* src = q < BM / 8 * GEMM_BK ? PR::a_ptr8m(p, b, m0 + (q / GEMM_BK) * 8, k0 + q % GEMM_BK) : 0;
+          ra[c] = src ? __ldg((const uint4*)src) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    if constexpr (PR::kTrB) {
+      if (regB) {
+#pragma unroll
+        for (int c = 0; c < RB; c++) {
+          const int q = tid + c * NT;
+          const u16* src = q < GEMM_BK / 8 * BN ? PR::b_ptr8k(p, b, k0 + (q / BN) * 8, n0 + q % BN) : 0;
+          rb[c] = src ? __ldg((const uint4*)src) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+  };
+  auto put = [&](int st) { // registers -> stage st (register-staged operands)
+    u16* sp = smem + st * L::STAGE;
+    if constexpr (PR::kTrA) {
+      if (regA) {
+#pragma unroll
+        for (int c = 0; c < RA; c++) {
+          const int q = tid + c * NT;
+          if (q >= BM / 8 * GEMM_BK) break;
+          const int mc = (q / GEMM_BK) * 8, kk = q % GEMM_BK;
+          const u16* v = (const u16*)&ra[c];
+#pragma unroll
+          for (int e = 0; e < 8; e++) sp[(mc + e) * L::A_LD + kk] = v[e];
+        }
+      }
+    }
+    if constexpr (PR::kTrB) {
+      if (regB) {
+        u16* sb = sp + L::A_ELEMS;
+#pragma unroll
+        for (int c = 0; c < RB; c++) {
+          const int q = tid + c * NT;
+          if (q >= GEMM_BK / 8 * BN) break;
+          const int kc = (q / BN) * 8, nn = q % BN;
+          const u16* v = (const u16*)&rb[c];
+#pragma unroll
+          for (int e = 0; e < 8; e++) sb[(kc + e) * L::B_LD + nn] = v[e];
+        }
+      }
+    }
   };
 #pragma unroll
   for (int st = 0; st < S - 1; st++) {
-    if (st < KT) load(st, st);
+    if (st < KT) {
+      load(st, st);
+      fetch(st);
+      put(st);
+    }
     cp_async_commit(); // always commit, so group counting stays uniform
   }
   for (int kt = 0; kt < KT; kt++) {
     cp_async_wait<S - 2>(); // tile kt has landed (this thread's copies)
     BSYNC(NT);              // ... everyone's; and stage (kt-1)%S is free
-    {
-      const int nk = kt + S - 1;
-      if (nk < KT) load(nk, nk % S);
-      cp_async_commit();
+    const int nk = kt + S - 1;
+    if (nk < KT) {
+      load(nk, nk % S);
+      fetch(nk);
     }
+    cp_async_commit();
     const u32 st_off = (kt % S) * (L::STAGE * 2);
 #pragma unroll
     for (int kk = 0; kk < GEMM_BK; kk += 16) {
@@ -575,6 +668,9 @@ __device__ __forceinline__ void body_gemm(int lb, const GemmP& p) {
 #pragma unroll
         for (int j = 0; j < NI; j++) mma16816<DT>(acc[i][j], af[i], bfr[j]);
     }
+    // Stage nk % S was freed by this iteration's barrier; the next one
+    // orders these stores before the tile is read.
+    if (nk < KT) put(nk % S);
   }
   cp_async_wait<0>();
   BSYNC(NT); // shared memory is reused by the next logical block (resumable)
