@@ -78,6 +78,14 @@ type Atoll struct {
 	Padding, Preempt bool
 	// NoAdmission turns Orion's admission beside HP off.
 	NoAdmission bool
+	// Confined keeps BE running in its partition while HP is busy, as
+	// while HP is idle (BEWindow Plain launches per client), instead of
+	// admitting only what Orion's rule lets beside the running HP kernel:
+	// the reserve is then HP's only protection (SMs no BE block holds),
+	// and HP kernels wider than the reserve share the partition's SMs and
+	// DRAM with BE. Without a partition (Reserve < 0, or a device without
+	// partitions) it has no effect: admission applies.
+	Confined bool
 	// PadAnyClass pads with BE kernels of any class (REEF's rule);
 	// by default only class-compatible ones pad (see padKeep).
 	PadAnyClass bool
@@ -134,6 +142,10 @@ func (p *Atoll) set(params string) error {
 		if !ok {
 			return fmt.Errorf("%w: atoll parameter %q is not key=value", ErrConfig, kv)
 		}
+		if k == "admission" && v == "confined" {
+			p.NoAdmission, p.Confined = false, true
+			continue
+		}
 		var err error
 		switch k {
 		case "hp-window":
@@ -164,11 +176,11 @@ func (p *Atoll) set(params string) error {
 				case "preempt":
 					p.Preempt = on
 				default:
-					p.NoAdmission = !on
+					p.NoAdmission, p.Confined = !on, false
 				}
 			}
 		default:
-			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, reserve, plain-bound, resume-after, padding, preempt, admission)", ErrConfig, k)
+			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, reserve, plain-bound, resume-after, padding, preempt, admission=true|false|confined)", ErrConfig, k)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: atoll parameter %s: %v", ErrConfig, k, err)
@@ -272,7 +284,14 @@ func (p *Atoll) Schedule(st *sched.State, now time.Duration) {
 		for _, c := range st.HP() {
 			preempt.LaunchHP(st, c, p.HPWindow, p.Padding, p.padKeep)
 		}
-		if !p.NoAdmission {
+		switch {
+		case p.Confined && p.part > 0:
+			for _, b := range st.BE() {
+				if !b.Raised() {
+					p.launchFree(st, b)
+				}
+			}
+		case !p.NoAdmission:
 			p.admit(st)
 		}
 		return

@@ -15,7 +15,21 @@ func TestByNameParameters(t *testing.T) {
 	if a.HPWindow != 16 || a.PlainBound != 50*time.Microsecond || !a.Padding || !a.Preempt || a.NoAdmission || a.Reserve != 24 {
 		t.Errorf("parameters not applied: %+v", a)
 	}
-	for _, bad := range []string{"atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
+	for params, want := range map[string][2]bool{ // NoAdmission, Confined
+		"atoll:admission=confined":                 {false, true},
+		"atoll:admission=false":                    {true, false},
+		"atoll:admission=confined,admission=true":  {false, false},
+		"atoll:admission=false,admission=confined": {false, true},
+	} {
+		p, err := ByName(params)
+		if err != nil {
+			t.Fatalf("%s: %v", params, err)
+		}
+		if a := p.(*Atoll); a.NoAdmission != want[0] || a.Confined != want[1] {
+			t.Errorf("%s: NoAdmission %v Confined %v, want %v", params, a.NoAdmission, a.Confined, want)
+		}
+	}
+	for _, bad := range []string{"atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:admission=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
 		if _, err := ByName(bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("%q: %v, want ErrConfig", bad, err)
 		}

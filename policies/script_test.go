@@ -43,6 +43,8 @@ func factory(name string, m map[string]string) (sched.Policy, error) {
 	p.Padding, p.Preempt = !noPad, !noPreempt
 	p.NoAdmission, e = a.Bool("no-admission")
 	set(e)
+	p.Confined, e = a.Bool("confined")
+	set(e)
 	p.PadAnyClass, e = a.Bool("pad-any-class")
 	set(e)
 	p.Reserve, e = a.Int("reserve")
