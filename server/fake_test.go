@@ -46,6 +46,11 @@ func newFakeEngine() *fakeEngine {
 				Inputs:  []TensorInfo{{Name: "input0", Datatype: "FP32", Shape: []int64{-1, 4}}},
 				Outputs: []TensorInfo{{Name: "output0", Datatype: "FP32", Shape: []int64{-1, 4}}, {Name: "sum", Datatype: "FP64", Shape: []int64{1}}},
 			},
+			{ // echo with a fixed shape, as the engine serves its models
+				Name: "fixed", Platform: "atoll", DefaultClass: HP, Ready: true,
+				Inputs:  []TensorInfo{{Name: "input0", Datatype: "FP32", Shape: []int64{2, 4}}},
+				Outputs: []TensorInfo{{Name: "output0", Datatype: "FP32", Shape: []int64{2, 4}}, {Name: "sum", Datatype: "FP64", Shape: []int64{1}}},
+			},
 			{Name: "be-model", Platform: "atoll", DefaultClass: BE, Ready: true, Versions: []string{"1"}},
 			{Name: "loading", Platform: "atoll", DefaultClass: HP, Ready: false},
 			{Name: "panics", Platform: "atoll", DefaultClass: HP, Ready: true},

@@ -219,8 +219,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // statusOf maps an error to its HTTP status code.
 func statusOf(err error) int {
 	var mb *http.MaxBytesError
+	var om *errBodyOverModel
 	switch {
-	case errors.As(err, &mb):
+	case errors.As(err, &mb), errors.As(err, &om):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrBadInput):
 		return http.StatusBadRequest
@@ -390,7 +391,7 @@ func (h *Handler) modelReady(w http.ResponseWriter, r *http.Request) {
 
 // readBody reads the whole body under the configured limit.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return h.readBodyInto(w, r, nil)
+	return h.readBodyInto(w, r, h.opt.BodyLimit, nil)
 }
 
 // bodyPool recycles the buffers of large infer bodies (a ResNet-50 request
@@ -428,13 +429,66 @@ func releaseBody(b []byte) {
 	}
 }
 
-// readBodyInto is readBody reading into a buffer from pooledBody when pool
-// is set (serveInfer), else a fresh one.
-func (h *Handler) readBodyInto(w http.ResponseWriter, r *http.Request, pool func(n int64) []byte) ([]byte, error) {
-	if r.ContentLength > h.opt.BodyLimit {
-		return nil, &http.MaxBytesError{Limit: h.opt.BodyLimit}
+// Bounds of an infer body for a model whose inputs have fixed shapes
+// (inferBodyLimit): room for every input value written out at length in
+// JSON, pretty-printed and all, and for the request's names, parameters and
+// output requests besides.
+const (
+	bodyBytesPerValue = 64
+	bodySlack         = 64 << 10
+)
+
+// inferBodyLimit is the largest infer body accepted for m: the daemon's
+// BodyLimit, or less when every input of m has a fixed shape (what the
+// engine serves) — bodySlack plus bodyBytesPerValue for each input value,
+// more than any encoding of a valid request takes. Read with this limit, a
+// chunked body too is refused (413) as soon as it is longer, so oversized
+// requests hold a model's worth of memory each, not BodyLimit's. values is
+// the number of input values (0 when the limit is BodyLimit).
+func (h *Handler) inferBodyLimit(m ModelInfo) (limit, values int64) {
+	if len(m.Inputs) == 0 {
+		return h.opt.BodyLimit, 0
 	}
-	body := http.MaxBytesReader(w, r.Body, h.opt.BodyLimit)
+	for _, in := range m.Inputs {
+		e := int64(1)
+		for _, d := range in.Shape {
+			if d < 0 {
+				return h.opt.BodyLimit, 0 // a variable dimension: no bound from the model
+			}
+			if d > 0 && e > h.opt.BodyLimit/d {
+				return h.opt.BodyLimit, 0 // more values than BodyLimit has bytes
+			}
+			e *= d
+		}
+		if values += e; values > h.opt.BodyLimit/bodyBytesPerValue {
+			return h.opt.BodyLimit, 0
+		}
+	}
+	if bound := bodySlack + values*bodyBytesPerValue; bound < h.opt.BodyLimit {
+		return bound, values
+	}
+	return h.opt.BodyLimit, 0
+}
+
+// errBodyOverModel is an infer body longer than its model's inputs can
+// take (inferBodyLimit): 413, with the model's figures.
+type errBodyOverModel struct {
+	model         string
+	limit, values int64
+}
+
+func (e *errBodyOverModel) Error() string {
+	return fmt.Sprintf("%v: the request body is over %d bytes, more than any encoding of model %q's inputs (%d values) takes; check the inputs' shapes against GET /v2/models/%s",
+		ErrBadInput, e.limit, e.model, e.values, e.model)
+}
+
+// readBodyInto is readBody reading into a buffer from pooledBody when pool
+// is set (serveInfer), else a fresh one, refusing a body over limit bytes.
+func (h *Handler) readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, pool func(n int64) []byte) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
 	n := r.ContentLength
 	if n < 0 || n > 1<<20 {
 		n = 512
@@ -484,8 +538,13 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 	if h.draining.Load() {
 		return h.writeError(w, r, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown))
 	}
-	body, err := h.readBodyInto(w, r, pooledBody)
+	limit, values := h.inferBodyLimit(m)
+	body, err := h.readBodyInto(w, r, limit, pooledBody)
 	if err != nil {
+		var mb *http.MaxBytesError
+		if limit < h.opt.BodyLimit && errors.As(err, &mb) {
+			err = &errBodyOverModel{model: m.Name, limit: limit, values: values}
+		}
 		return h.writeError(w, r, err)
 	}
 	var req *InferRequest

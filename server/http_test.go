@@ -313,6 +313,52 @@ func TestBodyLimitChunked(t *testing.T) {
 	}
 }
 
+// TestBodyLimitFromModel: a model whose inputs have fixed shapes bounds its
+// infer bodies far below body_limit, chunked ones included, and a valid
+// request of any layout still fits.
+func TestBodyLimitFromModel(t *testing.T) {
+	leakCheck(t)
+	ts, c := apiServer(t, newFakeEngine(), Options{BodyLimit: 64 << 20})
+	// A valid request, pretty-printed at length: 8 values.
+	pretty := "{\n  \"inputs\": [\n    {\n      \"name\": \"input0\",\n      \"shape\": [2, 4],\n      \"datatype\": \"FP32\",\n      \"data\": [" +
+		strings.Repeat("\n        -1.2345678901234567e-38,", 7) + "\n        1.0\n      ]\n    }\n  ]\n}\n"
+	if r := do(t, c, "POST", ts.URL+"/v2/models/fixed/infer", pretty); r.code != 200 {
+		t.Fatalf("valid pretty-printed request: %d %s", r.code, r.raw)
+	}
+	// 2 MB of a chunked body: far over fixed's bound (64 KiB + 8 × 64 bytes),
+	// far under body_limit. The server stops reading at the bound.
+	body := io.MultiReader(strings.NewReader(`{"inputs":[{"name":"input0","shape":[2,4],"datatype":"FP32","data":[`),
+		strings.NewReader(strings.Repeat("1,", 1<<20)+"1]}]}"))
+	req, _ := http.NewRequest("POST", ts.URL+"/v2/models/fixed/infer", body)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || !strings.Contains(string(raw), `model \"fixed\"'s inputs (8 values)`) {
+		t.Errorf("chunked body over the model's bound: %d %s", resp.StatusCode, raw)
+	}
+	// The bound from the inputs' shapes; none where a dimension varies.
+	h := &Handler{opt: Options{BodyLimit: 1 << 20}}
+	for _, tc := range []struct {
+		in           []TensorInfo
+		limit, value int64
+	}{
+		{nil, 1 << 20, 0},
+		{[]TensorInfo{{Shape: []int64{-1, 4}}}, 1 << 20, 0},
+		{[]TensorInfo{{Shape: []int64{2, 4}}}, bodySlack + 8*bodyBytesPerValue, 8},
+		{[]TensorInfo{{Shape: []int64{2, 4}}, {Shape: []int64{3}}}, bodySlack + 11*bodyBytesPerValue, 11},
+		{[]TensorInfo{{Shape: []int64{0, 4}}}, bodySlack, 0},
+		{[]TensorInfo{{Shape: []int64{1, 224, 224, 3}}}, 1 << 20, 0},            // over body_limit: body_limit
+		{[]TensorInfo{{Shape: []int64{1 << 40, 1 << 40, 1 << 40}}}, 1 << 20, 0}, // no overflow
+	} {
+		if l, v := h.inferBodyLimit(ModelInfo{Inputs: tc.in}); l != tc.limit || v != tc.value {
+			t.Errorf("inferBodyLimit(%v) = %d, %d; want %d, %d", tc.in, l, v, tc.limit, tc.value)
+		}
+	}
+}
+
 func TestQueueFullRetryAfter(t *testing.T) {
 	leakCheck(t)
 	f := newFakeEngine()
