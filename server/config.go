@@ -85,6 +85,11 @@ type Config struct {
 	// predicted to queue longer than this (the queue ahead × the model's
 	// measured time per request); 0: only request_timeout bounds it.
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay"`
+	// MaxInflight bounds the inference requests the HTTP API handles at
+	// once; one more is refused with 503 and Retry-After before its body is
+	// read. 0: every model's max_queue plus eight per CPU
+	// (DefaultMaxInflight).
+	MaxInflight int `yaml:"max_inflight,omitempty"`
 	// FaultDrill makes one BE kernel launch fault on purpose (fault drills:
 	// docs/daemon.md); absent: off.
 	FaultDrill FaultDrill `yaml:"fault_drill,omitempty"`
@@ -298,6 +303,9 @@ func (c *Config) Validate() error {
 	if _, err := c.DeviceList(1); err != nil {
 		return bad("devices", "%v", err)
 	}
+	if c.MaxInflight < 0 {
+		return bad("max_inflight", "%d; must be >= 0 (0: the models' queues plus eight per CPU)", c.MaxInflight)
+	}
 	if c.MaxQueueDelay < 0 {
 		return bad("max_queue_delay", "%v; must be >= 0 (0: no bound)", c.MaxQueueDelay)
 	}
@@ -403,4 +411,20 @@ func (p PriorityConfig) ClassOf(priority int64, def Class) (Class, error) {
 		return HP, nil
 	}
 	return BE, nil
+}
+
+// maxInflight is max_inflight, or DefaultMaxInflight of the models' queues.
+func (c Config) maxInflight() int {
+	if c.MaxInflight > 0 {
+		return c.MaxInflight
+	}
+	queues := make([]int, 0, len(c.Models))
+	for _, m := range c.Models {
+		q := m.MaxQueue
+		if q == 0 {
+			q = DefaultMaxQueue
+		}
+		queues = append(queues, q)
+	}
+	return DefaultMaxInflight(queues)
 }

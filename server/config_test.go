@@ -90,6 +90,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"gpu", "gpu: V100\n", []string{"gpu:", "V100"}},
 		{"policy", "policy: fifo\n", []string{"policy:", `"fifo"`, "atoll"}},
 		{"model name", "models:\n  - batch: 2\n", []string{"models[0].name"}},
+		{"max inflight", "max_inflight: -1\n", []string{"max_inflight", ">= 0"}},
 		{"model twice", "models:\n  - name: a\n  - name: a\n", []string{"models[1].name", "twice"}},
 		{"model batch", "models:\n  - name: a\n    batch: -1\n", []string{"models[0].batch"}},
 		{"model class", "models:\n  - name: a\n    default_class: RT\n", []string{"models[0].default_class", "HP or BE"}},

@@ -120,6 +120,7 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}),
 		Logger:         log,
 		Restricted:     restricted,
+		MaxInflight:    cfg.maxInflight(),
 	})
 	srv := &http.Server{
 		Handler:           h,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -38,6 +39,23 @@ type Options struct {
 	// Every group must be one of APIGroups and every token non-empty;
 	// NewHandler panics otherwise (Config.Restrictions checks both).
 	Restricted []Restriction
+	// MaxInflight bounds the inference requests being handled at once
+	// (read, decoded, queued or running); one past it is answered 503 with
+	// Retry-After before its body is read. Zero: DefaultMaxInflight of the
+	// engine's models.
+	MaxInflight int
+}
+
+// DefaultMaxInflight is the in-flight bound for models: every request their
+// queues can hold (max_queue each) plus eight per CPU being decoded, so an
+// overload beyond what the engine can queue is refused at the door instead
+// of piling up in body decoding until clients time out.
+func DefaultMaxInflight(queues []int) int {
+	n := 8 * runtime.GOMAXPROCS(0)
+	for _, q := range queues {
+		n += q
+	}
+	return n
 }
 
 // Handler is the Open Inference Protocol v2 REST API and the jobs API over
@@ -50,6 +68,7 @@ type Handler struct {
 	mux      *http.ServeMux
 	draining atomic.Bool
 	inflight inflight
+	infers   atomic.Int64 // inference requests in serveInfer (MaxInflight)
 	guard    guard
 	nextID   atomic.Uint64
 	rawIn    bool // eng takes raw inputs (RawInputs)
@@ -69,6 +88,13 @@ func NewHandler(eng Engine, opt Options) *Handler {
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.MaxInflight <= 0 {
+		var queues []int
+		for range eng.Models() {
+			queues = append(queues, DefaultMaxQueue)
+		}
+		opt.MaxInflight = DefaultMaxInflight(queues)
 	}
 	g, err := newGuard(opt.Restricted)
 	if err != nil {
@@ -538,6 +564,11 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 	if h.draining.Load() {
 		return h.writeError(w, r, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown))
 	}
+	if n := h.infers.Add(1); n > int64(h.opt.MaxInflight) {
+		h.infers.Add(-1)
+		return h.writeError(w, r, fmt.Errorf("%w: %d inference requests are in progress (max_inflight %d); retry later", ErrQueueFull, n-1, h.opt.MaxInflight))
+	}
+	defer h.infers.Add(-1)
 	limit, values := h.inferBodyLimit(m)
 	body, err := h.readBodyInto(w, r, limit, pooledBody)
 	if err != nil {

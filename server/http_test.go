@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -376,6 +377,42 @@ func TestQueueFullRetryAfter(t *testing.T) {
 	close(f.block)
 	if r := <-first; r.code != 200 {
 		t.Errorf("the queued request: %d %s", r.code, r.raw)
+	}
+}
+
+// TestMaxInflight: with max_inflight requests being handled, one more is
+// refused at once with 503 and Retry-After (its body unread); once they
+// finish, requests are served again. The default counts every model's queue.
+func TestMaxInflight(t *testing.T) {
+	leakCheck(t)
+	f := newFakeEngine()
+	f.block = make(chan struct{})
+	f.entered = make(chan string, 2)
+	ts, c := apiServer(t, f, Options{MaxInflight: 2})
+	held := make(chan reply, 2)
+	for range 2 {
+		go func() { held <- do(t, c, "POST", ts.URL+"/v2/models/echo/infer", goodInfer) }()
+		<-f.entered
+	}
+	calls := f.calls.Load()
+	r := do(t, c, "POST", ts.URL+"/v2/models/echo/infer", goodInfer)
+	if r.code != 503 || r.hdr.Get("Retry-After") == "" || !strings.Contains(r.raw, "max_inflight 2") {
+		t.Errorf("third request in flight: %d Retry-After=%q %s", r.code, r.hdr.Get("Retry-After"), r.raw)
+	}
+	if f.calls.Load() != calls {
+		t.Error("the refused request reached the engine")
+	}
+	close(f.block)
+	for range 2 {
+		if r := <-held; r.code != 200 {
+			t.Errorf("a request in flight: %d %s", r.code, r.raw)
+		}
+	}
+	if r := do(t, c, "POST", ts.URL+"/v2/models/echo/infer", goodInfer); r.code != 200 {
+		t.Errorf("after the others finished: %d %s", r.code, r.raw)
+	}
+	if got, want := DefaultMaxInflight([]int{64, 16}), 80+8*runtime.GOMAXPROCS(0); got != want {
+		t.Errorf("DefaultMaxInflight(64, 16) = %d, want %d", got, want)
 	}
 }
 
