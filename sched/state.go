@@ -482,3 +482,188 @@ func (s *State) describe() string {
 	}
 	return sb.String()
 }
+
+// Transitions: what the core's events do to the state (Core.apply).
+
+func (s *State) advance(t time.Duration) {
+	if t > s.now {
+		s.now = t
+	}
+}
+
+// checkOrder refuses a completion that overtakes an earlier launch on the
+// same stream: streams run in order, so it means the driver is confused.
+func (s *State) checkOrder(f *flight) error {
+	var q []LaunchID
+	if f.l.Stream.Class == HP {
+		q = s.hp[f.l.Stream.Index].inflight
+	} else {
+		q = s.be[f.l.Stream.Index].inflight
+	}
+	if len(q) == 0 || q[0] != f.l.ID {
+		return fmt.Errorf("%w: L%d completed before earlier launches on stream %s (%v)", ErrEvent, f.l.ID, f.l.Stream, q)
+	}
+	return nil
+}
+
+func (s *State) checkOutcome(f *flight, o Outcome) error {
+	ok := false
+	switch f.l.Form {
+	case gpu.Plain:
+		ok = o == Finished
+	case gpu.Reset:
+		ok = o == Finished || o == Cut
+	case gpu.Resumable, gpu.Padded:
+		ok = o == Finished || o == Preempted
+	}
+	if !ok {
+		return fmt.Errorf("%w: L%d is a %s launch and cannot end %s", ErrEvent, f.l.ID, f.l.Form, o)
+	}
+	return nil
+}
+
+func (s *State) completeHP(f *flight, t time.Duration) {
+	c := s.hp[f.l.Client.Index]
+	c.inflight = c.inflight[1:]
+	r := &c.reqs[0]
+	r.done++
+	if r.done == len(c.prof.Kernels) {
+		s.emit(Decision{Kind: DecRequestDone, Request: RequestRecord{
+			Client: c.id, ID: r.id, Arrival: r.arrival, Start: r.start, End: t}})
+		s.stats.Requests++
+		c.reqs = c.reqs[1:]
+		c.launchReq--
+		if len(c.reqs) == 0 {
+			s.hpBusy--
+			if s.hpBusy == 0 {
+				s.hpIdleSince = t
+			}
+		}
+	}
+	// The next launch on the stream starts now; if it begins a request,
+	// that is the request's start.
+	if len(c.inflight) > 0 {
+		nf := s.flights[c.inflight[0]]
+		if nf.l.Kernel == 0 {
+			for i := range c.reqs {
+				if c.reqs[i].id == nf.req && !c.reqs[i].started {
+					c.reqs[i].start, c.reqs[i].started = t, true
+				}
+			}
+		}
+	}
+}
+
+func (s *State) completeBE(f *flight, t time.Duration, o Outcome) {
+	var b *BEClient
+	if f.l.Form == gpu.Padded {
+		b = s.be[f.l.Pad.Client.Index]
+	} else {
+		b = s.be[f.l.Client.Index]
+	}
+	b.inflight = slices.DeleteFunc(b.inflight, func(id LaunchID) bool { return id == f.l.ID })
+	// Close preemption records waiting for this launch.
+	b.opens = slices.DeleteFunc(b.opens, func(op *openPreemption) bool {
+		n := len(op.waiting)
+		op.waiting = slices.DeleteFunc(op.waiting, func(id LaunchID) bool { return id == f.l.ID })
+		if len(op.waiting) < n && t > op.rec.Stopped {
+			op.rec.Stopped = t
+		}
+		if len(op.waiting) == 0 {
+			if op.rec.Stopped < op.rec.Decided {
+				op.rec.Stopped = op.rec.Decided
+			}
+			s.emit(Decision{Kind: DecPreemptionDone, Client: b.id, Preemption: op.rec})
+			return true
+		}
+		return false
+	})
+	switch f.l.Form {
+	case gpu.Plain, gpu.Reset:
+		b.nOwn--
+		if f.l.Form == gpu.Reset {
+			b.nReset--
+		}
+		if f.gen != b.gen {
+			s.stats.Cuts++ // void: it ran after a cut kernel and must re-run
+			return
+		}
+		if o == Cut {
+			s.stats.Cuts++
+			b.gen++
+			b.issued = f.l.Kernel
+			return
+		}
+		s.finishBE(b, f.l.Kernel, t)
+	case gpu.Resumable:
+		b.nResume--
+		if o == Finished {
+			s.finishBE(b, f.l.Kernel, t)
+			return
+		}
+		s.stats.Preempted++
+		b.partial = true
+		b.issued = b.head
+	case gpu.Padded:
+		b.nPads--
+		if f.inst != b.inst {
+			return // the body finished in an earlier pad
+		}
+		if o == Finished {
+			s.finishBE(b, f.l.Pad.Kernel, t)
+			return
+		}
+		s.stats.Preempted++
+		b.partial = true
+	}
+}
+
+func (s *State) finishBE(b *BEClient, k int, t time.Duration) {
+	if k != b.head {
+		// Stream order makes this impossible; keep the books sane anyway.
+		return
+	}
+	d := b.prof.Kernels[k].Duration()
+	b.iterWork += d
+	s.stats.BEWork += d
+	s.stats.BEWorkByClient[b.id.Index] += d
+	s.stats.BEKernels++
+	b.head++
+	b.issued = max(b.issued, b.head)
+	b.inst++
+	b.started, b.partial = false, false
+	if b.head == len(b.prof.Kernels) {
+		s.emit(Decision{Kind: DecIterationDone, Client: b.id, Iteration: IterationRecord{
+			Client: b.id, N: b.iter, Start: b.iterStart, End: t, Work: b.iterWork}})
+		s.stats.Iterations++
+		b.iter++
+		b.iterStart, b.iterWork = t, 0
+		b.head, b.issued = 0, 0
+		if b.budget > 0 && b.iter-b.runStart >= b.budget {
+			// The run's budget is spent: stop here, inside the event
+			// that completed the last iteration, so the policy (which
+			// runs after it) cannot launch the next one.
+			b.ready = false
+		}
+	}
+}
+
+// startBE starts a run of b (which is not ready and has nothing in
+// flight) at a fresh iteration. What the previous run left unfinished is
+// dropped: the kernels of a partly done iteration that did finish stay in
+// the work counters (they ran) but no iteration record is emitted for
+// them, and the fresh iteration reuses the iteration number. A kernel with
+// saved progress starts over: started is cleared, so its next resumable
+// or padded instance is preceded by a DecResetProgress; the generation and
+// instance counters move on so nothing from before can be taken for the
+// new run's work.
+func (s *State) startBE(b *BEClient, t time.Duration, budget int) {
+	b.head, b.issued = 0, 0
+	b.started, b.partial = false, false
+	b.gen++
+	b.inst++
+	b.iterStart, b.iterWork = t, 0
+	b.budget, b.runStart = budget, b.iter
+	b.runs++
+	b.ready = true
+}
