@@ -24,10 +24,20 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := bench.FidelitySummary(gpu, sim)
+	heldGPU, err := bench.ReadMatrixDir("../../results/matrix-h100-confined")
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldSim, err := bench.ReadMatrixDir("../../results/matrix-sim-confined")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := bench.FidelitySummary(heldGPU, heldSim)
 	note := strings.Join(strings.Fields(simulatedNote), " ")
 	for _, want := range []string{
 		fmt.Sprintf("within 10 %% in %d of %d policy runs (median error %.0f %%)", f.Within, f.Runs, f.MedianP99*100),
 		fmt.Sprintf("as the GPU did in %d of %d cells", f.RankP99, f.Cells),
+		fmt.Sprintf("its HP p99 was within 10 %% in %d of %d runs, but its BE throughput was off by a median %.0f %%", h.Within, h.Runs, h.MedianBE*100),
 	} {
 		if !strings.Contains(note, want) {
 			t.Errorf("the demo's note lacks %q (recomputed from results/); it says:\n%s", want, simulatedNote)
