@@ -37,7 +37,8 @@ type Config struct {
 	Binder func(dev gpu.Device, w sched.Workload) (sched.Binder, error)
 	// Command is recorded in reports (the exact command line).
 	Command string
-	// Progress, when set, is told when each run starts.
+	// Progress, when set, is told when each run starts; Suite never calls
+	// it from two goroutines at once, though its runs go in parallel.
 	Progress func(msg string)
 	// KernelSolo is HP's per-kernel solo duration measured warm (the
 	// matrix sets it from its solo runs): attribution measures delay
@@ -212,8 +213,18 @@ func RunPolicy(ctx context.Context, c *Config, b *Baseline, policy string) (*Rep
 }
 
 // Suite measures the baseline once and runs each policy, c.Parallel at a
-// time.
+// time. c.Progress is called from one goroutine at a time.
 func Suite(ctx context.Context, c *Config, names []string) ([]*Report, error) {
+	if p := c.Progress; p != nil {
+		var mu sync.Mutex
+		cs := *c
+		cs.Progress = func(msg string) {
+			mu.Lock()
+			defer mu.Unlock()
+			p(msg)
+		}
+		c = &cs
+	}
 	b, err := Measure(ctx, c)
 	if err != nil {
 		return nil, err

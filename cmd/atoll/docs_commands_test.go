@@ -9,33 +9,27 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
-// TestDocumentedCommandsExist: every atoll command line in a code block of
-// README.md or docs/*.md names a command this atoll has and only flags
-// that command (or its subcommand) defines, so a renamed or removed flag
-// cannot linger in the docs.
-func TestDocumentedCommandsExist(t *testing.T) {
+// docCommand is one atoll command line in a code block of README.md or
+// docs/*.md: the command, the rest of the line without its comment, and
+// where it stands.
+type docCommand struct {
+	file string // base name
+	line int
+	text string // the line as written, trimmed
+	cmd  string // e.g. "bench"
+	rest string // the arguments, comment removed
+}
+
+// documentedCommands lists every atoll command line of the docs' code blocks.
+func documentedCommands(t *testing.T) []docCommand {
+	t.Helper()
 	files, _ := filepath.Glob("../../docs/*.md")
 	files = append(files, "../../README.md")
 	lineRE := regexp.MustCompile(`^\s*(?:\$ )?(?:\./)?(?:bin/|/tmp/)?atoll ([a-z][a-z-]*)(.*)$`)
-	flagRE := regexp.MustCompile(`(?:^|\s)--?([a-z][a-z0-9-]*)`)
-	helps := map[string]string{}
-	help := func(args ...string) (string, bool) {
-		key := strings.Join(args, " ")
-		if h, ok := helps[key]; ok {
-			return h, h != ""
-		}
-		var out, errb bytes.Buffer
-		rc := run(context.Background(), &env{stdout: &out, stderr: &errb}, append(args, "--help"))
-		h := out.String() + errb.String()
-		if rc != 0 {
-			h = ""
-		}
-		helps[key] = h
-		return h, h != ""
-	}
-	checked := 0
+	var out []docCommand
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {
@@ -57,31 +51,123 @@ func TestDocumentedCommandsExist(t *testing.T) {
 			if m == nil {
 				continue
 			}
-			cmd, rest := m[1], m[2]
+			rest := m[2]
 			if i := strings.Index(rest, "#"); i >= 0 {
 				rest = rest[:i]
 			}
-			text, ok := help(cmd)
-			if !ok {
-				t.Errorf("%s:%d: %q: atoll has no command %q", filepath.Base(f), n, strings.TrimSpace(line), cmd)
-				continue
-			}
-			if fields := strings.Fields(rest); len(fields) > 0 && !strings.HasPrefix(fields[0], "-") {
-				if sub, ok := help(cmd, fields[0]); ok {
-					text += sub
-				}
-			}
-			for _, fm := range flagRE.FindAllStringSubmatch(rest, -1) {
-				if !regexp.MustCompile(`(?m)^\s+-` + regexp.QuoteMeta(fm[1]) + `(\s|$)`).MatchString(text) {
-					t.Errorf("%s:%d: %q: atoll %s has no flag -%s", filepath.Base(f), n, strings.TrimSpace(line), cmd, fm[1])
-				}
-			}
-			checked++
+			out = append(out, docCommand{file: filepath.Base(f), line: n, text: strings.TrimSpace(line), cmd: m[1], rest: rest})
 		}
 		fh.Close()
 	}
-	if checked < 20 {
-		t.Errorf("only %d documented command lines found: the extraction is broken", checked)
+	if len(out) < 20 {
+		t.Fatalf("only %d documented command lines found: the extraction is broken", len(out))
 	}
-	t.Logf("%d documented command lines checked", checked)
+	return out
+}
+
+// TestDocumentedCommandsExist: every atoll command line in a code block of
+// README.md or docs/*.md names a command this atoll has and only flags
+// that command (or its subcommand) defines, so a renamed or removed flag
+// cannot linger in the docs.
+func TestDocumentedCommandsExist(t *testing.T) {
+	flagRE := regexp.MustCompile(`(?:^|\s)--?([a-z][a-z0-9-]*)`)
+	helps := map[string]string{}
+	help := func(args ...string) (string, bool) {
+		key := strings.Join(args, " ")
+		if h, ok := helps[key]; ok {
+			return h, h != ""
+		}
+		var out, errb bytes.Buffer
+		rc := run(context.Background(), &env{stdout: &out, stderr: &errb}, append(args, "--help"))
+		h := out.String() + errb.String()
+		if rc != 0 {
+			h = ""
+		}
+		helps[key] = h
+		return h, h != ""
+	}
+	cmds := documentedCommands(t)
+	for _, d := range cmds {
+		text, ok := help(d.cmd)
+		if !ok {
+			t.Errorf("%s:%d: %q: atoll has no command %q", d.file, d.line, d.text, d.cmd)
+			continue
+		}
+		if fields := strings.Fields(d.rest); len(fields) > 0 && !strings.HasPrefix(fields[0], "-") {
+			if sub, ok := help(d.cmd, fields[0]); ok {
+				text += sub
+			}
+		}
+		for _, fm := range flagRE.FindAllStringSubmatch(d.rest, -1) {
+			if !regexp.MustCompile(`(?m)^\s+-` + regexp.QuoteMeta(fm[1]) + `(\s|$)`).MatchString(text) {
+				t.Errorf("%s:%d: %q: atoll %s has no flag -%s", d.file, d.line, d.text, d.cmd, fm[1])
+			}
+		}
+	}
+	t.Logf("%d documented command lines checked", len(cmds))
+}
+
+// notRunHere says why a documented command line is not executed by
+// TestDocumentedCommandsRun ("" runs it): it needs a GPU or a daemon (the
+// server and loadgen tests drive those), it names a placeholder the reader
+// fills in, or it runs for minutes.
+func notRunHere(d docCommand) string {
+	args := " " + d.rest + " "
+	switch {
+	case strings.Contains(args, "--backend cuda"), d.cmd == "selftest",
+		d.cmd == "probe" && !strings.Contains(args, "--backend sim"),
+		d.cmd == "profile" && !strings.Contains(args, "--backend sim") && !strings.Contains(args, "--print-ncu-command"):
+		return "needs a GPU"
+	case d.cmd == "serve", d.cmd == "load", d.cmd == "jobs":
+		return "needs a running daemon"
+	case regexp.MustCompile(`\s(DIR|GPU-DIR|SIM-DIR|FILE|OUT|[a-z0-9-]+\.(onnx|csv))\s|\sdedicated\.json\s`).MatchString(args):
+		return "names a placeholder"
+	case d.cmd == "matrix" && strings.Contains(args, "gpu.yaml"):
+		return "runs the whole matrix (about 70 s on 2 cores)"
+	}
+	return ""
+}
+
+// TestDocumentedCommandsRun: every documented command line that needs no
+// GPU, no daemon and no placeholder runs as written on the simulator and
+// exits 0, in a scratch directory holding the repository's bench/, results/
+// and a copy of docs/ (some write there); /tmp/ paths go to the test's own.
+func TestDocumentedCommandsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the documented commands on the simulator")
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := documentedCommands(t)
+	dir, tmp := t.TempDir(), t.TempDir()
+	for _, p := range []string{"bench", "results", "profiles"} {
+		if err := os.Symlink(filepath.Join(repo, p), filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.CopyFS(filepath.Join(dir, "docs"), os.DirFS(filepath.Join(repo, "docs"))); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	t.Setenv("ATOLL_PROFILES", t.TempDir()) // an empty profile store: what a fresh clone has
+	ran := 0
+	for _, d := range cmds {
+		if why := notRunHere(d); why != "" {
+			t.Logf("%s:%d: not run here (%s): %s", d.file, d.line, why, d.text)
+			continue
+		}
+		args := append([]string{d.cmd}, strings.Fields(strings.ReplaceAll(d.rest, "/tmp/", tmp+"/"))...)
+		var out, errb bytes.Buffer
+		start := time.Now()
+		if rc := run(context.Background(), &env{stdout: &out, stderr: &errb}, args); rc != 0 {
+			t.Errorf("%s:%d: %q exited %d:\n%s%s", d.file, d.line, d.text, rc, out.String(), errb.String())
+		}
+		t.Logf("%s:%d: ran in %v: %s", d.file, d.line, time.Since(start).Round(time.Millisecond), d.text)
+		ran++
+	}
+	if ran < 8 {
+		t.Errorf("only %d documented commands ran: the selection is broken", ran)
+	}
 }
