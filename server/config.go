@@ -85,9 +85,9 @@ type Config struct {
 	// predicted to queue longer than this (the queue ahead × the model's
 	// measured time per request); 0: only request_timeout bounds it.
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay"`
-	// MaxInflight bounds the inference requests the HTTP API handles at
-	// once; one more is refused with 503 and Retry-After before its body is
-	// read. 0: every model's max_queue plus eight per CPU
+	// MaxInflight bounds the inference requests the HTTP and gRPC APIs
+	// handle at once; one more is refused with 503 and Retry-After (gRPC:
+	// Unavailable) before its body is read (gRPC: decoded). 0: every model's max_queue plus eight per CPU
 	// (DefaultMaxInflight).
 	MaxInflight int `yaml:"max_inflight,omitempty"`
 	// FaultDrill makes one BE kernel launch fault on purpose (fault drills:

@@ -195,6 +195,10 @@ func (s *GRPCService) infer(ctx context.Context, req *pb.ModelInferRequest, arri
 	if h.draining.Load() {
 		return nil, "", nil, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown)
 	}
+	if err := h.enterInfer(); err != nil {
+		return nil, "", nil, err
+	}
+	defer h.infers.Add(-1)
 	ir, err := grpcInferRequest(req, m, h.opt.Priority, h.rawIn)
 	if err != nil {
 		class := Class("")

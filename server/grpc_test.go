@@ -505,6 +505,36 @@ func TestGRPCInferErrors(t *testing.T) {
 	}
 }
 
+// TestGRPCMaxInflight: HTTP and gRPC share max_inflight; one more gRPC
+// request is Unavailable and never reaches the engine.
+func TestGRPCMaxInflight(t *testing.T) {
+	leakCheck(t)
+	f := newFakeEngine()
+	f.block = make(chan struct{})
+	f.entered = make(chan string, 1)
+	c, _ := grpcAPI(t, f, Options{MaxInflight: 1})
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.ModelInfer(ctx, goodGRPC())
+		first <- err
+	}()
+	<-f.entered
+	calls := f.calls.Load()
+	_, err := c.ModelInfer(ctx, goodGRPC())
+	wantCode(t, "over max_inflight", err, codes.Unavailable, "max_inflight 1")
+	if f.calls.Load() != calls {
+		t.Error("the refused request reached the engine")
+	}
+	close(f.block)
+	if err := <-first; err != nil {
+		t.Errorf("the request in flight: %v", err)
+	}
+	if _, err := c.ModelInfer(ctx, goodGRPC()); err != nil {
+		t.Errorf("after the other finished: %v", err)
+	}
+}
+
 // TestGRPCUnavailableAndDeadline: queue full, draining and a closed engine
 // are Unavailable; the request timeout is DeadlineExceeded.
 func TestGRPCUnavailableAndDeadline(t *testing.T) {

@@ -39,10 +39,11 @@ type Options struct {
 	// Every group must be one of APIGroups and every token non-empty;
 	// NewHandler panics otherwise (Config.Restrictions checks both).
 	Restricted []Restriction
-	// MaxInflight bounds the inference requests being handled at once
-	// (read, decoded, queued or running); one past it is answered 503 with
-	// Retry-After before its body is read. Zero: DefaultMaxInflight of the
-	// engine's models.
+	// MaxInflight bounds the inference requests being handled at once,
+	// HTTP and gRPC together (read, decoded, queued or running); one past
+	// it is answered 503 with Retry-After before its body is read (gRPC:
+	// Unavailable, before its tensors are decoded). Zero:
+	// DefaultMaxInflight of the engine's models.
 	MaxInflight int
 }
 
@@ -496,6 +497,17 @@ func (h *Handler) inferBodyLimit(m ModelInfo) (limit, values int64) {
 	return h.opt.BodyLimit, 0
 }
 
+// enterInfer counts one more inference request in progress (HTTP or gRPC),
+// or refuses it (ErrQueueFull: 503, gRPC Unavailable) when MaxInflight are;
+// the caller of a nil error decrements h.infers when it is done.
+func (h *Handler) enterInfer() error {
+	if n := h.infers.Add(1); n > int64(h.opt.MaxInflight) {
+		h.infers.Add(-1)
+		return fmt.Errorf("%w: %d inference requests are in progress (max_inflight %d); retry later", ErrQueueFull, n-1, h.opt.MaxInflight)
+	}
+	return nil
+}
+
 // errBodyOverModel is an infer body longer than its model's inputs can
 // take (inferBodyLimit): 413, with the model's figures.
 type errBodyOverModel struct {
@@ -564,9 +576,8 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 	if h.draining.Load() {
 		return h.writeError(w, r, fmt.Errorf("%w: the daemon is draining; send the request to another replica", ErrShuttingDown))
 	}
-	if n := h.infers.Add(1); n > int64(h.opt.MaxInflight) {
-		h.infers.Add(-1)
-		return h.writeError(w, r, fmt.Errorf("%w: %d inference requests are in progress (max_inflight %d); retry later", ErrQueueFull, n-1, h.opt.MaxInflight))
+	if err := h.enterInfer(); err != nil {
+		return h.writeError(w, r, err)
 	}
 	defer h.infers.Add(-1)
 	limit, values := h.inferBodyLimit(m)
