@@ -142,10 +142,6 @@ func (p *Atoll) set(params string) error {
 		if !ok {
 			return fmt.Errorf("%w: atoll parameter %q is not key=value", ErrConfig, kv)
 		}
-		if k == "admission" && v == "confined" {
-			p.NoAdmission, p.Confined = false, true
-			continue
-		}
 		var err error
 		switch k {
 		case "hp-window":
@@ -167,16 +163,19 @@ func (p *Atoll) set(params string) error {
 			p.PlainBound, err = time.ParseDuration(v)
 		case "resume-after":
 			p.ResumeAfter, err = time.ParseDuration(v)
-		case "padding", "preempt", "admission":
+		case "admission":
+			if p.NoAdmission, p.Confined = false, v == "confined"; !p.Confined {
+				var on bool
+				on, err = strconv.ParseBool(v)
+				p.NoAdmission = !on
+			}
+		case "padding", "preempt":
 			var on bool
 			if on, err = strconv.ParseBool(v); err == nil {
-				switch k {
-				case "padding":
+				if k == "padding" {
 					p.Padding = on
-				case "preempt":
+				} else {
 					p.Preempt = on
-				default:
-					p.NoAdmission, p.Confined = !on, false
 				}
 			}
 		default:

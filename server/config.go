@@ -87,8 +87,8 @@ type Config struct {
 	MaxQueueDelay time.Duration `yaml:"max_queue_delay"`
 	// MaxInflight bounds the inference requests the HTTP and gRPC APIs
 	// handle at once; one more is refused with 503 and Retry-After (gRPC:
-	// Unavailable) before its body is read (gRPC: decoded). 0: every model's max_queue plus eight per CPU
-	// (DefaultMaxInflight).
+	// Unavailable) before its body is read (gRPC: decoded). 0: every
+	// model's max_queue plus eight per CPU (DefaultMaxInflight).
 	MaxInflight int `yaml:"max_inflight,omitempty"`
 	// FaultDrill makes one BE kernel launch fault on purpose (fault drills:
 	// docs/daemon.md); absent: off.
@@ -413,18 +413,15 @@ func (p PriorityConfig) ClassOf(priority int64, def Class) (Class, error) {
 	return BE, nil
 }
 
-// maxInflight is max_inflight, or DefaultMaxInflight of the models' queues.
+// maxInflight is max_inflight, or DefaultMaxInflight of the models' queues
+// (Validate has filled in each model's max_queue).
 func (c Config) maxInflight() int {
 	if c.MaxInflight > 0 {
 		return c.MaxInflight
 	}
 	queues := make([]int, 0, len(c.Models))
 	for _, m := range c.Models {
-		q := m.MaxQueue
-		if q == 0 {
-			q = DefaultMaxQueue
-		}
-		queues = append(queues, q)
+		queues = append(queues, m.MaxQueue)
 	}
 	return DefaultMaxInflight(queues)
 }

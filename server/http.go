@@ -69,7 +69,8 @@ type Handler struct {
 	mux      *http.ServeMux
 	draining atomic.Bool
 	inflight inflight
-	infers   atomic.Int64 // inference requests in serveInfer (MaxInflight)
+	infers   atomic.Int64         // inference requests being handled (MaxInflight)
+	bodies   map[string]bodyBound // per model: its infer body bound (inferBodyLimit)
 	guard    guard
 	nextID   atomic.Uint64
 	rawIn    bool // eng takes raw inputs (RawInputs)
@@ -101,9 +102,10 @@ func NewHandler(eng Engine, opt Options) *Handler {
 	if err != nil {
 		panic(err)
 	}
-	h := &Handler{eng: eng, opt: opt, models: map[string]ModelInfo{}, mux: http.NewServeMux(), guard: g}
+	h := &Handler{eng: eng, opt: opt, models: map[string]ModelInfo{}, bodies: map[string]bodyBound{}, mux: http.NewServeMux(), guard: g}
 	for _, m := range eng.Models() {
 		h.models[m.Name] = m
+		h.bodies[m.Name] = inferBodyLimit(m, opt.BodyLimit)
 	}
 	if ri, ok := eng.(RawInputs); ok {
 		h.rawIn = ri.AcceptsRaw()
@@ -465,36 +467,41 @@ const (
 	bodySlack         = 64 << 10
 )
 
-// inferBodyLimit is the largest infer body accepted for m: the daemon's
-// BodyLimit, or less when every input of m has a fixed shape (what the
-// engine serves) — bodySlack plus bodyBytesPerValue for each input value,
-// more than any encoding of a valid request takes. Read with this limit, a
-// chunked body too is refused (413) as soon as it is longer, so oversized
-// requests hold a model's worth of memory each, not BodyLimit's. values is
-// the number of input values (0 when the limit is BodyLimit).
-func (h *Handler) inferBodyLimit(m ModelInfo) (limit, values int64) {
+// bodyBound is the largest infer body accepted for a model, and the number
+// of input values it was derived from (0: it is the daemon's BodyLimit).
+type bodyBound struct{ limit, values int64 }
+
+// inferBodyLimit is the largest infer body accepted for m: bodyLimit, or
+// less when every input of m has a fixed shape (what the engine serves) —
+// bodySlack plus bodyBytesPerValue for each input value, more than any
+// encoding of a valid request takes. Read with this limit, a chunked body
+// too is refused (413) as soon as it is longer, so oversized requests hold
+// a model's worth of memory each, not bodyLimit's.
+func inferBodyLimit(m ModelInfo, bodyLimit int64) bodyBound {
+	none := bodyBound{limit: bodyLimit}
 	if len(m.Inputs) == 0 {
-		return h.opt.BodyLimit, 0
+		return none
 	}
+	var values int64
 	for _, in := range m.Inputs {
 		e := int64(1)
 		for _, d := range in.Shape {
 			if d < 0 {
-				return h.opt.BodyLimit, 0 // a variable dimension: no bound from the model
+				return none // a variable dimension: no bound from the model
 			}
-			if d > 0 && e > h.opt.BodyLimit/d {
-				return h.opt.BodyLimit, 0 // more values than BodyLimit has bytes
+			if d > 0 && e > bodyLimit/d {
+				return none // more values than bodyLimit has bytes
 			}
 			e *= d
 		}
-		if values += e; values > h.opt.BodyLimit/bodyBytesPerValue {
-			return h.opt.BodyLimit, 0
+		if values += e; values > bodyLimit/bodyBytesPerValue {
+			return none
 		}
 	}
-	if bound := bodySlack + values*bodyBytesPerValue; bound < h.opt.BodyLimit {
-		return bound, values
+	if bound := bodySlack + values*bodyBytesPerValue; bound < bodyLimit {
+		return bodyBound{limit: bound, values: values}
 	}
-	return h.opt.BodyLimit, 0
+	return none
 }
 
 // enterInfer counts one more inference request in progress (HTTP or gRPC),
@@ -580,12 +587,12 @@ func (h *Handler) serveInfer(w http.ResponseWriter, r *http.Request, arrived tim
 		return h.writeError(w, r, err)
 	}
 	defer h.infers.Add(-1)
-	limit, values := h.inferBodyLimit(m)
-	body, err := h.readBodyInto(w, r, limit, pooledBody)
+	bound := h.bodies[m.Name]
+	body, err := h.readBodyInto(w, r, bound.limit, pooledBody)
 	if err != nil {
 		var mb *http.MaxBytesError
-		if limit < h.opt.BodyLimit && errors.As(err, &mb) {
-			err = &errBodyOverModel{model: m.Name, limit: limit, values: values}
+		if bound.values > 0 && errors.As(err, &mb) {
+			err = &errBodyOverModel{model: m.Name, limit: bound.limit, values: bound.values}
 		}
 		return h.writeError(w, r, err)
 	}

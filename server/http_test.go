@@ -298,20 +298,27 @@ func TestBodyLimitChunked(t *testing.T) {
 	leakCheck(t)
 	ts, c := apiServer(t, newFakeEngine(), Options{BodyLimit: 2048})
 	// No Content-Length: the limit must hold while reading.
-	body := io.MultiReader(strings.NewReader(`{"inputs":[{"name":"input0","shape":[1,4],"datatype":"FP32","data":[`), strings.NewReader(strings.Repeat("1,", 4000)+"1]}]}"))
-	req, _ := http.NewRequest("POST", ts.URL+"/v2/models/echo/infer", body)
+	code, raw := postChunked(t, c, ts.URL+"/v2/models/echo/infer", `{"inputs":[{"name":"input0","shape":[1,4],"datatype":"FP32","data":[`, "1,", 4000, "1]}]}")
+	if code != 413 || !strings.Contains(raw, "over the limit of 2048 bytes") {
+		t.Errorf("chunked body over limit: %d %s", code, raw)
+	}
+}
+
+// postChunked posts head, n times rep, then tail as a body without a
+// Content-Length (chunked) and returns the answer's status and body.
+func postChunked(t *testing.T, c *http.Client, url, head, rep string, n int, tail string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, io.MultiReader(strings.NewReader(head), strings.NewReader(strings.Repeat(rep, n)+tail)))
+	if req.ContentLength != 0 && req.ContentLength != -1 {
+		t.Fatalf("request has a Content-Length (%d); the test needs chunked", req.ContentLength)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if req.ContentLength != 0 && req.ContentLength != -1 {
-		t.Fatalf("request has a Content-Length (%d); the test needs chunked", req.ContentLength)
-	}
-	if resp.StatusCode != 413 || !strings.Contains(string(raw), "over the limit of 2048 bytes") {
-		t.Errorf("chunked body over limit: %d %s", resp.StatusCode, raw)
-	}
+	return resp.StatusCode, string(raw)
 }
 
 // TestBodyLimitFromModel: a model whose inputs have fixed shapes bounds its
@@ -328,20 +335,11 @@ func TestBodyLimitFromModel(t *testing.T) {
 	}
 	// 2 MB of a chunked body: far over fixed's bound (64 KiB + 8 × 64 bytes),
 	// far under body_limit. The server stops reading at the bound.
-	body := io.MultiReader(strings.NewReader(`{"inputs":[{"name":"input0","shape":[2,4],"datatype":"FP32","data":[`),
-		strings.NewReader(strings.Repeat("1,", 1<<20)+"1]}]}"))
-	req, _ := http.NewRequest("POST", ts.URL+"/v2/models/fixed/infer", body)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 413 || !strings.Contains(string(raw), `model \"fixed\"'s inputs (8 values)`) {
-		t.Errorf("chunked body over the model's bound: %d %s", resp.StatusCode, raw)
+	code, raw := postChunked(t, c, ts.URL+"/v2/models/fixed/infer", `{"inputs":[{"name":"input0","shape":[2,4],"datatype":"FP32","data":[`, "1,", 1<<20, "1]}]}")
+	if code != 413 || !strings.Contains(raw, `model \"fixed\"'s inputs (8 values)`) {
+		t.Errorf("chunked body over the model's bound: %d %s", code, raw)
 	}
 	// The bound from the inputs' shapes; none where a dimension varies.
-	h := &Handler{opt: Options{BodyLimit: 1 << 20}}
 	for _, tc := range []struct {
 		in           []TensorInfo
 		limit, value int64
@@ -354,8 +352,8 @@ func TestBodyLimitFromModel(t *testing.T) {
 		{[]TensorInfo{{Shape: []int64{1, 224, 224, 3}}}, 1 << 20, 0},            // over body_limit: body_limit
 		{[]TensorInfo{{Shape: []int64{1 << 40, 1 << 40, 1 << 40}}}, 1 << 20, 0}, // no overflow
 	} {
-		if l, v := h.inferBodyLimit(ModelInfo{Inputs: tc.in}); l != tc.limit || v != tc.value {
-			t.Errorf("inferBodyLimit(%v) = %d, %d; want %d, %d", tc.in, l, v, tc.limit, tc.value)
+		if b := inferBodyLimit(ModelInfo{Inputs: tc.in}, 1<<20); b.limit != tc.limit || b.values != tc.value {
+			t.Errorf("inferBodyLimit(%v) = %+v; want %d, %d", tc.in, b, tc.limit, tc.value)
 		}
 	}
 }
