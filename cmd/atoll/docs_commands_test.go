@@ -107,6 +107,9 @@ func TestDocumentedCommandsExist(t *testing.T) {
 	t.Logf("%d documented command lines checked", len(cmds))
 }
 
+// placeholderRE matches an argument the reader fills in.
+var placeholderRE = regexp.MustCompile(`\s(DIR|GPU-DIR|SIM-DIR|FILE|OUT|[a-z0-9-]+\.(onnx|csv))\s|\sdedicated\.json\s`)
+
 // notRunHere says why a documented command line is not executed by
 // TestDocumentedCommandsRun ("" runs it): it needs a GPU or a daemon (the
 // server and loadgen tests drive those), it names a placeholder the reader
@@ -120,7 +123,7 @@ func notRunHere(d docCommand) string {
 		return "needs a GPU"
 	case d.cmd == "serve", d.cmd == "load", d.cmd == "jobs":
 		return "needs a running daemon"
-	case regexp.MustCompile(`\s(DIR|GPU-DIR|SIM-DIR|FILE|OUT|[a-z0-9-]+\.(onnx|csv))\s|\sdedicated\.json\s`).MatchString(args):
+	case placeholderRE.MatchString(args):
 		return "names a placeholder"
 	case d.cmd == "matrix" && strings.Contains(args, "gpu.yaml"):
 		return "runs the whole matrix (about 70 s on 2 cores)"
