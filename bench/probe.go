@@ -489,7 +489,9 @@ func runCell(ctx context.Context, dev gpu.Device, b *ProbeBinder, hp *profiles.P
 	}
 	var first, last []time.Duration
 	req, lastK := 0, len(hp.Kernels)-1
-	opt := sched.Options{Policy: p, Binder: b, Warmup: arr[c.Warmup], Duration: arr[n-1] + c.Gap, Drain: drain,
+	// The probe measures launches one by one (their host cost, what each
+	// HP kernel meets): HP graphs stay off.
+	opt := sched.Options{Policy: p, Binder: b, Warmup: arr[c.Warmup], Duration: arr[n-1] + c.Gap, Drain: drain, NoHPGraphs: true,
 		OnDecision: func(d sched.Decision) {
 			if d.Kind != sched.DecLaunch {
 				return

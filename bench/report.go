@@ -97,6 +97,16 @@ type Report struct {
 	// because the pair kernel was not compiled yet.
 	Unpadded int `json:"unpaddedLaunches,omitempty"`
 	Launches int `json:"launches"`
+	// GraphLaunches are the HP requests submitted as one graph each, and
+	// HPGraphs whether graphs were used ("on", "off", "off: why";
+	// sched.Options.NoHPGraphs).
+	GraphLaunches int    `json:"graphLaunches,omitempty"`
+	HPGraphs      string `json:"hpGraphs,omitempty"`
+	// GraphWaits are HP requests that waited in the driver for a graph
+	// instance; StaleGraphEvents the device's stale graph-event answers
+	// turned away (sched.Trace).
+	GraphWaits       int `json:"graphWaits,omitempty"`
+	StaleGraphEvents int `json:"staleGraphEvents,omitempty"`
 	// HostUsPerLaunch is the driver's host time per launch (bind, launch,
 	// record), from the run's wall clock: the real cost on a GPU; on the
 	// simulator it is the Go code's own cost, not a model figure.
@@ -334,4 +344,7 @@ type HostSplit struct {
 	RecordUs float64 `json:"recordUs"`
 	PollUs   float64 `json:"pollUs"`
 	Queries  float64 `json:"queries"`
+	// GraphBuildMs is the run's time spent recording HP graphs, in ms
+	// (not per launch): mostly before the run starts.
+	GraphBuildMs float64 `json:"graphBuildMs,omitempty"`
 }

@@ -52,6 +52,9 @@ type Config struct {
 	// Samples keeps every request's latency in the reports and adds
 	// bootstrap CIs (the matrix sets it).
 	Samples bool
+	// NoHPGraphs launches HP requests kernel by kernel instead of one graph
+	// per request (sched.Options.NoHPGraphs).
+	NoHPGraphs bool
 	// Parallel is how many policy runs Suite makes at once (0:
 	// GOMAXPROCS). Each run owns its device, so more than one is only
 	// sound for the simulator: set 1 for a real GPU.
@@ -182,7 +185,7 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	if withBE && c.BE != nil {
 		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
 	}
-	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans}
+	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs}
 	if c.KernelSolo != nil && len(w.HP) > 0 {
 		opt.KernelSolo = [][]time.Duration{c.KernelSolo}
 	}
@@ -319,13 +322,15 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.PreemptLatency = Summarize(pl)
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
+	r.GraphLaunches, r.HPGraphs = tr.GraphLaunches, tr.HPGraphs
+	r.GraphWaits, r.StaleGraphEvents = tr.GraphWaits, tr.StaleGraphEvents
 	if tr.Launches > 0 {
 		n := float64(tr.Launches)
 		us := func(d time.Duration) float64 { return round3(float64(d) / n / 1e3) }
 		r.HostUsPerLaunch = us(tr.LaunchHost)
 		h := tr.Host
 		r.HostPerLaunch = &HostSplit{BindUs: us(h.Bind), LaunchUs: us(h.Launch), RecordUs: us(h.Record), PollUs: us(h.Poll),
-			Queries: round3(float64(h.Queries) / n)}
+			Queries: round3(float64(h.Queries) / n), GraphBuildMs: round3(h.GraphBuild.Seconds() * 1e3)}
 	}
 	r.Finish()
 	return r

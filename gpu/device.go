@@ -79,6 +79,41 @@ type Compiler interface {
 	Compile(src ModuleSource) (ModuleSource, error)
 }
 
+// Graph is a recorded sequence of launches (a CUDA graph), made by a
+// Grapher; zero is never a valid graph.
+type Graph int32
+
+// GraphStep is one step of a graph: a launch, then the record of Event in
+// the same stream (none when Event is zero).
+type GraphStep struct {
+	Launch *Launch
+	Event  Event
+}
+
+// Grapher is implemented by devices that record a fixed sequence of launches
+// once and submit it again with one host call (gpu/cuda: a CUDA graph; gpu/sim
+// models it). A scheduler uses it for the kernels of a latency-critical
+// request when nothing needs deciding between them: the host then pays for
+// one submission per request instead of a launch and a record per kernel.
+// Like every device call but Compile, its methods belong to the goroutine
+// that owns the device.
+type Grapher interface {
+	// NewGraph records steps for streams of context ctx: each step's
+	// launch, then the record of its event, in order. Only Plain launches
+	// are accepted. Launches are copied, arguments included: changing them
+	// afterwards does not change the graph. The events stay the caller's;
+	// the graph only records them.
+	NewGraph(ctx Context, steps []GraphStep) (Graph, error)
+	// LaunchGraph enqueues g on s, a stream of g's context: the same work
+	// as Launch and Record of every step in turn on s, submitted with one
+	// host call. Launching g again before its events have completed
+	// records them again (as Record would), so a caller keeps one graph
+	// per replay it wants in flight at once.
+	LaunchGraph(g Graph, s Stream) error
+	// DestroyGraph releases g; work already launched completes.
+	DestroyGraph(g Graph) error
+}
+
 // Device is the one interface between scheduling and hardware. It has two
 // implementations: gpu/sim, a discrete-event simulated GPU (the default and
 // the test bed) and gpu/cuda, the real GPU through the CUDA driver API.

@@ -171,3 +171,6 @@ func (a *Args) Bytes() []byte {
 
 // Len is the packed size in bytes.
 func (a *Args) Len() int { return len(a.buf) }
+
+// Clone is a copy of a that shares no storage with it.
+func (a *Args) Clone() Args { return Args{buf: slices.Clone(a.buf)} }

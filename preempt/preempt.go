@@ -60,10 +60,18 @@ func IdleFor(st *sched.State, now, d time.Duration, seenHP bool) bool {
 // LaunchHP launches c's waiting kernels while fewer than window are in
 // flight (window <= 0: all), padding each with BE work when pad is set and
 // the padding selector finds a fit among the BE head kernels keep passes
-// (nil: all).
+// (nil: all). A request that fits in the window whole starts only once it
+// fits: its kernels then launch in one step, which the driver submits as
+// one graph (sched/graphs.go), instead of one kernel per completion of
+// the requests ahead of it.
 func LaunchHP(st *sched.State, c *sched.HPClient, window int, pad bool, keep func(hp, be *profiles.Kernel) bool) {
+	n := len(c.Profile().Kernels)
 	for window <= 0 || c.InFlight() < window {
-		if k, _ := c.Next(); k == nil {
+		k, ki := c.Next()
+		if k == nil {
+			return
+		}
+		if ki == 0 && window > 0 && n <= window && c.InFlight()+n > window {
 			return
 		}
 		if pad && padding.Try(st, c, keep) {

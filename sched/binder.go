@@ -47,7 +47,9 @@ var ErrNotReady = errors.New("sched: launch not ready yet")
 
 // Binder turns a launch decision into a complete gpu.Launch: function,
 // geometry, arguments (the preemption state included), cost and the form's
-// fields. Bind returns a launch the caller owns. For gpu.Resumable, Grid is
+// fields. Bind returns a launch the caller owns. The Plain launch of an HP
+// kernel must be the same every time it is bound (same buffers): the
+// driver records it once into a graph and replays it (Options.NoHPGraphs). For gpu.Resumable, Grid is
 // the worker blocks and Logical the body's logical blocks; for gpu.Padded,
 // Grid is the HP blocks and Pad the BE part.
 type Binder interface {

@@ -94,6 +94,8 @@ type OnlineConfig struct {
 	// OnDecision sees every decision in the owner goroutine; it must not
 	// block.
 	OnDecision func(Decision)
+	// NoHPGraphs launches HP requests kernel by kernel (Options.NoHPGraphs).
+	NoHPGraphs bool
 }
 
 // OnlineResult is a finished (or failed) HP request. Times are on the
@@ -395,7 +397,7 @@ func (o *Online) setup() (*onlineLoop, gpu.Device, error) {
 		return nil, nil, fmt.Errorf("%w: the opener returned no device", ErrConfig)
 	}
 	w := o.cfg.Workload()
-	opt := Options{Policy: o.cfg.Policy, Duration: forever, Stall: o.cfg.Stall, OnDecision: o.cfg.OnDecision}
+	opt := Options{Policy: o.cfg.Policy, Duration: forever, Stall: o.cfg.Stall, OnDecision: o.cfg.OnDecision, NoHPGraphs: o.cfg.NoHPGraphs}
 	if o.cfg.Bind != nil {
 		b, err := o.cfg.Bind(dev)
 		if err != nil {

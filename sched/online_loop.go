@@ -361,12 +361,7 @@ func (l *onlineLoop) feed(ev Event) error {
 	if err := core.Step(ev); err != nil {
 		return fmt.Errorf("sched: %s at %s: %w", ev.Kind, us(ev.Time), err)
 	}
-	for _, dec := range core.Decisions() {
-		if err := l.apply(dec); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.d.applyAll(core.Decisions(), l.apply)
 }
 
 func (l *onlineLoop) apply(dec Decision) error {

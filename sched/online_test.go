@@ -449,9 +449,22 @@ func TestOnlineHPServedWhileBERuns(t *testing.T) {
 // A device failure fails the affected requests with an error wrapping
 // ErrDevice, and Run stops cleanly: it returns the error, closes Done and
 // answers everything.
+// With HP graphs the request's one LaunchGraph fails; without, its third
+// kernel's Launch.
 func TestOnlineDeviceFailure(t *testing.T) {
+	for _, tc := range []struct {
+		graphs bool
+		method string
+		after  int
+	}{{true, "LaunchGraph", 1}, {false, "Launch", 3}} {
+		t.Run(tc.method, func(t *testing.T) { testOnlineDeviceFailure(t, !tc.graphs, tc.method, tc.after) })
+	}
+}
+
+func testOnlineDeviceFailure(t *testing.T, noGraphs bool, method string, after int) {
 	defer goleak.VerifyNone(t)
 	cfg := onlineConfig(t, "atoll")
+	cfg.NoHPGraphs = noGraphs
 	var fd *faulty.Device
 	o, err := sched.NewOnline(simOpener(func(d gpu.Device) gpu.Device {
 		fd = faulty.New(d)
@@ -472,7 +485,7 @@ func TestOnlineDeviceFailure(t *testing.T) {
 	if r := recv(t, ch); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if err := fd.FailMethod("Launch", fd.Count("Launch")+3); err != nil {
+	if err := fd.FailMethod(method, fd.Count(method)+after); err != nil {
 		t.Fatal(err)
 	}
 	ch, err = o.Submit(0, nil)

@@ -65,6 +65,11 @@ type Options struct {
 	// OnDecision, when set, sees every decision as the driver applies it
 	// (a decision log for debugging and reports). It must not block.
 	OnDecision func(Decision)
+	// NoHPGraphs launches HP requests kernel by kernel even where the
+	// device records graphs (gpu.Grapher): by default a request whose
+	// kernels are all launched at once, in Plain form, is submitted as one
+	// graph (sched/graphs.go), one host call instead of one per kernel.
+	NoHPGraphs bool
 }
 
 // Trace is what a run measured. Times are on the device clock.
@@ -83,8 +88,20 @@ type Trace struct {
 	BEWork         time.Duration
 	BEWorkByClient []time.Duration
 	Preemptions    []PreemptionRecord
-	Launches       int // all launches of the run
+	Launches       int // all launches of the run (a graph's kernels included)
 	PaddedLaunches int
+	// GraphLaunches are HP requests submitted as one graph each
+	// (Options.NoHPGraphs); HPGraphs says whether graphs were used ("on",
+	// "off", or "off: " and why).
+	GraphLaunches int
+	HPGraphs      string
+	// GraphWaits are HP requests held in the driver until one of their
+	// client's graph instances completed (sched/graphs.go).
+	GraphWaits int
+	// StaleGraphEvents are the device's answers "not complete" to a query
+	// of a graph's event that still showed the previous replay (devices
+	// that count them: gpu/cuda).
+	StaleGraphEvents int
 	// UnpaddedLaunches are padded decisions launched as the HP kernel alone
 	// because the pair kernel was not ready (Binder answered ErrNotReady).
 	UnpaddedLaunches int
@@ -120,6 +137,10 @@ type HostTime struct {
 	// word) per completion; Queries counts the Query calls.
 	Poll    time.Duration
 	Queries int
+	// GraphBuild is the time spent recording HP graphs (Options.NoHPGraphs):
+	// before the run, and on the launch path when a request found every
+	// instance of its client in flight.
+	GraphBuild time.Duration
 }
 
 // Window is the measured interval, Duration − Warmup.
@@ -141,6 +162,9 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	if err := d.loop(ctx); err != nil {
 		return nil, err
 	}
+	if s, ok := dev.(interface{ StaleGraphEvents() int }); ok {
+		d.trace.StaleGraphEvents = s.StaleGraphEvents()
+	}
 	return d.trace, nil
 }
 
@@ -150,7 +174,9 @@ type dflight struct {
 	ev       gpu.Event
 	done     gpu.HostWord // Resumable, Padded: this launch's done word
 	raisedAt time.Duration
-	unpadded bool // a Padded decision launched Plain: its pair kernel was not ready (ErrNotReady)
+	unpadded bool     // a Padded decision launched Plain: its pair kernel was not ready (ErrNotReady)
+	graphEv  bool     // ev belongs to an HP graph, not to the free events
+	graph    *hpGraph // on a graph's last kernel: the instance to free when it completes
 }
 
 type driver struct {
@@ -183,6 +209,12 @@ type driver struct {
 	attr    *attributor
 	// padsInFlight counts padded launches (with their pad) in flight.
 	padsInFlight int
+	// grapher is the device's graph interface while HP graphs are on,
+	// graphs each HP client's instances (graphs.go).
+	grapher   gpu.Grapher
+	graphs    []hpGraphs
+	allGraphs []gpu.Graph
+	freed     bool // a poll freed a graph instance: submit what was held
 }
 
 func devErr(call string, err error) error {
@@ -256,11 +288,13 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 		ctxs[class] = c
 		return c, nil
 	}
+	var hpCtx []gpu.Context
 	for i := range w.HP {
 		cx, err := ctxFor(plan.HP, HP)
 		if err != nil {
 			return nil, err
 		}
+		hpCtx = append(hpCtx, cx)
 		s, err := dev.NewStream(gpu.StreamOptions{Priority: level(plan.HP.Priority), Context: cx})
 		if err != nil {
 			return nil, devErr(fmt.Sprintf("NewStream for HP client %d", i), err)
@@ -325,11 +359,17 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	}
 	d.inputs = append(d.inputs, Event{Kind: EvStop, Time: opt.Duration})
 	slices.SortStableFunc(d.inputs, func(a, b Event) int { return cmp.Compare(a.Time, b.Time) })
+	if err := d.initGraphs(hpCtx); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
 // release frees what the run made; errors here cannot change the result.
 func (d *driver) release() {
+	for _, g := range d.allGraphs {
+		_ = d.grapher.DestroyGraph(g)
+	}
 	for _, e := range d.allEv {
 		_ = d.dev.DestroyEvent(e)
 	}
@@ -520,7 +560,11 @@ func (d *driver) poll() (int, error) {
 			if f.done.Valid() {
 				d.words = append(d.words, f.done)
 			}
-			d.events = append(d.events, f.ev)
+			if f.graphEv {
+				d.graphDone(f)
+			} else {
+				d.events = append(d.events, f.ev)
+			}
 		}
 		if n > 0 {
 			// Drop the completed front without moving the rest: with
@@ -537,6 +581,12 @@ func (d *driver) poll() (int, error) {
 		}
 		return cmp.Compare(a.Launch, b.Launch)
 	})
+	if d.freed {
+		d.freed = false
+		if err := d.submitHeld(); err != nil {
+			return 0, err
+		}
+	}
 	return len(d.comps), nil
 }
 
@@ -558,12 +608,7 @@ func (d *driver) feed(ev Event) error {
 	if err := d.core.Step(ev); err != nil {
 		return fmt.Errorf("sched: %s at %s: %w", ev.Kind, us(ev.Time), err)
 	}
-	for _, dec := range d.core.Decisions() {
-		if err := d.apply(dec); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.applyAll(d.core.Decisions(), d.apply)
 }
 
 func (d *driver) apply(dec Decision) error {

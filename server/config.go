@@ -93,6 +93,9 @@ type Config struct {
 	// FaultDrill makes one BE kernel launch fault on purpose (fault drills:
 	// docs/daemon.md); absent: off.
 	FaultDrill FaultDrill `yaml:"fault_drill,omitempty"`
+	// NoHPGraphs launches each HP request kernel by kernel instead of as
+	// one recorded graph (a CUDA graph on the GPU; sched/graphs.go).
+	NoHPGraphs bool `yaml:"no_hp_graphs,omitempty"`
 }
 
 // ModelConfig is one served model.
@@ -324,7 +327,7 @@ func (c *Config) Validate() error {
 func (c Config) Engine() EngineConfig {
 	ec := EngineConfig{Backend: c.Backend, GPU: c.GPU, Policy: c.Policy, Drain: c.ShutdownTimeout,
 		Restarts: c.Restarts, RestartBackoff: c.RestartBackoff, MaxActiveJobs: c.MaxActiveJobs, MaxQueueDelay: c.MaxQueueDelay,
-		FaultDrill: c.FaultDrill}
+		FaultDrill: c.FaultDrill, NoHPGraphs: c.NoHPGraphs}
 	for _, m := range c.Models {
 		zoo := m.Zoo
 		if zoo == "" {

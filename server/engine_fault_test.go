@@ -24,7 +24,7 @@ func TestEngineDeviceFailureIsInternal(t *testing.T) {
 	e := newTestEngine(t, func(c *server.EngineConfig) {
 		c.WrapDevice = func(d gpu.Device) gpu.Device {
 			fd = faulty.New(d)
-			_ = fd.FailMethod("Launch", 30)
+			failNthLaunch(fd, 30)
 			return fd
 		}
 	})
@@ -85,7 +85,7 @@ func TestEngineReopensTheDeviceAfterAFailure(t *testing.T) {
 						return d
 					}
 					fd := faulty.New(d)
-					_ = fd.FailMethod("Launch", 30)
+					failNthLaunch(fd, 30)
 					return fd
 				}
 			})
@@ -293,4 +293,15 @@ func TestJobsResumeAfterADeviceFailure(t *testing.T) {
 	if n := e.Stats().Restarts; n != 1 {
 		t.Errorf("restarts %d, want 1", n)
 	}
+}
+
+// launching reports whether a device method submits kernels: Launch, or
+// LaunchGraph for an HP request recorded as a graph.
+func launching(method string) bool { return method == "Launch" || method == "LaunchGraph" }
+
+// failNthLaunch makes fd's nth kernel submission (Launch or LaunchGraph)
+// fail.
+func failNthLaunch(fd *faulty.Device, nth int) {
+	var n atomic.Int64
+	fd.FailWhen(func(m string, _, _ int) bool { return launching(m) && n.Add(1) == int64(nth) })
 }

@@ -62,6 +62,9 @@ type EngineConfig struct {
 	// MaxQueueDelay refuses (ErrQueueFull) an HP request predicted to
 	// queue longer than this before its service; 0: no bound.
 	MaxQueueDelay time.Duration
+	// NoHPGraphs launches HP requests kernel by kernel instead of one
+	// graph per request (sched.OnlineConfig.NoHPGraphs).
+	NoHPGraphs bool
 	// NoWaitOnFailure makes requests caught by a device failure, or
 	// arriving while the device reopens, fail at once with ErrUnavailable
 	// instead of waiting for the reopen: a Fleet runs them on another GPU.
@@ -296,7 +299,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs, maxActive: cfg.MaxActiveJobs, maxDelay: cfg.MaxQueueDelay, noWait: cfg.NoWaitOnFailure,
 		abort: make(chan struct{})}
 	e.jmu.byID = map[string]*engJob{}
-	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain}
+	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain, NoHPGraphs: cfg.NoHPGraphs}
 	// Served models: an HP client each, and a BE client for BE-class
 	// requests (one iteration per request).
 	for i, mc := range cfg.Models {

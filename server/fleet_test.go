@@ -31,7 +31,7 @@ func TestFleetSpreadsAndFailsOver(t *testing.T) {
 				c.Restarts = 0
 				c.WrapDevice = func(d gpu.Device) gpu.Device {
 					fd := faulty.New(d)
-					fd.FailWhen(func(method string, _, nth int) bool { return method == "Launch" && failing.Load() })
+					fd.FailWhen(func(method string, _, nth int) bool { return launching(method) && failing.Load() })
 					return fd
 				}
 			}
@@ -202,7 +202,7 @@ func TestFleetDoesNotWaitForAReopen(t *testing.T) {
 			if fail {
 				c.WrapDevice = func(d gpu.Device) gpu.Device {
 					fd := faulty.New(d)
-					fd.FailWhen(func(method string, _, _ int) bool { return method == "Launch" && failing.CompareAndSwap(true, false) })
+					fd.FailWhen(func(method string, _, _ int) bool { return launching(method) && failing.CompareAndSwap(true, false) })
 					return fd
 				}
 			}
@@ -290,7 +290,7 @@ func TestFleetMovesAJobOffAFailedGPU(t *testing.T) {
 		c.Virtual = false
 		c.WrapDevice = func(d gpu.Device) gpu.Device {
 			fd := faulty.New(d)
-			fd.FailWhen(func(method string, _, _ int) bool { return method == "Launch" && failing.Load() })
+			fd.FailWhen(func(method string, _, _ int) bool { return launching(method) && failing.Load() })
 			return fd
 		}
 	})

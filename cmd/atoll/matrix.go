@@ -52,6 +52,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	hostCost := fs.Duration("sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
+	graphs := fs.Bool("hp-graphs", true, hpGraphsHelp)
 	var files []string
 	for rest := args; ; {
 		if err := parse(fs, rest); err != nil {
@@ -90,7 +91,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: *hostCost}
+			duration: time.Second, warmup: 0, hostCost: *hostCost, graphs: *graphs}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

@@ -33,6 +33,7 @@ type workloadFlags struct {
 	backend  string
 	quiet    bool
 	hostCost time.Duration
+	graphs   bool
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
@@ -51,7 +52,10 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU, any profiles) or cuda (the real GPU, measured profiles of it; models the kernel library can run)")
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
+	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 }
+
+const hpGraphsHelp = "submit each HP request launched whole (kernels all at once, none padded) as one recorded graph: one host call per request instead of one per kernel (a CUDA graph on the GPU); false launches kernel by kernel"
 
 // defaultSimLaunchCost is the simulator's host time per launch: the GPU
 // matrix measured a median of 8.9 µs (7.1–27 µs over its 56 runs,
@@ -117,6 +121,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	default:
 		return nil, fmt.Errorf("unknown backend %q (want sim or cuda)", w.backend)
 	}
+	c.NoHPGraphs = !w.graphs
 	return c, nil
 }
 

@@ -116,6 +116,7 @@ type ctxRec struct {
 	green   uintptr // CUgreenCtx when the context is an SM partition
 	sms     int     // SMs of a partition; 0: the whole device
 	copyStr uintptr // internal stream: synchronous copies and clock base events
+	capStr  uintptr // internal stream graphs are captured on (made on first use)
 	base    uintptr // clock base event
 	baseAt  time.Duration
 	next    uintptr // re-basing event, recorded once base is >1 s old
@@ -137,6 +138,10 @@ type eventRec struct {
 	ctx     int32                // context of the last Record; -1: never recorded
 	live    bool
 	pending bool // recorded and not yet seen complete
+	done    bool // the latest record was seen complete (Time need not query again)
+	// graphAt is the device time of the LaunchGraph that last recorded
+	// the event (0: Record did): a completion must not be older (query).
+	graphAt time.Duration
 }
 
 type moduleRec struct {
@@ -191,6 +196,7 @@ type Device struct {
 	events  []eventRec
 	modules []*moduleRec
 	funcs   []funcRec
+	graphs  []graphRec // handle-1
 	allocs  map[gpu.Ptr]allocRec
 	chunks  []hostChunk
 	words   atomic.Pointer[[]*uint32]
@@ -208,6 +214,7 @@ type Device struct {
 	argv     []uintptr
 	cacheDir string
 	closed   bool
+	stale    int // StaleGraphEvents
 }
 
 var _ gpu.Device = (*Device)(nil)
@@ -640,14 +647,31 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	if err != nil {
 		return err
 	}
+	return d.launchOn(st.ctx, st.h, l)
+}
+
+// checkLaunch resolves and checks l's function before anything is enqueued.
+func (d *Device) checkLaunch(l *gpu.Launch) (*funcRec, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: cuda: nil *Launch", gpu.ErrInvalidLaunch)
+	}
 	if l.Func <= 0 || int(l.Func) >= len(d.funcs) {
-		return fmt.Errorf("%w: cuda: kernel %q: function %d", gpu.ErrInvalidHandle, l.Name, l.Func)
+		return nil, fmt.Errorf("%w: cuda: kernel %q: function %d", gpu.ErrInvalidHandle, l.Name, l.Func)
 	}
 	f := &d.funcs[l.Func]
 	if err := d.validate(f, l); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// launchOn enqueues l on stream sh of context c (or records it into a graph
+// while sh is capturing).
+func (d *Device) launchOn(c int32, sh uintptr, l *gpu.Launch) error {
+	f, err := d.checkLaunch(l)
+	if err != nil {
 		return err
 	}
-	c := st.ctx
 	h := f.native[c]
 	if h == 0 {
 		if h, err = d.funcIn(f, c); err != nil {
@@ -674,7 +698,7 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	r := d.fast(d.drv.cuLaunchKernel, h,
 		uintptr(grid.X), uintptr(max(grid.Y, 1)), uintptr(max(grid.Z, 1)),
 		uintptr(l.Block.X), uintptr(max(l.Block.Y, 1)), uintptr(max(l.Block.Z, 1)),
-		uintptr(l.SharedMem), st.h, 0, extra)
+		uintptr(l.SharedMem), sh, 0, extra)
 	if r != resultSuccess {
 		return &Error{Call: "cuLaunchKernel", Code: r,
 			Hint: fmt.Sprintf("kernel %q grid %v block %v shared %d B", f.name, grid, l.Block, l.SharedMem)}
@@ -722,6 +746,11 @@ func (d *Device) release() error {
 			keep(check("cuCtxSynchronize", d.fast(d.drv.cuCtxSynchronize)))
 		}
 	}
+	for i := range d.graphs {
+		if d.graphs[i].live {
+			keep(d.DestroyGraph(gpu.Graph(i + 1)))
+		}
+	}
 	for i := range d.events {
 		if d.events[i].live {
 			keep(d.DestroyEvent(gpu.Event(i)))
@@ -759,8 +788,10 @@ func (d *Device) release() error {
 					keep(check("cuEventDestroy_v2", d.fast(d.drv.cuEventDestroy, h)))
 				}
 			}
-			if cr.copyStr != 0 {
-				keep(check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, cr.copyStr)))
+			for _, h := range []uintptr{cr.copyStr, cr.capStr} {
+				if h != 0 {
+					keep(check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, h)))
+				}
 			}
 		}
 	}

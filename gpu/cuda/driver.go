@@ -62,6 +62,7 @@ type driver struct {
 	cuGetErrorName              uintptr // optional
 	cuFuncGetParamInfo          uintptr // optional (CUDA 12.4+): exact kernel parameter sizes
 	part                        partitionDriver
+	graph                       graphDriver
 
 	ctxCreateName string // which context-creation entry point NewContext uses
 }
@@ -158,6 +159,7 @@ func openDriver(names []string) (*driver, error) {
 	opt(&d.part.cuGreenCtxCreate, "cuGreenCtxCreate")
 	opt(&d.part.cuGreenCtxDestroy, "cuGreenCtxDestroy")
 	opt(&d.part.cuCtxFromGreenCtx, "cuCtxFromGreenCtx")
+	d.graph.load(opt)
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: the NVIDIA driver is too old: libcuda lacks %s (need a CUDA 12 or newer driver)",
 			gpu.ErrNoDevice, strings.Join(missing, ", "))

@@ -180,13 +180,30 @@ func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
 	if err := check("cuEventRecord", d.fast(d.drv.cuEventRecord, ev.native[c], st.h)); err != nil {
 		return err
 	}
-	ev.ctx = c
+	d.recorded(e, c, s, 0)
+	return nil
+}
+
+// staleMargin is how much older than its graph's launch an event's
+// completion may read and still count (clock alignment aside): far less
+// than any replay's distance from the one before it.
+const staleMargin = 2 * time.Microsecond
+
+// StaleGraphEvents counts the queries that found a graph's event complete
+// with a time older than the graph's launch (the previous replay's) and
+// answered not complete.
+func (d *Device) StaleGraphEvents() int { return d.stale }
+
+// recorded notes that e was just recorded in stream s of context c, by a
+// graph launched at graphAt (0: by Record).
+func (d *Device) recorded(e gpu.Event, c int32, s gpu.Stream, graphAt time.Duration) {
+	ev := &d.events[e]
+	ev.ctx, ev.done, ev.graphAt = c, false, graphAt
 	if !ev.pending {
 		ev.pending = true
 		d.pending[s] = append(d.pending[s], e)
 		d.npending++
 	}
-	return nil
 }
 
 func (d *Device) query(ev *eventRec) (bool, error) {
@@ -198,7 +215,22 @@ func (d *Device) query(ev *eventRec) (bool, error) {
 	}
 	switch r := d.fast(d.drv.cuEventQuery, ev.native[ev.ctx]); r {
 	case resultSuccess:
+		if ev.graphAt > 0 {
+			// A graph's event-record node may show the state of the
+			// previous replay until the GPU reaches it: a completion
+			// older than the launch is that one.
+			t, err := d.since(&d.ctxs[ev.ctx], ev.native[ev.ctx])
+			if err != nil {
+				return false, err
+			}
+			if t < ev.graphAt-d.clockUn-staleMargin {
+				d.stale++
+				return false, nil
+			}
+			ev.graphAt = 0
+		}
 		ev.pending = false // seen: Wait need not report it again
+		ev.done = true
 		return true, nil
 	case resultNotReady:
 		return false, nil
@@ -225,14 +257,19 @@ func (d *Device) Time(e gpu.Event) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	ok, err := d.query(ev)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, fmt.Errorf("%w: cuda: event %d has not completed", gpu.ErrNotReady, e)
+	if !ev.done {
+		ok, err := d.query(ev)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, fmt.Errorf("%w: cuda: event %d has not completed", gpu.ErrNotReady, e)
+		}
 	}
 	cr := &d.ctxs[ev.ctx]
+	if err := d.use(ev.ctx); err != nil {
+		return 0, err
+	}
 	t, err := d.since(cr, ev.native[ev.ctx])
 	if err != nil {
 		return 0, err

@@ -33,9 +33,10 @@ func (e *InjectedError) Unwrap() []error { return []error{ErrInjected, gpu.ErrDr
 // names FailMethod accepts and Count reports. Info, Now, Store and Load cannot
 // fail and are not counted.
 var Methods = []string{
-	"Wait", "NewContext", "NewStream", "DestroyStream", "LoadModule", "Function",
+	"Wait", "NewContext", "NewPartition", "NewStream", "DestroyStream", "LoadModule", "Function",
 	"Alloc", "Free", "CopyToDevice", "CopyFromDevice", "Memset32", "NewHostWords",
-	"Launch", "NewEvent", "DestroyEvent", "Record", "Query", "Time", "Close",
+	"Launch", "NewEvent", "DestroyEvent", "Record", "Query", "Time",
+	"NewGraph", "LaunchGraph", "DestroyGraph", "Close",
 }
 
 // Rule decides whether a call fails: call is its 1-based index among all
@@ -56,6 +57,7 @@ type Device struct {
 		launches []launchRule
 		injected []InjectedError
 		poisoned bool // a Poison launch failed: every counted call fails
+		graphs   map[gpu.Graph][]gpu.Launch
 	}
 }
 
@@ -126,7 +128,8 @@ func (f *Device) Poison(pick func(l *gpu.Launch) bool, nth int) error {
 
 // FailLaunch makes Launch fail for the launches pick selects (by kernel
 // name, form, shape): every one when nth is 0, else only the nth of them
-// (1-based) — e.g. a fault in one BE kernel among HP and BE launches.
+// (1-based) — e.g. a fault in one BE kernel among HP and BE launches. A
+// graph's launches count as launches each time LaunchGraph submits them.
 func (f *Device) FailLaunch(pick func(l *gpu.Launch) bool, nth int) error {
 	if pick == nil || nth < 0 {
 		return fmt.Errorf("faulty: FailLaunch: want a pick function and nth >= 0 (0: every launch it picks)")
@@ -297,14 +300,14 @@ func (f *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	if err := f.enter("Launch"); err != nil {
 		return err
 	}
-	if err := f.launchFault(l); err != nil {
+	if err := f.launchFault("Launch", l); err != nil {
 		return err
 	}
 	return f.inner.Launch(s, l)
 }
 
 // launchFault applies the FailLaunch rules to l (already counted).
-func (f *Device) launchFault(l *gpu.Launch) error {
+func (f *Device) launchFault(method string, l *gpu.Launch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.mu.launches {
@@ -315,7 +318,7 @@ func (f *Device) launchFault(l *gpu.Launch) error {
 		r.seen++
 		if r.nth == 0 || r.seen == r.nth {
 			f.mu.poisoned = f.mu.poisoned || r.poison
-			e := InjectedError{Method: "Launch", Call: f.mu.calls}
+			e := InjectedError{Method: method, Call: f.mu.calls}
 			f.mu.injected = append(f.mu.injected, e)
 			return &e
 		}

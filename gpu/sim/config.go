@@ -27,6 +27,14 @@ type Config struct {
 	// launch. Zero (the default) means launches cost no host time; the GPU
 	// path measures the real figure (bench reports' hostUsPerLaunch).
 	HostLaunchCost time.Duration
+	// HostGraphEventCost is the host time LaunchGraph adds, beyond one
+	// HostLaunchCost, per event its graph records: an H100 took 153 µs to
+	// launch a graph of 57 kernels with an event after each and 6.5 µs
+	// with one event at the end, where a launch and a record cost 8.7 µs
+	// (gpu/cuda TestGPUGraphHostCost, results/matrix-h100-graphs/
+	// cuda-graph.log): about a quarter of a launch per event. Zero means
+	// HostLaunchCost/4.
+	HostGraphEventCost time.Duration
 	// BlockMin is the shortest lifetime of any block: the time a block
 	// that exits at once (raised flag, nothing left to take) holds its
 	// slot, and the floor of every block's solo duration. Zero means
@@ -139,7 +147,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}
@@ -167,6 +175,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HostReadLatency == 0 {
 		c.HostReadLatency = DefaultHostReadLatency
+	}
+	if c.HostGraphEventCost == 0 {
+		c.HostGraphEventCost = c.HostLaunchCost / 4
 	}
 	if c.Memory == 0 {
 		c.Memory = DefaultMemory

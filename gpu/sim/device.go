@@ -45,6 +45,7 @@ type Device struct {
 	events   []eventSlot // handle-1
 	freeEv   []int       // indexes of destroyed events, reused first
 	funcs    []string    // handle-1
+	graphs   []simGraph  // handle-1
 	fnByName map[string]gpu.Func
 
 	machines []*machine // per time-sliced context: the primary one first
@@ -356,14 +357,18 @@ func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
 	if err != nil {
 		return err
 	}
+	d.record(ev, e, st)
+	return nil
+}
+
+func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream) {
 	ev.gen++
 	ev.recorded, ev.done = true, false
 	if st.idle() {
 		ev.done, ev.t = true, d.now
-		return nil
+		return
 	}
 	d.enqueue(st, op{kind: opRecord, host: d.now, ev: e, gen: ev.gen})
-	return nil
 }
 
 // Query reports whether e has completed.
@@ -402,7 +407,7 @@ func (d *Device) Close() error {
 		return errClosed
 	}
 	d.closed = true
-	d.streams, d.events, d.machines, d.ctxs = nil, nil, nil, nil
+	d.streams, d.events, d.machines, d.ctxs, d.graphs = nil, nil, nil, nil, nil
 	d.mem.init(0)
 	return nil
 }

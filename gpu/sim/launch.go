@@ -176,6 +176,12 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	if err != nil {
 		return err
 	}
+	return d.launch(st, l, true)
+}
+
+// launch checks l and enqueues it on st; hostCost charges the host time of
+// one launch call (LaunchGraph charges it once for the whole graph).
+func (d *Device) launch(st *stream, l *gpu.Launch, hostCost bool) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil *Launch", gpu.ErrInvalidLaunch)
 	}
@@ -226,7 +232,9 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 		k.parts[1].pending = l.Pad.Grid.Count()
 	}
 	d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
-	d.hostBusy(float64(d.cfg.HostLaunchCost))
+	if hostCost {
+		d.hostBusy(float64(d.cfg.HostLaunchCost))
+	}
 	if name := d.FuncName(l.Func); strings.HasPrefix(name, FaultPrefix) {
 		// Accepted, as CUDA accepts the launch; the error shows from the
 		// next call on.

@@ -8,6 +8,8 @@
 #
 #   tools/gpu/speed.sh OUT [MODEL:BATCH ...]
 #   SPEED_LOAD=1 tools/gpu/speed.sh OUT     # also each model alone at load 0.9
+#   SPEED_PROFILE=0 SPEED_LOAD=1 SPEED_GRAPHS="true false" tools/gpu/speed.sh OUT resnet50:1 bert-base:1
+#       # no profiling (the built-in profiles/<gpu>/), the load runs with HP graphs on and off
 #
 # Writes OUT/profiles/<gpu>/<model>-bs<N>.json, OUT/profile.log,
 # OUT/torch-speed.json and OUT/speed.md (SPEED_TORCH=0: the profiles only;
@@ -24,6 +26,7 @@ case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in
 esac
 mkdir -p "$out/profiles/$gpu"
 for mb in "${models[@]}"; do
+	[ "${SPEED_PROFILE:-1}" = 0 ] && break # the built-in profiles
 	m=${mb%:*} b=${mb#*:}
 	f=$out/profiles/$gpu/$m-bs$b.json
 	[ -f "$f" ] && continue
@@ -32,30 +35,39 @@ for mb in "${models[@]}"; do
 	echo "rc=$?" >> "$out/profile.log"
 done
 # SPEED_LOAD=1: each inference model alone at load 0.9 for 30 s through the
-# scheduler, on the profiles just made (issue 12's sustained-rate check:
-# p99 within 15x the solo latency). Resumable like the profiles.
+# scheduler, on the profiles just made (SPEED_PROFILE=0: the built-in ones;
+# issue 12's sustained-rate check: p99 within 15x the solo latency), once
+# per value of --hp-graphs in SPEED_GRAPHS (default true). Resumable like
+# the profiles.
 if [ "${SPEED_LOAD:-0}" = 1 ]; then
+	profs=()
+	[ "${SPEED_PROFILE:-1}" = 0 ] || profs=(env "ATOLL_PROFILES=$out/profiles")
 	for mb in "${models[@]}"; do
 		m=${mb%:*} b=${mb#*:}
 		case $m in *-train) continue ;; esac
-		f=$out/alone-$m-bs$b-0.9.json
-		[ -f "$f" ] && continue
-		ATOLL_PROFILES=$out/profiles timeout 120 bin/atoll bench --backend cuda --be none --policy atoll \
-			--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
-		echo "$m bs$b rc=$?" >> "$out/alone.log"
+		for g in ${SPEED_GRAPHS:-true}; do
+			f=$out/alone-$m-bs$b-0.9.json
+			[ "$g" = true ] || f=$out/alone-$m-bs$b-0.9-graphs-$g.json
+			[ -f "$f" ] && continue
+			"${profs[@]}" timeout 150 bin/atoll bench --backend cuda --be none --policy atoll --hp-graphs="$g" \
+				--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
+			echo "$m bs$b graphs=$g rc=$?" >> "$out/alone.log"
+		done
 	done
 fi
 [ "${SPEED_TORCH:-1}" = 0 ] && exit 0 # profiles only (the zoo's profiles for a GPU)
 [ -f "$out/torch-speed.json" ] || PYTHONUNBUFFERED=1 python3 tools/gpu/speed.py "$out/torch-speed.json" "${models[@]}" 2>> "$out/torch-speed.log"
-python3 - "$out" "$gpu" "${models[@]}" <<'PY' | tee "$out/speed.md"
+profdir=$out/profiles
+[ "${SPEED_PROFILE:-1}" = 0 ] && profdir=profiles # the built-in profiles
+python3 - "$out" "$gpu" "$profdir" "${models[@]}" <<'PY' | tee "$out/speed.md"
 import json, os, sys
-out, gpu, models = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, gpu, profdir, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 torch = json.load(open(os.path.join(out, "torch-speed.json")))
 print(f"| model | atoll (sum of kernels) | PyTorch, CUDA graph (median, p10–p90) | atoll / PyTorch |")
 print(f"|---|---|---|---|")
 for mb in models:
     m, _, b = mb.partition(":")
-    f = os.path.join(out, "profiles", gpu, f"{m}-bs{b}.json")
+    f = os.path.join(profdir, gpu, f"{m}-bs{b}.json")
     t = torch["models"].get(mb)
     a = sum(k["durationUs"] for k in json.load(open(f))["kernels"]) if os.path.exists(f) else None
     cell_a = f"{a/1000:.2f} ms" if a else "–"
@@ -73,7 +85,7 @@ if op_class:
     print("|---|---|---|---|")
     for mb in models:
         m, _, b = mb.partition(":")
-        f = os.path.join(out, "profiles", gpu, f"{m}-bs{b}.json")
+        f = os.path.join(profdir, gpu, f"{m}-bs{b}.json")
         t = (torch["models"].get(mb) or {}).get("classesUs", {})
         if not os.path.exists(f):
             continue
@@ -85,12 +97,19 @@ if op_class:
             a = f"{mine[c]/1000:.2f}" if c in mine else "–"
             p = f"{t[c]/1000:.2f}" if c in t else "–"
             print(f"| {m} bs{b} | {c} | {a} | {p} |")
-alone = [mb for mb in models if os.path.exists(os.path.join(out, "alone-%s-bs%s-0.9.json" % tuple(mb.split(":"))))]
+alone = []
+for mb in models:
+    for suffix in ("", "-graphs-false"):
+        f = os.path.join(out, "alone-%s-bs%s-0.9%s.json" % (*mb.split(":"), suffix))
+        if os.path.exists(f):
+            alone.append((mb, f))
 if alone:
-    print("\n| model alone at load 0.9, 30 s | rate /s | solo ms | p50 ms | p99 ms | p99 / solo |")
-    print("|---|---|---|---|---|---|")
-    for mb in alone:
-        r = json.load(open(os.path.join(out, "alone-%s-bs%s-0.9.json" % tuple(mb.split(":")))))
+    print("\n| model alone at load 0.9, 30 s | HP graphs | rate /s | solo ms | p50 ms | p99 ms | p99 / solo | host µs per request |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mb, f in alone:
+        r = json.load(open(f))
         solo, hp = r["workload"]["soloHpUs"], r["hp"]
-        print(f"| {mb} | {r['workload']['ratePerSec']:.0f} | {solo/1000:.2f} | {hp['p50Us']/1000:.2f} | {hp['p99Us']/1000:.2f} | {hp['p99Us']/solo:.1f}× |")
+        graphs = r.get("hpGraphs", "off")
+        per_req = r["hostUsPerLaunch"] * r["launches"] / max(r["hpCompleted"], 1) if r.get("hpCompleted") else float("nan")
+        print(f"| {mb} | {graphs} | {r['workload']['ratePerSec']:.0f} | {solo/1000:.2f} | {hp['p50Us']/1000:.2f} | {hp['p99Us']/1000:.2f} | {hp['p99Us']/solo:.1f}× | {per_req:.0f} |")
 PY

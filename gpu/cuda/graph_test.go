@@ -1,0 +1,241 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+)
+
+// A graph of fill launches replays them: each replay writes what its
+// launches say, its events complete in order with times that advance, and
+// the host pays one call for the whole graph. Changing a launch after
+// NewGraph changes nothing.
+func TestGPUGraph(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Greatest})
+	must(t, err)
+	const n, words = 4, 1 << 14
+	p, err := d.Alloc(4 * n * words)
+	must(t, err)
+	steps := make([]gpu.GraphStep, 0, 2*n)
+	for i := range n {
+		l := &gpu.Launch{Name: "fill", Func: k.fill, Grid: gpu.D1(words / 256), Block: gpu.D1(256)}
+		l.Args.Ptr(p + gpu.Ptr(4*i*words)).U32(uint32(1000 * (i + 1))).I32(words)
+		e, err := d.NewEvent()
+		must(t, err)
+		steps = append(steps, gpu.GraphStep{Launch: l, Event: e})
+		e2, err := d.NewEvent()
+		must(t, err)
+		steps = append(steps, gpu.GraphStep{Launch: spinLaunch(k, 20_000), Event: e2})
+	}
+	g, err := d.NewGraph(0, steps)
+	must(t, err)
+	steps[0].Launch.Args.Reset()
+	steps[0].Launch.Args.Ptr(0).U32(0).I32(0) // would fault if the graph used it
+	for rep := range 3 {
+		must(t, d.Memset32(s, p, 0, n*words))
+		must(t, d.LaunchGraph(g, s))
+		var last time.Duration
+		for i, st := range steps {
+			at := waitEvent(t, d, st.Event)
+			if at < last {
+				t.Errorf("replay %d: event %d at %v, before event %d at %v", rep, i, at, i-1, last)
+			}
+			if i%2 == 1 && at-last < 15*time.Microsecond {
+				t.Errorf("replay %d: the 20 µs spin of step %d took %v", rep, i, at-last)
+			}
+			last = at
+		}
+		buf := make([]byte, 4*n*words)
+		must(t, d.CopyFromDevice(buf, p))
+		for i := range n {
+			for _, j := range []int{0, words / 2, words - 1} {
+				if got, want := binary.LittleEndian.Uint32(buf[4*(i*words+j):]), uint32(1000*(i+1)+j); got != want {
+					t.Fatalf("replay %d: buffer %d word %d = %d, want %d", rep, i, j, got, want)
+				}
+			}
+		}
+	}
+	reset := *steps[1].Launch
+	reset.Form = gpu.Reset
+	if _, err := d.NewGraph(0, []gpu.GraphStep{{Launch: &reset, Event: steps[1].Event}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
+		t.Errorf("a Reset launch in a graph: %v, want ErrInvalidLaunch", err)
+	}
+	big := *steps[1].Launch
+	big.Block = gpu.D1(4096)
+	if _, err := d.NewGraph(0, []gpu.GraphStep{steps[0], {Launch: &big, Event: steps[1].Event}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
+		t.Errorf("a launch of 4096 threads per block in a graph: %v, want ErrInvalidLaunch", err)
+	}
+	// The capture stream is usable again after a refused graph.
+	if _, err := d.NewGraph(0, steps[:2]); err != nil {
+		t.Errorf("a graph after a refused one: %v", err)
+	}
+	must(t, d.DestroyGraph(g))
+	if err := d.LaunchGraph(g, s); !errors.Is(err, gpu.ErrInvalidHandle) {
+		t.Errorf("LaunchGraph of a destroyed graph: %v, want ErrInvalidHandle", err)
+	}
+	must(t, d.Synchronize())
+}
+
+// The host cost of submitting n empty kernels, each followed by an event
+// record: one by one (Launch and Record) against one LaunchGraph; and of
+// graphs of the same kernels with an event after the last one only, and
+// with none. Then the cost of the calls a poll makes on a completed event.
+func TestGPUGraphHostCost(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	const reps = 50
+	for _, n := range []int{16, 57, 160} {
+		steps := make([]gpu.GraphStep, n)
+		for i := range steps {
+			e, err := d.NewEvent()
+			must(t, err)
+			steps[i] = gpu.GraphStep{Launch: &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}, Event: e}
+		}
+		var one time.Duration
+		for range reps {
+			t0 := time.Now()
+			for _, st := range steps {
+				must(t, d.Launch(s, st.Launch))
+				must(t, d.Record(st.Event, s))
+			}
+			one += time.Since(t0)
+			must(t, d.Synchronize())
+		}
+		t.Logf("%3d kernels: launch+record each %7.1f µs", n, float64(one.Microseconds())/reps)
+		for _, v := range []struct {
+			name  string
+			every bool
+			last  bool
+		}{{"an event after each", true, true}, {"one event at the end", false, true}, {"no event", false, false}} {
+			vs := slices.Clone(steps)
+			for i := range vs {
+				if !v.every && !(v.last && i == n-1) {
+					vs[i].Event = 0
+				}
+			}
+			g, err := d.NewGraph(0, vs)
+			must(t, err)
+			var graph time.Duration
+			for range reps {
+				t0 := time.Now()
+				must(t, d.LaunchGraph(g, s))
+				graph += time.Since(t0)
+				must(t, d.Synchronize())
+			}
+			t.Logf("%3d kernels, one graph, %-20s %6.1f µs (%.2f µs per kernel)", n, v.name+":",
+				float64(graph.Microseconds())/reps, float64(graph.Microseconds())/reps/float64(n))
+			if v.every && graph >= one {
+				t.Errorf("%d kernels: a graph took %v of host time, one by one %v", n, graph/reps, one/reps)
+			}
+			must(t, d.DestroyGraph(g))
+		}
+	}
+	e := steps0(t, d, k, s)
+	const calls = 2000
+	t0 := time.Now()
+	for range calls {
+		if ok, err := d.Query(e); err != nil || !ok {
+			t.Fatalf("Query: %v %v", ok, err)
+		}
+	}
+	q := time.Since(t0) / calls
+	t0 = time.Now()
+	for range calls {
+		if _, err := d.Time(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tm := time.Since(t0) / calls
+	t0 = time.Now()
+	for range calls {
+		must(t, d.Record(e, s))
+	}
+	rec := time.Since(t0) / calls
+	must(t, d.Synchronize())
+	t.Logf("per call on a completed event: Query %v, Time %v; Record %v", q, tm, rec)
+}
+
+// steps0 records one event after an empty kernel and waits for it.
+func steps0(t *testing.T, d *Device, k kernels, s gpu.Stream) gpu.Event {
+	t.Helper()
+	e, err := d.NewEvent()
+	must(t, err)
+	must(t, d.Launch(s, &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}))
+	must(t, d.Record(e, s))
+	waitEvent(t, d, e)
+	return e
+}
+
+// How long a LaunchGraph takes with earlier graphs still queued on its
+// stream: 16 instances of 57 spinning kernels (20 µs each, an event after
+// each) launched back to back; the driver keeps HP graphs queued per
+// client below where this starts to block (sched/graphs.go, hpGraphsMax).
+func TestGPUGraphQueueDepth(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Greatest})
+	must(t, err)
+	const inst, n = 16, 57
+	var gs []gpu.Graph
+	for range inst {
+		steps := make([]gpu.GraphStep, n)
+		for i := range steps {
+			e, err := d.NewEvent()
+			must(t, err)
+			steps[i] = gpu.GraphStep{Launch: spinLaunch(k, 20_000), Event: e}
+		}
+		g, err := d.NewGraph(0, steps)
+		must(t, err)
+		gs = append(gs, g)
+	}
+	for rep := range 2 {
+		took := make([]time.Duration, inst)
+		for i, g := range gs {
+			t0 := time.Now()
+			must(t, d.LaunchGraph(g, s))
+			took[i] = time.Since(t0)
+		}
+		must(t, d.Synchronize())
+		t.Logf("run %d: LaunchGraph with 0..%d graphs queued ahead (µs): %v", rep, inst-1, took)
+	}
+}
+
+// What an event-record node's event says between a graph's launch and the
+// node's execution (the raw cuEventQuery, logged: the driver's answer is
+// not documented), and that Query and Time answer for this replay only:
+// not complete until the node runs, then its time, after the launch.
+func TestGPUGraphEventSemantics(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	e1, err := d.NewEvent()
+	must(t, err)
+	e2, err := d.NewEvent()
+	must(t, err)
+	g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: spinLaunch(k, 2_000_000), Event: e1}, {Launch: spinLaunch(k, 2_000_000), Event: e2}})
+	must(t, err)
+	var prev time.Duration
+	for rep := range 3 {
+		at := d.Now()
+		must(t, d.LaunchGraph(g, s))
+		raw := d.fast(d.drv.cuEventQuery, d.events[e1].native[0])
+		ok, err := d.Query(e1)
+		must(t, err)
+		t.Logf("replay %d: right after LaunchGraph the raw cuEventQuery of the first node's event says %s; Query says %v", rep, raw.String(), ok)
+		if ok {
+			t.Errorf("replay %d: Query of the first event right after the launch says complete (the spin takes 2 ms)", rep)
+		}
+		t1 := waitEvent(t, d, e1)
+		t2 := waitEvent(t, d, e2)
+		if t1-at < 1900*time.Microsecond || t2-t1 < 1900*time.Microsecond || t1 <= prev {
+			t.Errorf("replay %d: launched at %v, events at %v and %v (previous replay's last at %v): want each 2 ms spin after the launch", rep, at, t1, t2, prev)
+		}
+		prev = t2
+	}
+	t.Logf("stale answers turned away: %d", d.StaleGraphEvents())
+}

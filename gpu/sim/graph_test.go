@@ -1,0 +1,142 @@
+package sim
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+)
+
+// graphSteps makes n Plain launches of the rig's kernel, each followed by
+// a fresh event.
+func graphSteps(t *testing.T, r *rig, n int) []gpu.GraphStep {
+	t.Helper()
+	steps := make([]gpu.GraphStep, n)
+	for i := range steps {
+		l := plain("k", 66*(i+1), 256, time.Duration(10*(i+1))*us)
+		l.Func = r.f
+		l.Args.U32(uint32(i))
+		e, err := r.d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps[i] = gpu.GraphStep{Launch: &l, Event: e}
+	}
+	return steps
+}
+
+// eventTimes waits for steps' events and returns their times.
+func eventTimes(t *testing.T, r *rig, steps []gpu.GraphStep) []time.Duration {
+	t.Helper()
+	r.drain()
+	var out []time.Duration
+	for _, s := range steps {
+		at, err := r.d.Time(s.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, at)
+	}
+	return out
+}
+
+// A graph replays exactly the launches and records it was made from, as if
+// each had been launched and recorded, with the host cost of one launch
+// for the whole graph and a quarter of one per event; changing a launch
+// after NewGraph changes nothing.
+func TestGraphReplaysLaunches(t *testing.T) {
+	const cost = 5 * us
+	direct := newRig(t, Config{})
+	ds := direct.stream(0)
+	dsteps := graphSteps(t, direct, 4)
+	for _, s := range dsteps {
+		direct.launch(ds, *s.Launch)
+		if err := direct.d.Record(s.Event, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := eventTimes(t, direct, dsteps)
+
+	r := newRig(t, Config{HostLaunchCost: cost})
+	s := r.stream(0)
+	steps := graphSteps(t, r, 4)
+	g, err := r.d.NewGraph(0, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps[0].Launch.Cost.Duration = time.Second // the graph keeps its copy
+	for rep := range 3 {
+		t0 := r.d.Now()
+		if err := r.d.LaunchGraph(g, s); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := r.d.Now()-t0, cost+4*cost/4; got != want {
+			t.Errorf("replay %d took %v of host time, want %v (one launch, a quarter of one per event)", rep, got, want)
+		}
+		got := eventTimes(t, r, steps)
+		for i := range got {
+			if d := got[i] - got[0]; d != want[i]-want[0] {
+				t.Errorf("replay %d: event %d at +%v after the first, want +%v", rep, i, d, want[i]-want[0])
+			}
+		}
+	}
+	if err := r.d.DestroyGraph(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.LaunchGraph(g, s); !errors.Is(err, gpu.ErrInvalidHandle) {
+		t.Errorf("LaunchGraph of a destroyed graph: %v, want ErrInvalidHandle", err)
+	}
+}
+
+// Bad graphs are refused with the reason, before anything is enqueued.
+func TestGraphErrors(t *testing.T) {
+	r := newRig(t, Config{})
+	s := r.stream(0)
+	steps := graphSteps(t, r, 2)
+	reset := *steps[1].Launch
+	reset.Form = gpu.Reset
+	noFunc := *steps[1].Launch
+	noFunc.Func = 99
+	for _, tc := range []struct {
+		name  string
+		ctx   gpu.Context
+		steps []gpu.GraphStep
+		want  error
+	}{
+		{"no steps", 0, nil, gpu.ErrInvalidLaunch},
+		{"unknown context", 7, steps, gpu.ErrInvalidHandle},
+		{"nil launch", 0, []gpu.GraphStep{{Event: steps[0].Event}}, gpu.ErrInvalidLaunch},
+		{"reset form", 0, []gpu.GraphStep{steps[0], {Launch: &reset, Event: steps[1].Event}}, gpu.ErrInvalidLaunch},
+		{"unknown function", 0, []gpu.GraphStep{{Launch: &noFunc, Event: steps[1].Event}}, gpu.ErrInvalidHandle},
+		{"unknown event", 0, []gpu.GraphStep{{Launch: steps[0].Launch, Event: 99}}, gpu.ErrInvalidHandle},
+	} {
+		if _, err := r.d.NewGraph(tc.ctx, tc.steps); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	part, err := r.d.NewPartition(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := r.d.NewGraph(part, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.LaunchGraph(g, s); !errors.Is(err, gpu.ErrInvalidHandle) {
+		t.Errorf("a partition's graph on a primary-context stream: %v, want ErrInvalidHandle", err)
+	}
+	if err := r.d.DestroyEvent(steps[0].Event); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := r.d.NewStream(gpu.StreamOptions{Context: part})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.LaunchGraph(g, ps); !errors.Is(err, gpu.ErrInvalidHandle) {
+		t.Errorf("a graph whose event was destroyed: %v, want ErrInvalidHandle", err)
+	}
+	if r.d.busy() {
+		t.Error("a refused graph enqueued work")
+	}
+}

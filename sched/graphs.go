@@ -1,0 +1,269 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"atoll/gpu"
+)
+
+// HP graphs. A request of an HP client launched whole in one step — its
+// kernels 0..n-1 in Plain form, one decision after another, as policies
+// that never hold HP back decide them on arrival — needs no decision
+// between its kernels, so the driver submits it as one recorded graph
+// (gpu.Grapher, a CUDA graph on the GPU): one host call per request instead
+// of a launch and an event record per kernel. Each kernel still has its
+// own event, recorded by the graph, so the core sees every completion as
+// before and attribution is unchanged. A graph's events can be in flight
+// for one replay only, so each client keeps a few instances and takes a
+// free one per request; with none free (more requests queued than
+// instances) the request waits in the driver until one completes, which
+// also keeps the device's queue short: with 17 ResNet-50 requests queued
+// on an H100 each cuGraphLaunch blocked for 0.8 ms
+// (results/speed-h100-graphs). Binders must return the same Plain launch
+// of an HP kernel every time (Binder).
+
+const (
+	// hpGraphsAtStart is the instances made per HP client before the run
+	// (a daemon has one request of a client in flight at a time).
+	hpGraphsAtStart = 2
+	// hpGraphsMax bounds the instances per client, and so its requests
+	// queued on the device: one running and the next ones ready behind it.
+	// More than hpGraphsAtStart are made on the launch path when a
+	// request finds none free (bench runs queue requests behind each
+	// other).
+	hpGraphsMax = 4
+)
+
+// hpGraph is one instance of an HP client's recorded kernel sequence.
+type hpGraph struct {
+	g      gpu.Graph
+	events []gpu.Event // the event recorded after each kernel
+}
+
+// hpGraphs are one HP client's instances, and its launch decisions held
+// until an instance is free.
+type hpGraphs struct {
+	ctx  gpu.Context
+	free []*hpGraph
+	n    int // instances made
+	held []Decision
+}
+
+// initGraphs makes the first instances of every HP client when the device
+// records graphs and the options allow them. A device without graphs
+// (errors.ErrUnsupported) leaves them off; any other failure is the run's.
+func (d *driver) initGraphs(hpCtx []gpu.Context) error {
+	g, ok := d.dev.(gpu.Grapher)
+	if !ok || d.opt.NoHPGraphs {
+		d.trace.HPGraphs = "off"
+		if !ok {
+			d.trace.HPGraphs = "off: the device records no graphs"
+		}
+		return nil
+	}
+	d.grapher = g
+	d.graphs = make([]hpGraphs, len(hpCtx))
+	for c := range hpCtx {
+		d.graphs[c].ctx = hpCtx[c]
+		for range hpGraphsAtStart {
+			hg, err := d.newHPGraph(c)
+			if errors.Is(err, errors.ErrUnsupported) {
+				d.grapher, d.graphs = nil, nil
+				d.trace.HPGraphs = "off: " + err.Error()
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			d.graphs[c].free = append(d.graphs[c].free, hg)
+		}
+	}
+	d.trace.HPGraphs = "on"
+	return nil
+}
+
+// newHPGraph records one instance of HP client c's kernel sequence.
+func (d *driver) newHPGraph(c int) (*hpGraph, error) {
+	t0 := time.Now()
+	defer func() { d.trace.Host.GraphBuild += time.Since(t0) }()
+	n := len(d.core.State().HP()[c].Profile().Kernels)
+	steps := make([]gpu.GraphStep, n)
+	hg := &hpGraph{events: make([]gpu.Event, n)}
+	for k := range n {
+		l, err := d.binder.Bind(BindRequest{Client: HPClientID(c), Kernel: k, Form: gpu.Plain})
+		if err != nil {
+			return nil, fmt.Errorf("sched: bind HP client %d kernel %d for its graph: %w", c, k, err)
+		}
+		gl := *l
+		gl.Form = gpu.Plain
+		e, err := d.dev.NewEvent()
+		if err != nil {
+			return nil, devErr("NewEvent (HP graph)", err)
+		}
+		d.allEv = append(d.allEv, e)
+		steps[k] = gpu.GraphStep{Launch: &gl, Event: e}
+		hg.events[k] = e
+	}
+	g, err := d.grapher.NewGraph(d.graphs[c].ctx, steps)
+	if err != nil {
+		if errors.Is(err, errors.ErrUnsupported) {
+			return nil, err
+		}
+		return nil, devErr(fmt.Sprintf("NewGraph (HP client %d, %d kernels)", c, n), err)
+	}
+	hg.g = g
+	d.allGraphs = append(d.allGraphs, g)
+	d.graphs[c].n++
+	return hg, nil
+}
+
+// wholeRequest reports how many of decs, from the first, launch one whole
+// request of an HP client in Plain form (its kernels 0..n-1 in order), or
+// 0.
+func (d *driver) wholeRequest(decs []Decision) int {
+	if d.grapher == nil || len(decs) == 0 {
+		return 0
+	}
+	l := decs[0].Launch
+	if decs[0].Kind != DecLaunch || l.Client.Class != HP || l.Form != gpu.Plain || l.Kernel != 0 {
+		return 0
+	}
+	n := len(d.core.State().HP()[l.Client.Index].Profile().Kernels)
+	if len(decs) < n {
+		return 0
+	}
+	for k, dec := range decs[:n] {
+		if dec.Kind != DecLaunch || dec.Launch.Client != l.Client || dec.Launch.Form != gpu.Plain || dec.Launch.Kernel != k {
+			return 0
+		}
+	}
+	return n
+}
+
+// applyAll applies decs in order through apply, submitting each whole HP
+// request among them as one graph. A whole request that finds every
+// instance of its client in flight is held, with every later HP launch of
+// the client (stream order), until an instance completes (submitHeld).
+func (d *driver) applyAll(decs []Decision, apply func(Decision) error) error {
+	for i := 0; i < len(decs); i++ {
+		dec := decs[i]
+		if d.grapher != nil && dec.Kind == DecLaunch && dec.Launch.Client.Class == HP {
+			gs := &d.graphs[dec.Launch.Client.Index]
+			n := d.wholeRequest(decs[i:])
+			if len(gs.held) > 0 || (n > 0 && len(gs.free) == 0 && gs.n >= hpGraphsMax) {
+				if n == 0 {
+					n = 1
+				} else {
+					d.trace.GraphWaits++
+				}
+				gs.held = append(gs.held, decs[i:i+n]...)
+				i += n - 1
+				continue
+			}
+			if n > 0 {
+				if err := d.launchGraph(decs[i : i+n]); err != nil {
+					return err
+				}
+				i += n - 1
+				continue
+			}
+		}
+		if err := apply(dec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// submitHeld submits, per HP client, the held launches that can go now: a
+// whole request when an instance is free, single launches as they are.
+func (d *driver) submitHeld() error {
+	for c := range d.graphs {
+		gs := &d.graphs[c]
+		for len(gs.held) > 0 {
+			n := d.wholeRequest(gs.held)
+			if n > 0 {
+				if len(gs.free) == 0 && gs.n >= hpGraphsMax {
+					break
+				}
+				if err := d.launchGraph(gs.held[:n]); err != nil {
+					return err
+				}
+			} else {
+				n = 1
+				if err := d.apply(gs.held[0]); err != nil {
+					return err
+				}
+			}
+			gs.held = gs.held[n:]
+		}
+		if len(gs.held) == 0 {
+			gs.held = nil
+		}
+	}
+	return nil
+}
+
+// launchGraph submits the launches of one whole HP request (decs) as a
+// free graph instance of its client, making one if none is free.
+func (d *driver) launchGraph(decs []Decision) error {
+	c := decs[0].Launch.Client.Index
+	gs := &d.graphs[c]
+	if len(gs.free) == 0 {
+		hg, err := d.newHPGraph(c)
+		if err != nil {
+			return err
+		}
+		gs.free = append(gs.free, hg)
+	}
+	hg := gs.free[len(gs.free)-1]
+	gs.free = gs.free[:len(gs.free)-1]
+	t0 := time.Now()
+	if d.opt.OnDecision != nil {
+		for _, dec := range decs {
+			d.opt.OnDecision(dec)
+		}
+	}
+	s := d.hpS[c]
+	submitted := d.dev.Now()
+	tLaunch := time.Now()
+	if err := d.grapher.LaunchGraph(hg.g, s); err != nil {
+		gs.free = append(gs.free, hg)
+		return devErr(fmt.Sprintf("LaunchGraph (request of HP client %d, %d kernels)", c, len(decs)), err)
+	}
+	tRecord := time.Now()
+	q, ok := d.queues[s]
+	if !ok {
+		d.qorder = append(d.qorder, s)
+	}
+	for k, dec := range decs {
+		f := &dflight{l: dec.Launch, stream: s, ev: hg.events[k], raisedAt: -1, graphEv: true}
+		if k == len(decs)-1 {
+			f.graph = hg
+		}
+		d.attribute(dec.Launch, f, submitted)
+		q = append(q, f)
+	}
+	d.queues[s] = q
+	d.trace.Launches += len(decs)
+	d.trace.GraphLaunches++
+	end := time.Now()
+	d.trace.LaunchHost += end.Sub(t0)
+	d.trace.Host.Bind += tLaunch.Sub(t0)
+	d.trace.Host.Launch += tRecord.Sub(tLaunch)
+	d.trace.Host.Record += end.Sub(tRecord)
+	return nil
+}
+
+// graphDone returns f's graph instance (on the last kernel of its request)
+// to its client's free list once the kernel has completed; the poll then
+// submits what was held for it (submitHeld).
+func (d *driver) graphDone(f *dflight) {
+	if f.graph != nil {
+		gs := &d.graphs[f.l.Client.Index]
+		gs.free = append(gs.free, f.graph)
+		d.freed = true
+	}
+}

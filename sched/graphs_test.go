@@ -1,0 +1,166 @@
+package sched_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/faulty"
+	"atoll/gpu/sim"
+	"atoll/policies"
+	"atoll/sched"
+)
+
+// runGraphs runs w under the named policy on a simulator with the given
+// host cost per launch, with HP graphs on or off.
+func runGraphs(t *testing.T, name string, w sched.Workload, dur, hostCost time.Duration, noGraphs bool) *sched.Trace {
+	t.Helper()
+	pol, err := policies.ByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, HostLaunchCost: hostCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: dur, Warmup: dur / 8, NoHPGraphs: noGraphs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// With no host cost per launch, a graph is exactly its launches and
+// records: every policy's trace is the same with HP graphs on and off —
+// the same requests at the same device times, the same BE work — whether a
+// request went as a graph (policies that launch HP whole) or kernel by
+// kernel (REEF's HP window, padded launches, every instance in flight).
+func TestHPGraphsChangeNothingButHostCost(t *testing.T) {
+	const dur = 30 * time.Millisecond
+	// atoll with padding mixes whole requests with padded kernels, which
+	// wait behind held requests of their client.
+	for _, name := range append(policies.Names(), "atoll:padding=true") {
+		t.Run(name, func(t *testing.T) {
+			// A period shorter than the solo latency queues requests, so
+			// instances run out and requests wait in the driver.
+			for _, period := range []time.Duration{time.Millisecond, 100 * time.Microsecond} {
+				w := smallWorkload(t, period, dur)
+				on := runGraphs(t, name, w, dur, 0, false)
+				off := runGraphs(t, name, w, dur, 0, true)
+				if on.HPGraphs != "on" || off.HPGraphs != "off" {
+					t.Fatalf("HPGraphs %q with graphs, %q without", on.HPGraphs, off.HPGraphs)
+				}
+				if off.GraphLaunches != 0 {
+					t.Errorf("%d graph launches with graphs off", off.GraphLaunches)
+				}
+				if name == "dedicated" && period < time.Millisecond && on.GraphWaits == 0 {
+					t.Errorf("period %v: no request waited for a graph instance: the queue should have used up every one", period)
+				}
+				if name == "atoll:padding=true" && period < time.Millisecond && (on.PaddedLaunches == 0 || on.GraphLaunches == 0) {
+					t.Errorf("period %v: %d padded launches, %d graphs: want both", period, on.PaddedLaunches, on.GraphLaunches)
+				}
+				if !reflect.DeepEqual(on.Requests, off.Requests) {
+					t.Errorf("period %v: requests differ with graphs on (%d graph launches)", period, on.GraphLaunches)
+				}
+				if on.BEWork != off.BEWork || on.Launches != off.Launches || !reflect.DeepEqual(on.Stats, off.Stats) {
+					t.Errorf("period %v: BE work %v / %v, launches %d / %d, stats differ: %v",
+						period, on.BEWork, off.BEWork, on.Launches, off.Launches, !reflect.DeepEqual(on.Stats, off.Stats))
+				}
+			}
+		})
+	}
+}
+
+// Policies that launch an HP request whole submit it as one graph; REEF's
+// window of 4 launches never holds a whole request, so it never does.
+func TestHPGraphsUsedWhereRequestsLaunchWhole(t *testing.T) {
+	const dur = 30 * time.Millisecond
+	w := smallWorkload(t, time.Millisecond, dur)
+	for name, want := range map[string]bool{"dedicated": true, "priority": true, "orion": true, "atoll": true, "reef": false} {
+		tr := runGraphs(t, name, w, dur, 0, false)
+		requests := tr.Stats.Requests
+		switch {
+		case want && tr.GraphLaunches != requests:
+			t.Errorf("%s: %d graph launches for %d requests, want one each", name, tr.GraphLaunches, requests)
+		case !want && tr.GraphLaunches != 0:
+			t.Errorf("%s: %d graph launches, want none", name, tr.GraphLaunches)
+		}
+	}
+}
+
+// With a host cost per launch, a graph costs one launch for the whole
+// request: HP requests finish sooner, and the driver's host time per
+// request falls by about the kernels it no longer launches one by one.
+func TestHPGraphsCutHostCost(t *testing.T) {
+	const dur = 30 * time.Millisecond
+	w := smallWorkload(t, time.Millisecond, dur)
+	w.BE = nil
+	on := runGraphs(t, "dedicated", w, dur, 20*time.Microsecond, false)
+	off := runGraphs(t, "dedicated", w, dur, 20*time.Microsecond, true)
+	mean := func(tr *sched.Trace) time.Duration {
+		var s time.Duration
+		for _, r := range tr.Requests {
+			s += r.Service()
+		}
+		return s / time.Duration(len(tr.Requests))
+	}
+	// 8 kernels of 20 µs of host time each: the first kernel starts after
+	// one launch either way, the last waits for the host's 8th launch
+	// without graphs; the kernels are longer than 20 µs, so the host stays
+	// ahead and the service time moves by about one launch, not seven.
+	if on, off := mean(on), mean(off); on > off {
+		t.Errorf("mean service %v with graphs, %v without: graphs made HP slower", on, off)
+	}
+	if on.GraphLaunches != on.Stats.Requests || on.Stats.Requests != off.Stats.Requests {
+		t.Errorf("%d graph launches, %d requests (%d without graphs)", on.GraphLaunches, on.Stats.Requests, off.Stats.Requests)
+	}
+}
+
+// A device without graphs runs as before, and says so.
+func TestHPGraphsOffWithoutGrapher(t *testing.T) {
+	const dur = 20 * time.Millisecond
+	w := smallWorkload(t, time.Millisecond, dur)
+	pol, _ := policies.ByName("atoll")
+	dev := newSim(t)
+	tr, err := sched.Run(context.Background(), plainDevice{dev}, w, sched.Options{Policy: pol, Duration: dur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.GraphLaunches != 0 || tr.HPGraphs != "off: the device records no graphs" {
+		t.Errorf("%d graph launches, HPGraphs %q", tr.GraphLaunches, tr.HPGraphs)
+	}
+	if len(tr.Requests) == 0 {
+		t.Error("no request served")
+	}
+}
+
+// plainDevice hides the simulator's gpu.Grapher.
+type plainDevice struct{ gpu.Device }
+
+// A failed NewGraph fails the run before it starts, naming the call; a
+// wrapped device that records no graphs (errors.ErrUnsupported) runs
+// without them.
+func TestHPGraphsSetupFailure(t *testing.T) {
+	const dur = 10 * time.Millisecond
+	w := smallWorkload(t, time.Millisecond, dur)
+	pol, _ := policies.ByName("atoll")
+	fd := faulty.New(newSim(t))
+	if err := fd.FailMethod("NewGraph", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sched.Run(context.Background(), fd, w, sched.Options{Policy: pol, Duration: dur})
+	if !errors.Is(err, sched.ErrDevice) || !errors.Is(err, faulty.ErrInjected) {
+		t.Fatalf("Run with NewGraph failing: %v, want ErrDevice wrapping the injected failure", err)
+	}
+	tr, err := sched.Run(context.Background(), faulty.New(plainDevice{newSim(t)}), w, sched.Options{Policy: pol, Duration: dur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.GraphLaunches != 0 || len(tr.Requests) == 0 {
+		t.Errorf("through a wrapper of a device without graphs: %d graph launches, %d requests", tr.GraphLaunches, len(tr.Requests))
+	}
+}
