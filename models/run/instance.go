@@ -505,21 +505,24 @@ func (in *Instance) Close() error {
 	return first
 }
 
+// nanBytes is n quiet NaNs of type d (zeros for a type without NaN). The
+// pattern is written once and doubled by copy: a fill of a large scratch
+// buffer is a few memmoves, not a loop over its elements.
 func nanBytes(d kernels.DType, n int) []byte {
 	raw := make([]byte, n*d.Size())
+	var pat []byte
 	switch d {
 	case kernels.F32, kernels.I32:
-		for i := range n {
-			binary.LittleEndian.PutUint32(raw[4*i:], 0x7fc00000)
-		}
+		pat = binary.LittleEndian.AppendUint32(nil, 0x7fc00000)
 	case kernels.F16:
-		for i := range n {
-			binary.LittleEndian.PutUint16(raw[2*i:], 0x7e00)
-		}
+		pat = binary.LittleEndian.AppendUint16(nil, 0x7e00)
 	case kernels.BF16:
-		for i := range n {
-			binary.LittleEndian.PutUint16(raw[2*i:], 0x7fc0)
-		}
+		pat = binary.LittleEndian.AppendUint16(nil, 0x7fc0)
+	default:
+		return raw
+	}
+	for filled := copy(raw, pat); filled < len(raw); {
+		filled += copy(raw[filled:], raw[:filled])
 	}
 	return raw
 }
