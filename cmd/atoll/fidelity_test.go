@@ -24,11 +24,11 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := bench.FidelitySummary(gpu, sim)
-	heldGPU, err := bench.ReadMatrixDir("../../results/matrix-h100-confined")
+	heldGPU, err := bench.ReadMatrixDir("../../results/matrix-h100-graphs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	heldSim, err := bench.ReadMatrixDir("../../results/matrix-sim-confined")
+	heldSim, err := bench.ReadMatrixDir("../../results/matrix-sim-graphs")
 	if err != nil {
 		t.Fatal(err)
 	}
