@@ -289,6 +289,12 @@ func Describe(r *Report) string {
 		fmt.Fprintf(&b, "\nBE: %s bs%d, closed loop", w.BEModel, w.BEBatch)
 	}
 	fmt.Fprintf(&b, "\nprofiles: %s; %.1f s per run after %.1f s warm-up, seed %d", w.Profiles, w.DurationSec, w.WarmupSec, w.Seed)
+	switch {
+	case r.HPGraphs == "on":
+		fmt.Fprintf(&b, "\nHP requests launched whole go as one graph each (--hp-graphs): %d in the %s run, %d of them waited for a free instance", r.GraphLaunches, r.Policy, r.GraphWaits)
+	case r.HPGraphs != "":
+		fmt.Fprintf(&b, "\nHP kernels launched one by one (graphs %s)", r.HPGraphs)
+	}
 	return b.String()
 }
 
