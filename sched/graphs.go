@@ -42,13 +42,32 @@ type hpGraph struct {
 	events []gpu.Event // the event recorded after each kernel
 }
 
-// hpGraphs are one HP client's instances, and its launch decisions held
-// until an instance is free.
+// hpGraphs are one HP client's instances, and its launches held until an
+// instance is free.
 type hpGraphs struct {
 	ctx  gpu.Context
 	free []*hpGraph
 	n    int // instances made
-	held []Decision
+	held []heldLaunch
+}
+
+// heldLaunch is a launch decision held in the driver: a whole request (n
+// kernels, launch IDs first.ID to first.ID+n-1) or, with n zero, the single
+// launch first. A request under overload is held as one of these, not as
+// its n decisions.
+type heldLaunch struct {
+	first Launch
+	n     int
+	at    time.Duration // when the core decided it
+}
+
+// decision is the i-th launch decision of h.
+func (h heldLaunch) decision(i int) Decision {
+	l := h.first
+	if h.n > 0 {
+		l.ID, l.Kernel = h.first.ID+LaunchID(i), i
+	}
+	return Decision{Kind: DecLaunch, Time: h.at, Launch: l}
 }
 
 // initGraphs makes the first instances of every HP client when the device
@@ -135,7 +154,8 @@ func (d *driver) wholeRequest(decs []Decision) int {
 		return 0
 	}
 	for k, dec := range decs[:n] {
-		if dec.Kind != DecLaunch || dec.Launch.Client != l.Client || dec.Launch.Form != gpu.Plain || dec.Launch.Kernel != k {
+		m := dec.Launch
+		if dec.Kind != DecLaunch || m.Client != l.Client || m.Stream != l.Stream || m.Form != gpu.Plain || m.Kernel != k || m.ID != l.ID+LaunchID(k) || dec.Time != decs[0].Time {
 			return 0
 		}
 	}
@@ -153,17 +173,15 @@ func (d *driver) applyAll(decs []Decision, apply func(Decision) error) error {
 			gs := &d.graphs[dec.Launch.Client.Index]
 			n := d.wholeRequest(decs[i:])
 			if len(gs.held) > 0 || (n > 0 && len(gs.free) == 0 && gs.n >= hpGraphsMax) {
-				if n == 0 {
-					n = 1
-				} else {
+				if n > 0 {
 					d.trace.GraphWaits++
 				}
-				gs.held = append(gs.held, decs[i:i+n]...)
-				i += n - 1
+				gs.held = append(gs.held, heldLaunch{first: dec.Launch, n: n, at: dec.Time})
+				i += max(n, 1) - 1
 				continue
 			}
 			if n > 0 {
-				if err := d.launchGraph(decs[i : i+n]); err != nil {
+				if err := d.launchGraph(heldLaunch{first: dec.Launch, n: n, at: dec.Time}); err != nil {
 					return err
 				}
 				i += n - 1
@@ -183,21 +201,18 @@ func (d *driver) submitHeld() error {
 	for c := range d.graphs {
 		gs := &d.graphs[c]
 		for len(gs.held) > 0 {
-			n := d.wholeRequest(gs.held)
-			if n > 0 {
+			h := gs.held[0]
+			if h.n > 0 {
 				if len(gs.free) == 0 && gs.n >= hpGraphsMax {
 					break
 				}
-				if err := d.launchGraph(gs.held[:n]); err != nil {
+				if err := d.launchGraph(h); err != nil {
 					return err
 				}
-			} else {
-				n = 1
-				if err := d.apply(gs.held[0]); err != nil {
-					return err
-				}
+			} else if err := d.apply(h.decision(0)); err != nil {
+				return err
 			}
-			gs.held = gs.held[n:]
+			gs.held = gs.held[1:]
 		}
 		if len(gs.held) == 0 {
 			gs.held = nil
@@ -206,10 +221,10 @@ func (d *driver) submitHeld() error {
 	return nil
 }
 
-// launchGraph submits the launches of one whole HP request (decs) as a
-// free graph instance of its client, making one if none is free.
-func (d *driver) launchGraph(decs []Decision) error {
-	c := decs[0].Launch.Client.Index
+// launchGraph submits the launches of one whole HP request (h) as a free
+// graph instance of its client, making one if none is free.
+func (d *driver) launchGraph(h heldLaunch) error {
+	c := h.first.Client.Index
 	gs := &d.graphs[c]
 	if len(gs.free) == 0 {
 		hg, err := d.newHPGraph(c)
@@ -222,8 +237,8 @@ func (d *driver) launchGraph(decs []Decision) error {
 	gs.free = gs.free[:len(gs.free)-1]
 	t0 := time.Now()
 	if d.opt.OnDecision != nil {
-		for _, dec := range decs {
-			d.opt.OnDecision(dec)
+		for k := range h.n {
+			d.opt.OnDecision(h.decision(k))
 		}
 	}
 	s := d.hpS[c]
@@ -231,23 +246,24 @@ func (d *driver) launchGraph(decs []Decision) error {
 	tLaunch := time.Now()
 	if err := d.grapher.LaunchGraph(hg.g, s); err != nil {
 		gs.free = append(gs.free, hg)
-		return devErr(fmt.Sprintf("LaunchGraph (request of HP client %d, %d kernels)", c, len(decs)), err)
+		return devErr(fmt.Sprintf("LaunchGraph (request of HP client %d, %d kernels)", c, h.n), err)
 	}
 	tRecord := time.Now()
 	q, ok := d.queues[s]
 	if !ok {
 		d.qorder = append(d.qorder, s)
 	}
-	for k, dec := range decs {
-		f := &dflight{l: dec.Launch, stream: s, ev: hg.events[k], raisedAt: -1, graphEv: true}
-		if k == len(decs)-1 {
+	for k := range h.n {
+		l := h.decision(k).Launch
+		f := &dflight{l: l, stream: s, ev: hg.events[k], raisedAt: -1, graphEv: true}
+		if k == h.n-1 {
 			f.graph = hg
 		}
-		d.attribute(dec.Launch, f, submitted)
+		d.attribute(l, f, submitted)
 		q = append(q, f)
 	}
 	d.queues[s] = q
-	d.trace.Launches += len(decs)
+	d.trace.Launches += h.n
 	d.trace.GraphLaunches++
 	end := time.Now()
 	d.trace.LaunchHost += end.Sub(t0)

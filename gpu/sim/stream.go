@@ -43,12 +43,25 @@ type stream struct {
 func (s *stream) idle() bool { return s.head == len(s.ops) }
 
 func (d *Device) enqueue(s *stream, o op) {
-	if s.idle() {
+	switch {
+	case s.idle():
 		s.ops, s.head = s.ops[:0], 0
 		s.wake = d.readyAt(s, &o)
+	case s.head >= compactAfter && 2*s.head >= len(s.ops):
+		// A stream that never drains (HP under overload) would keep the
+		// space of every op it ever ran, and each append past its
+		// capacity would copy all of it: drop the completed front, so
+		// memory and copying follow the ops queued, not the ops run.
+		n := copy(s.ops, s.ops[s.head:])
+		clear(s.ops[n:])
+		s.ops, s.head = s.ops[:n], 0
 	}
 	s.ops = append(s.ops, o)
 }
+
+// compactAfter is how many completed ops a busy stream keeps at its front
+// before enqueue drops them.
+const compactAfter = 256
 
 // readyAt is when o, at the head of s, may start.
 func (d *Device) readyAt(s *stream, o *op) float64 {
