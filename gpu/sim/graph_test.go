@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -138,5 +139,52 @@ func TestGraphErrors(t *testing.T) {
 	}
 	if r.d.busy() {
 		t.Error("a refused graph enqueued work")
+	}
+}
+
+// A stream that never drains keeps only the ops still queued: completed
+// ones are dropped from its front as new ones arrive, and order holds.
+func TestBusyStreamStaysSmall(t *testing.T) {
+	r := newRig(t, Config{})
+	s := r.stream(0)
+	st, err := r.d.stream(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []gpu.Event
+	maxLen := 0
+	for i := range 5000 {
+		r.launch(s, plain("k", 132, 256, 10*us))
+		e, err := r.d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.d.Record(e, s); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+		// Keep about 20 launches queued: run the device half a kernel
+		// per launch, so the stream is never idle.
+		if i >= 20 {
+			if err := r.d.Wait(context.Background(), r.d.Now()+10*us); err != nil {
+				t.Fatal(err)
+			}
+		}
+		maxLen = max(maxLen, len(st.ops))
+	}
+	r.drain()
+	if maxLen > 1000 {
+		t.Errorf("the stream held up to %d ops with about 40 queued: completed ops are not dropped", maxLen)
+	}
+	var last time.Duration
+	for i, e := range evs {
+		at, err := r.d.Time(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at <= last {
+			t.Fatalf("event %d at %v, not after event %d at %v", i, at, i-1, last)
+		}
+		last = at
 	}
 }
