@@ -38,6 +38,9 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 				break
 			}
 		}
+		if len(mc.Reports) > 0 && mc.Reports[0].HPGraphs != "" {
+			ew.printf(" HP graphs: %s.", mc.Reports[0].HPGraphs)
+		}
 		ew.printf(" %.1f s measured per run after %.1f s warm-up; command: `%s`\n\n", res.WindowSec, res.WarmupSec, res.Command)
 		ew.printf("| run | HP req/s | HP p50 ms | HP p99 ms [95 %% CI] | p99 overhead [95 %% CI] | BE steps/s | BE norm | padded | unpadded |\n")
 		ew.printf("|---|---|---|---|---|---|---|---|---|\n")

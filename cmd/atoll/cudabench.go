@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"atoll/gpu"
@@ -83,10 +84,45 @@ type cudaSession struct {
 }
 
 // sharedDevice is the session's device handed to one run: closing it
-// leaves the device open for the next.
+// leaves the device open for the next. It keeps the device's graphs
+// (gpu.Grapher), which embedding alone would hide from the run.
 type sharedDevice struct{ gpu.Device }
 
+var _ gpu.Grapher = sharedDevice{}
+
 func (sharedDevice) Close() error { return nil }
+
+func (s sharedDevice) grapher() (gpu.Grapher, error) {
+	g, ok := s.Device.(gpu.Grapher)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s records no graphs", errors.ErrUnsupported, s.Info().Backend)
+	}
+	return g, nil
+}
+
+func (s sharedDevice) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, error) {
+	g, err := s.grapher()
+	if err != nil {
+		return 0, err
+	}
+	return g.NewGraph(ctx, steps)
+}
+
+func (s sharedDevice) LaunchGraph(h gpu.Graph, st gpu.Stream) error {
+	g, err := s.grapher()
+	if err != nil {
+		return err
+	}
+	return g.LaunchGraph(h, st)
+}
+
+func (s sharedDevice) DestroyGraph(h gpu.Graph) error {
+	g, err := s.grapher()
+	if err != nil {
+		return err
+	}
+	return g.DestroyGraph(h)
+}
 
 func (s *cudaSession) device() (gpu.Device, error) {
 	if s.dev == nil {

@@ -101,3 +101,29 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 		t.Errorf("no GPU: %v", err)
 	}
 }
+
+// The matrix's shared device keeps the graphs of the device it wraps: a
+// run through it submits its HP requests as graphs (an embedded gpu.Device
+// alone hid them, and a GPU matrix ran kernel by kernel).
+func TestSharedDeviceKeepsGraphs(t *testing.T) {
+	dev, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	w := workloadFlags{hp: "resnet50", hpBatch: 1, be: "none", arrival: bench.Poisson, sigma: 1, load: 0.5,
+		seed: 1, backend: "sim", duration: 50 * time.Millisecond, graphs: true}
+	c, err := w.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.NewDevice = func() (gpu.Device, error) { return sharedDevice{dev}, nil }
+	rs, err := bench.Suite(context.Background(), c, []string{"dedicated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.HPGraphs != "on" || r.GraphLaunches == 0 {
+		t.Errorf("through the shared device: HP graphs %q, %d graph launches", r.HPGraphs, r.GraphLaunches)
+	}
+}

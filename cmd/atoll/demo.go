@@ -45,7 +45,7 @@ const simulatedNote = `note: these co-location figures are simulated. Beside the
 ~6 % of dedicated where the GPU measured up to +263 %, and it ranked the
 policies by HP p99 as the GPU did in 0 of 8 cells. On a held-out cell measured
 later (results/matrix-h100-graphs) its HP p99 was within 10 % in 3 of 3 runs,
-but its BE throughput was off by a median 29 %: docs/fidelity.md. Run
+but its BE throughput was off by a median 26 %: docs/fidelity.md. Run
 'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
 
 func init() {

@@ -28,7 +28,7 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	heldSim, err := bench.ReadMatrixDir("../../results/matrix-sim-graphs")
+	heldSim, err := bench.ReadMatrixDir("../../results/matrix-sim-kernels")
 	if err != nil {
 		t.Fatal(err)
 	}
