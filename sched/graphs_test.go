@@ -3,7 +3,9 @@ package sched_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -162,5 +164,36 @@ func TestHPGraphsSetupFailure(t *testing.T) {
 	}
 	if tr.GraphLaunches != 0 || len(tr.Requests) == 0 {
 		t.Errorf("through a wrapper of a device without graphs: %d graph launches, %d requests", tr.GraphLaunches, len(tr.Requests))
+	}
+}
+
+// The decision log sees every launch once with graphs on, the same
+// launches as with graphs off — a request held for an instance is logged
+// from its compact record when it is submitted, with its launches' IDs,
+// kernels and decision time.
+func TestHPGraphsDecisionLog(t *testing.T) {
+	const dur = 20 * time.Millisecond
+	w := smallWorkload(t, 100*time.Microsecond, dur)
+	logs := map[bool][]string{}
+	for _, noGraphs := range []bool{false, true} {
+		pol, _ := policies.ByName("dedicated")
+		var log []string
+		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: dur, NoHPGraphs: noGraphs,
+			OnDecision: func(d sched.Decision) {
+				if d.Kind == sched.DecLaunch {
+					log = append(log, fmt.Sprintf("%v %s", d.Time, d))
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !noGraphs && tr.GraphWaits == 0 {
+			t.Fatal("no request was held: the test does not exercise held requests")
+		}
+		slices.Sort(log)
+		logs[noGraphs] = log
+	}
+	if !slices.Equal(logs[false], logs[true]) {
+		t.Errorf("launch decisions differ with graphs on (%d) and off (%d)", len(logs[false]), len(logs[true]))
 	}
 }
