@@ -351,6 +351,6 @@ type HostSplit struct {
 	PollUs   float64 `json:"pollUs"`
 	Queries  float64 `json:"queries"`
 	// GraphBuildMs is the run's time spent recording HP graphs, in ms
-	// (not per launch): mostly before the run starts.
+	// (not per launch), before the run starts.
 	GraphBuildMs float64 `json:"graphBuildMs,omitempty"`
 }

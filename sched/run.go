@@ -137,9 +137,8 @@ type HostTime struct {
 	// word) per completion; Queries counts the Query calls.
 	Poll    time.Duration
 	Queries int
-	// GraphBuild is the time spent recording HP graphs (Options.NoHPGraphs):
-	// before the run, and on the launch path when a request found every
-	// instance of its client in flight.
+	// GraphBuild is the time spent recording HP graphs before the run
+	// (Options.NoHPGraphs).
 	GraphBuild time.Duration
 }
 
