@@ -197,3 +197,27 @@ func TestHPGraphsDecisionLog(t *testing.T) {
 		t.Errorf("launch decisions differ with graphs on (%d) and off (%d)", len(logs[false]), len(logs[true]))
 	}
 }
+
+// staleCounting counts its StaleGraphEvents calls as a device's counter
+// that earlier runs advanced to 10 and each call advances by 3.
+type staleCounting struct {
+	plainDevice
+	n int
+}
+
+func (s *staleCounting) StaleGraphEvents() int { s.n += 3; return 7 + s.n }
+
+// A run reports the stale graph-event answers of its own time, not the
+// device's total over the runs it served before.
+func TestStaleGraphEventsPerRun(t *testing.T) {
+	const dur = 10 * time.Millisecond
+	w := smallWorkload(t, time.Millisecond, dur)
+	pol, _ := policies.ByName("atoll")
+	tr, err := sched.Run(context.Background(), &staleCounting{plainDevice: plainDevice{newSim(t)}}, w, sched.Options{Policy: pol, Duration: dur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.StaleGraphEvents != 3 {
+		t.Errorf("StaleGraphEvents %d, want 3 (13 after the run less 10 before it)", tr.StaleGraphEvents)
+	}
+}

@@ -158,11 +158,16 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	}
 	defer d.release()
 	d.rebase(dev.Now())
+	stale, counts := dev.(interface{ StaleGraphEvents() int })
+	before := 0
+	if counts {
+		before = stale.StaleGraphEvents() // the device may have served earlier runs
+	}
 	if err := d.loop(ctx); err != nil {
 		return nil, err
 	}
-	if s, ok := dev.(interface{ StaleGraphEvents() int }); ok {
-		d.trace.StaleGraphEvents = s.StaleGraphEvents()
+	if counts {
+		d.trace.StaleGraphEvents = stale.StaleGraphEvents() - before
 	}
 	return d.trace, nil
 }

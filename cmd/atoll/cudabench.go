@@ -116,6 +116,14 @@ func (s sharedDevice) LaunchGraph(h gpu.Graph, st gpu.Stream) error {
 	return g.LaunchGraph(h, st)
 }
 
+// StaleGraphEvents forwards the device's count (0 when it keeps none).
+func (s sharedDevice) StaleGraphEvents() int {
+	if c, ok := s.Device.(interface{ StaleGraphEvents() int }); ok {
+		return c.StaleGraphEvents()
+	}
+	return 0
+}
+
 func (s sharedDevice) DestroyGraph(h gpu.Graph) error {
 	g, err := s.grapher()
 	if err != nil {

@@ -127,3 +127,24 @@ func TestSharedDeviceKeepsGraphs(t *testing.T) {
 		t.Errorf("through the shared device: HP graphs %q, %d graph launches", r.HPGraphs, r.GraphLaunches)
 	}
 }
+
+type staleDevice struct{ gpu.Device }
+
+func (staleDevice) StaleGraphEvents() int { return 7 }
+
+// The shared device forwards the device's stale graph-event count, which
+// embedding alone would hide from the run's report.
+func TestSharedDeviceForwardsStaleCount(t *testing.T) {
+	dev, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if n := (sharedDevice{staleDevice{dev}}).StaleGraphEvents(); n != 7 {
+		t.Errorf("through the shared device: %d, want 7", n)
+	}
+	if n := (sharedDevice{dev}).StaleGraphEvents(); n != 0 {
+		t.Errorf("a device that keeps no count: %d, want 0", n)
+	}
+}
+

@@ -74,6 +74,10 @@ type ctxRec struct {
 	// hostAnchor of its record (its host time is known that well); -1
 	// otherwise.
 	nextHost time.Duration
+	// shift is the total of the steering steps applied at rebases: a
+	// completion's time read after them is shift-prevShift later than
+	// the same completion read before.
+	shift time.Duration
 }
 
 type streamRec struct {
@@ -88,9 +92,19 @@ type eventRec struct {
 	live    bool
 	pending bool // recorded and not yet seen complete
 	done    bool // the latest record was seen complete (Time need not query again)
-	// graphAt is the device time of the LaunchGraph that last recorded
-	// the event (0: Record did): a completion must not be older (query).
-	graphAt time.Duration
+	// byGraph: the latest record is a graph's event-record node, whose
+	// state a query may read from the previous replay until the GPU
+	// reaches it (query compares with prevAt).
+	byGraph bool
+	// prevAt is the completion time of the event's latest record seen
+	// complete, and prevShift its context's steering total then (hasPrev:
+	// known).
+	prevAt, prevShift time.Duration
+	hasPrev           bool
+	// at is the completion time query computed for the stale check
+	// (valid while timed): Time answers it without asking the driver again.
+	at    time.Duration
+	timed bool
 }
 
 type moduleRec struct {

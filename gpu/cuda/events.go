@@ -180,25 +180,25 @@ func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
 	if err := check("cuEventRecord", d.fast(d.drv.cuEventRecord, ev.native[c], st.h)); err != nil {
 		return err
 	}
-	d.recorded(e, c, s, 0)
+	d.recorded(e, c, s, false)
 	return nil
 }
 
-// staleMargin is how much older than its graph's launch an event's
-// completion may read and still count (clock alignment aside): far less
-// than any replay's distance from the one before it.
-const staleMargin = 2 * time.Microsecond
+// staleMargin bounds the rounding between two reads of one completion's
+// time (float32 milliseconds from the base, re-based in between): far less
+// than the time between two replays of a graph.
+const staleMargin = time.Microsecond
 
 // StaleGraphEvents counts the queries that found a graph's event complete
-// with a time older than the graph's launch (the previous replay's) and
-// answered not complete.
+// at its previous completion's time (the previous replay's state, read
+// before the GPU reached the node) and answered not complete.
 func (d *Device) StaleGraphEvents() int { return d.stale }
 
 // recorded notes that e was just recorded in stream s of context c, by a
-// graph launched at graphAt (0: by Record).
-func (d *Device) recorded(e gpu.Event, c int32, s gpu.Stream, graphAt time.Duration) {
+// graph's event-record node when byGraph.
+func (d *Device) recorded(e gpu.Event, c int32, s gpu.Stream, byGraph bool) {
 	ev := &d.events[e]
-	ev.ctx, ev.done, ev.graphAt = c, false, graphAt
+	ev.ctx, ev.done, ev.byGraph, ev.timed = c, false, byGraph, false
 	if !ev.pending {
 		ev.pending = true
 		d.pending[s] = append(d.pending[s], e)
@@ -210,24 +210,30 @@ func (d *Device) query(ev *eventRec) (bool, error) {
 	if ev.ctx < 0 {
 		return false, nil
 	}
+	if ev.done {
+		return true, nil // this record was seen complete already
+	}
 	if err := d.use(ev.ctx); err != nil {
 		return false, err
 	}
 	switch r := d.fast(d.drv.cuEventQuery, ev.native[ev.ctx]); r {
 	case resultSuccess:
-		if ev.graphAt > 0 {
-			// A graph's event-record node may show the state of the
-			// previous replay until the GPU reaches it: a completion
-			// older than the launch is that one.
-			t, err := d.since(&d.ctxs[ev.ctx], ev.native[ev.ctx])
+		if ev.byGraph || ev.hasPrev {
+			// A graph's event-record node may show the previous
+			// replay's state until the GPU reaches it: a completion no
+			// later than the previous one is that one. Compared on the
+			// event clock alone (the host clock drifts from it).
+			cr := &d.ctxs[ev.ctx]
+			t, err := d.since(cr, ev.native[ev.ctx])
 			if err != nil {
 				return false, err
 			}
-			if t < ev.graphAt-d.clockUn-staleMargin {
+			if ev.byGraph && ev.hasPrev && t <= ev.prevAt+(cr.shift-ev.prevShift)+staleMargin {
 				d.stale++
 				return false, nil
 			}
-			ev.graphAt = 0
+			ev.prevAt, ev.prevShift, ev.hasPrev = t, cr.shift, true
+			ev.at, ev.timed, ev.byGraph = t, true, false
 		}
 		ev.pending = false // seen: Wait need not report it again
 		ev.done = true
@@ -267,6 +273,9 @@ func (d *Device) Time(e gpu.Event) (time.Duration, error) {
 		}
 	}
 	cr := &d.ctxs[ev.ctx]
+	if ev.timed {
+		return ev.at, nil
+	}
 	if err := d.use(ev.ctx); err != nil {
 		return 0, err
 	}
@@ -332,6 +341,7 @@ func (d *Device) rebase(c int32) {
 	if cr.nextHost >= 0 {
 		step := min(max(cr.nextHost-at, -maxSteer), maxSteer)
 		at += step
+		cr.shift += step
 		d.steered += step.Abs()
 		d.maxStep = max(d.maxStep, step.Abs())
 	}

@@ -189,12 +189,11 @@ func (d *Device) LaunchGraph(g gpu.Graph, s gpu.Stream) error {
 	if err := d.use(st.ctx); err != nil {
 		return err
 	}
-	at := d.Now()
 	if err := check("cuGraphLaunch", d.fast(d.drv.graph.cuGraphLaunch, gr.exec, st.h)); err != nil {
 		return err
 	}
 	for _, e := range gr.events {
-		d.recorded(e, st.ctx, s, max(at, 1))
+		d.recorded(e, st.ctx, s, true)
 	}
 	return nil
 }

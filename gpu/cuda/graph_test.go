@@ -239,3 +239,56 @@ func TestGPUGraphEventSemantics(t *testing.T) {
 	}
 	t.Logf("stale answers turned away: %d", d.StaleGraphEvents())
 }
+
+// TestGPUGraphQueuedEvents: a graph launched behind another on the same
+// stream, whose events completed in earlier replays: until the GPU reaches
+// it, Query must not answer complete (whatever the raw query says, logged),
+// and its times must follow the graph ahead of it. Then the host clock is
+// moved 5 ms ahead of the event clock (as drift between rebases does):
+// completions must still be seen — a stale check against the host's launch
+// time would refuse them for good.
+func TestGPUGraphQueuedEvents(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	mk := func() (gpu.Graph, [2]gpu.Event) {
+		var evs [2]gpu.Event
+		for i := range evs {
+			evs[i], err = d.NewEvent()
+			must(t, err)
+		}
+		g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: spinLaunch(k, 1_000_000), Event: evs[0]}, {Launch: spinLaunch(k, 1_000_000), Event: evs[1]}})
+		must(t, err)
+		return g, evs
+	}
+	ga, ea := mk()
+	gb, eb := mk()
+	for rep := range 3 {
+		must(t, d.LaunchGraph(gb, s)) // gb's events complete: the state a queued replay may show
+		waitEvent(t, d, eb[1])
+		must(t, d.LaunchGraph(ga, s))
+		must(t, d.LaunchGraph(gb, s))
+		raw := d.fast(d.drv.cuEventQuery, d.events[eb[0]].native[0])
+		ok, err := d.Query(eb[0])
+		must(t, err)
+		t.Logf("replay %d: a graph queued behind another: raw cuEventQuery of its first event right after the launch says %s; Query says %v", rep, raw.String(), ok)
+		if ok {
+			t.Errorf("replay %d: Query of a queued graph's first event says complete while the graph ahead spins", rep)
+		}
+		a1 := waitEvent(t, d, ea[1])
+		b0 := waitEvent(t, d, eb[0])
+		b1 := waitEvent(t, d, eb[1])
+		if b0-a1 < 900*time.Microsecond || b1-b0 < 900*time.Microsecond {
+			t.Errorf("replay %d: the graph ahead ended at %v, the queued one's events at %v and %v: want each 1 ms spin after the one before", rep, a1, b0, b1)
+		}
+	}
+	d.t0 = d.t0.Add(-5 * time.Millisecond) // the host clock now reads 5 ms ahead of the event clock
+	for rep := range 3 {
+		at := d.Now()
+		must(t, d.LaunchGraph(ga, s))
+		a1 := waitEvent(t, d, ea[1])
+		t.Logf("host clock 5 ms ahead, replay %d: launched at %v (host), last event at %v (event clock)", rep, at, a1)
+	}
+	t.Logf("stale answers turned away: %d", d.StaleGraphEvents())
+}
+
