@@ -147,4 +147,3 @@ func TestSharedDeviceForwardsStaleCount(t *testing.T) {
 		t.Errorf("a device that keeps no count: %d, want 0", n)
 	}
 }
-

@@ -291,4 +291,3 @@ func TestGPUGraphQueuedEvents(t *testing.T) {
 	}
 	t.Logf("stale answers turned away: %d", d.StaleGraphEvents())
 }
-
