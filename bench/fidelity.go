@@ -25,6 +25,15 @@ type Fidelity struct {
 	RankP99, RankBE     int     // cells whose policy order matches, by HP p99 and by BE
 	Cells               int     // cells compared
 	MedianP99, MedianBE float64 // median |relative error|
+	// Policies holds the same figures per policy, in the order the GPU
+	// reports name them (RankP99, RankBE and Cells unused).
+	Policies []PolicyFidelity
+}
+
+// PolicyFidelity is Fidelity for the runs of one policy.
+type PolicyFidelity struct {
+	Policy string
+	Fidelity
 }
 
 // FidelitySummary computes FidelityTable's summary line's figures.
@@ -43,6 +52,12 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 	ew.printf("|---|---|---|---|---|---|---|---|---|---|\n")
 	var p99Err, beErr []float64
 	within, total, rankP99, rankBE, cells := 0, 0, 0, 0, 0
+	type perPolicy struct {
+		within, runs int
+		p99, be      []float64
+	}
+	var names []string
+	pols := map[string]*perPolicy{}
 	for _, g := range gpuCells {
 		s := sim[g.Result.Cell.Name]
 		if s == nil || g.Result.Refused != "" || s.Result.Refused != "" {
@@ -61,17 +76,27 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 			if o == nil {
 				continue
 			}
+			pp := pols[r.Policy]
+			if pp == nil {
+				pp = &perPolicy{}
+				pols[r.Policy] = pp
+				names = append(names, r.Policy)
+			}
 			e := o.HP.P99/r.HP.P99 - 1
 			p99Err = append(p99Err, math.Abs(e))
+			pp.p99 = append(pp.p99, math.Abs(e))
 			total++
+			pp.runs++
 			ok := math.Abs(e) <= 0.10 || (r.P99CI != nil && r.P99CI.Contains(o.HP.P99))
 			if ok {
 				within++
+				pp.within++
 			}
 			be := math.NaN()
 			if r.BENormalized != nil && o.BENormalized != nil && *r.BENormalized > 0 {
 				be = *o.BENormalized / *r.BENormalized - 1
 				beErr = append(beErr, math.Abs(be))
+				pp.be = append(pp.be, math.Abs(be))
 			}
 			ew.printf("| %s | %s | %.3f | %.3f | %+.0f%%%s | %s %s | %s | %s | %s | %s |\n", g.Result.Cell.Name, r.Policy,
 				r.HP.P99/1e3, o.HP.P99/1e3, e*100, mark(ok), pct(r.P99Overhead), ciPct(r.P99OverheadCI), pct(o.P99Overhead),
@@ -92,8 +117,27 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 	ew.printf("\nHP p99 within 10 %% (or inside the GPU run's CI): %d of %d (✓ above); median |error| HP p99 %.0f %%, BE normalized %.0f %%. "+
 		"Policies ranked as on the GPU by HP p99 in %d of %d cells, by BE throughput in %d of %d.\n",
 		within, total, sortedQuantile(p99Err, 0.5)*100, sortedQuantile(beErr, 0.5)*100, rankP99, cells, rankBE, cells)
-	return Fidelity{Within: within, Runs: total, RankP99: rankP99, RankBE: rankBE, Cells: cells,
-		MedianP99: sortedQuantile(p99Err, 0.5), MedianBE: sortedQuantile(beErr, 0.5)}, ew.err
+	f := Fidelity{Within: within, Runs: total, RankP99: rankP99, RankBE: rankBE, Cells: cells,
+		MedianP99: sortedQuantile(p99Err, 0.5), MedianBE: sortedQuantile(beErr, 0.5)}
+	if len(names) > 0 {
+		ew.printf("\n| policy | HP p99 within 10 %% (or the GPU CI) | median error, HP p99 | median error, BE normalized |\n|---|---|---|---|\n")
+	}
+	for _, n := range names {
+		pp := pols[n]
+		pf := PolicyFidelity{Policy: n, Fidelity: Fidelity{Within: pp.within, Runs: pp.runs,
+			MedianP99: sortedQuantile(pp.p99, 0.5), MedianBE: sortedQuantile(pp.be, 0.5)}}
+		f.Policies = append(f.Policies, pf)
+		ew.printf("| %s | %d of %d | %.0f %% | %s |\n", n, pf.Within, pf.Runs, pf.MedianP99*100, medianPct(pp.be))
+	}
+	return f, ew.err
+}
+
+// medianPct prints the median of xs as a percentage ("–" for none).
+func medianPct(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f %%", sortedQuantile(xs, 0.5)*100)
 }
 
 type rank struct {

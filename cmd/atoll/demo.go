@@ -40,13 +40,13 @@ Examples:
 // the GPU's on the committed matrix (TestSimulatedNoteMatchesResults
 // recomputes its figures from results/).
 const simulatedNote = `note: these co-location figures are simulated. Beside the committed GPU matrix
-(results/matrix-h100-2, an H100) the simulator's HP p99 was within 10 % in 15 of
-40 policy runs (median error 17 %), it put every policy but priorities within
-~6 % of dedicated where the GPU measured up to +263 %, and it ranked the
-policies by HP p99 as the GPU did in 0 of 8 cells. On a held-out cell measured
-later (results/matrix-h100-graphs) its HP p99 was within 10 % in 3 of 3 runs,
-but its BE throughput was off by a median 26 %: docs/fidelity.md. Run
-'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
+(results/matrix-h100-g8: an H100, 8 cells, HP requests as CUDA graphs) the
+simulator's HP p99 was within 10 % in 19 of 32 policy runs (median error 9 %):
+orion 8 of 8 and atoll 7 of 8, but priority 1 of 8 (median error 63 %) and reef
+3 of 8 (median error 28 %), which it under-predicts; its BE throughput was off by a median
+16 %, and it ranked the policies by HP p99 as the GPU did in 2 of 8 cells:
+docs/fidelity.md. Run 'atoll demo --backend cuda' or 'atoll matrix --backend
+cuda' on a GPU.`
 
 func init() {
 	register(command{name: "demo", summary: "run the co-location demo under every policy (simulated GPU)", run: runDemo})
