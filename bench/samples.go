@@ -237,6 +237,12 @@ func newBlockSampler(series []float64, block int) *blockSampler {
 	return s
 }
 
+// quantile draws one resample and returns its p-quantile. It and
+// quantileOfCounts run unseen by the race detector (go:norace): they touch
+// only the sampler, which one goroutine owns, and a CI's million draws
+// made the bootstrap tests minutes long under -race.
+//
+//go:norace
 func (s *blockSampler) quantile(rng *rand.Rand, p float64) float64 {
 	n := len(s.sorted)
 	clear(s.counts)
@@ -252,6 +258,8 @@ func (s *blockSampler) quantile(rng *rand.Rand, p float64) float64 {
 
 // quantileOfCounts is the p-quantile of the multiset holding counts[i]
 // copies of sorted[i].
+//
+//go:norace
 func quantileOfCounts(sorted []float64, counts []int, p float64) float64 {
 	n := 0
 	for _, c := range counts {

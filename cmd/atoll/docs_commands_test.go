@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -135,6 +136,9 @@ func notRunHere(d docCommand) string {
 // GPU, no daemon and no placeholder runs as written on the simulator and
 // exits 0, in a scratch directory holding the repository's bench/, results/
 // and a copy of docs/ (some write there); /tmp/ paths go to the test's own.
+// The commands run as a user runs them, from a binary built from this tree
+// (`go build`, without the race detector: under it the demo alone took a
+// minute of CI; the packages it runs are race-tested by their own tests).
 func TestDocumentedCommandsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the documented commands on the simulator")
@@ -142,6 +146,11 @@ func TestDocumentedCommandsRun(t *testing.T) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "atoll")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cmds := documentedCommands(t)
 	dir, tmp := t.TempDir(), t.TempDir()
@@ -153,8 +162,7 @@ func TestDocumentedCommandsRun(t *testing.T) {
 	if err := os.CopyFS(filepath.Join(dir, "docs"), os.DirFS(filepath.Join(repo, "docs"))); err != nil {
 		t.Fatal(err)
 	}
-	t.Chdir(dir)
-	t.Setenv("ATOLL_PROFILES", t.TempDir()) // an empty profile store: what a fresh clone has
+	env := append(os.Environ(), "ATOLL_PROFILES="+t.TempDir()) // an empty profile store: what a fresh clone has
 	ran := 0
 	for _, d := range cmds {
 		if why := notRunHere(d); why != "" {
@@ -163,9 +171,11 @@ func TestDocumentedCommandsRun(t *testing.T) {
 		}
 		args := append([]string{d.cmd}, strings.Fields(strings.ReplaceAll(d.rest, "/tmp/", tmp+"/"))...)
 		var out, errb bytes.Buffer
+		c := exec.Command(bin, args...)
+		c.Dir, c.Env, c.Stdout, c.Stderr = dir, env, &out, &errb
 		start := time.Now()
-		if rc := run(context.Background(), &env{stdout: &out, stderr: &errb}, args); rc != 0 {
-			t.Errorf("%s:%d: %q exited %d:\n%s%s", d.file, d.line, d.text, rc, out.String(), errb.String())
+		if err := c.Run(); err != nil {
+			t.Errorf("%s:%d: %q: %v:\n%s%s", d.file, d.line, d.text, err, out.String(), errb.String())
 		}
 		t.Logf("%s:%d: ran in %v: %s", d.file, d.line, time.Since(start).Round(time.Millisecond), d.text)
 		ran++
