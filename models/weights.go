@@ -252,4 +252,3 @@ func fillUniform(v []float64, rng *rand.Rand, bound float64) {
 		v[i] = (rng.Float64()*2 - 1) * bound
 	}
 }
-
