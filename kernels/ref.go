@@ -296,22 +296,46 @@ func inParts(n, work int, part func(lo, hi int)) {
 
 type convGeom struct{ n, h, w, c, oc, r, s, st, pad, oh, ow int }
 
-// taps calls yield for every (output pixel, input pixel, filter tap) the
-// convolution connects, output pixels in NHWC order and taps in (r, s)
-// order within each: out and in are pixel indexes (channels excluded), tap
-// is r·S+s. Taps that fall in the padding are skipped.
-func (g convGeom) taps(yield func(out, in, tap int)) {
+// convBack accumulates a convolution's data gradient (wgrad false: dst =
+// dX, a = W) or weight gradient (wgrad true: dst = dW, a = X) from dy over
+// every (output pixel, input pixel, filter tap) the convolution connects:
+// output pixels in NHWC order, taps in (r, s) order within each, taps in
+// the padding skipped, channels in order — one fixed order of additions.
+//
+// It runs unseen by the race detector (go:norace): one goroutine, only its
+// arguments touched, and the training checks' convolutions made their
+// tests minutes long under -race.
+//
+//go:norace
+func (g convGeom) convBack(wgrad bool, a, dy, dst []float64) {
 	for n := 0; n < g.n; n++ {
 		for oy := 0; oy < g.oh; oy++ {
 			for ox := 0; ox < g.ow; ox++ {
 				out := (n*g.oh+oy)*g.ow + ox
+				d := dy[out*g.oc:][:g.oc]
 				for ry := 0; ry < g.r; ry++ {
 					for sx := 0; sx < g.s; sx++ {
 						iy, ix := oy*g.st-g.pad+ry, ox*g.st-g.pad+sx
 						if iy < 0 || iy >= g.h || ix < 0 || ix >= g.w {
 							continue
 						}
-						yield(out, (n*g.h+iy)*g.w+ix, ry*g.s+sx)
+						in, tap := (n*g.h+iy)*g.w+ix, ry*g.s+sx
+						for c := 0; c < g.c; c++ {
+							if wgrad {
+								xv := a[in*g.c+c]
+								row := dst[(tap*g.c+c)*g.oc:][:g.oc]
+								for o, dv := range d {
+									row[o] += xv * dv
+								}
+								continue
+							}
+							wrow := a[(tap*g.c+c)*g.oc:][:g.oc]
+							v := 0.0
+							for o, dv := range d {
+								v += dv * wrow[o]
+							}
+							dst[in*g.c+c] += v
+						}
 					}
 				}
 			}
@@ -353,33 +377,14 @@ func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
 // (the adjoint of the forward pass, computed by scattering).
 func refConvDgrad(g convGeom, dy, w []float64) []float64 {
 	dx := make([]float64, g.n*g.h*g.w*g.c)
-	g.taps(func(out, in, tap int) {
-		d := dy[out*g.oc:][:g.oc]
-		for c := 0; c < g.c; c++ {
-			wrow := w[(tap*g.c+c)*g.oc:][:g.oc]
-			s := 0.0
-			for o, dv := range d {
-				s += dv * wrow[o]
-			}
-			dx[in*g.c+c] += s
-		}
-	})
+	g.convBack(false, w, dy, dx)
 	return dx
 }
 
 // refConvWgrad: dW[r][s][c][o] = sum over n, oy, ox of X[n][iy][ix][c] dY[n][oy][ox][o].
 func refConvWgrad(g convGeom, x, dy []float64) []float64 {
 	dw := make([]float64, g.r*g.s*g.c*g.oc)
-	g.taps(func(out, in, tap int) {
-		d := dy[out*g.oc:][:g.oc]
-		for c := 0; c < g.c; c++ {
-			xv := x[in*g.c+c]
-			row := dw[(tap*g.c+c)*g.oc:][:g.oc]
-			for o, dv := range d {
-				row[o] += xv * dv
-			}
-		}
-	})
+	g.convBack(true, x, dy, dw)
 	return dw
 }
 

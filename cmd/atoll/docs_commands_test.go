@@ -147,11 +147,7 @@ func TestDocumentedCommandsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "atoll")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildAtoll(t)
 	cmds := documentedCommands(t)
 	dir, tmp := t.TempDir(), t.TempDir()
 	for _, p := range []string{"bench", "results", "profiles"} {
@@ -184,3 +180,15 @@ func TestDocumentedCommandsRun(t *testing.T) {
 		t.Errorf("only %d documented commands ran: the selection is broken", ran)
 	}
 }
+
+// buildAtoll builds this tree's atoll, without the race detector, into the
+// test's temporary directory and returns its path: what a user runs.
+func buildAtoll(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "atoll")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -119,21 +120,29 @@ func TestDocsNameExistingFiles(t *testing.T) {
 }
 
 // TestMatrixCIFile: the committed small matrix runs on the simulator end to
-// end through the CLI, and 'atoll compare' reads its directory back.
+// end through the CLI (a built binary: bench's tests run the matrix under
+// -race), and 'atoll compare' reads its directory back.
 func TestMatrixCIFile(t *testing.T) {
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	e := &env{stdout: &out, stderr: &errb}
-	if code := run(context.Background(), e, []string{"matrix", "--quiet", "--out", dir, "../../bench/matrix/ci.yaml"}); code != 0 {
-		t.Fatalf("atoll matrix: exit %d: %s", code, errb.String())
+	bin, dir := buildAtoll(t), t.TempDir()
+	out, err := exec.Command(bin, "matrix", "--quiet", "--out", dir, "../../bench/matrix/ci.yaml").Output()
+	if err != nil {
+		t.Fatalf("atoll matrix: %v: %s", err, stderrOf(err))
 	}
 	for _, want := range []string{"### resnet50-train", "### bert-vgg19-bursty", "| atoll |", "Delay by cause"} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(string(out), want) {
 			t.Errorf("matrix output lacks %q", want)
 		}
 	}
-	out.Reset()
-	if code := run(context.Background(), e, []string{"compare", dir}); code != 0 || !strings.Contains(out.String(), "dedicated re-run") {
-		t.Errorf("atoll compare DIR: exit %d: %s", code, errb.String())
+	out, err = exec.Command(bin, "compare", dir).Output()
+	if err != nil || !strings.Contains(string(out), "dedicated re-run") {
+		t.Errorf("atoll compare DIR: %v: %s", err, stderrOf(err))
 	}
+}
+
+// stderrOf is what a failed command wrote to stderr.
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
 }
