@@ -14,7 +14,7 @@ import (
 
 // rawRequest is req with every input as raw bytes in its datatype, as the
 // protocol layer's raw fast path builds it.
-func rawRequest(t *testing.T, req *server.InferRequest) *server.InferRequest {
+func rawRequest(t testing.TB, req *server.InferRequest) *server.InferRequest {
 	t.Helper()
 	r := *req
 	r.Inputs = slices.Clone(req.Inputs)
