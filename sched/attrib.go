@@ -327,6 +327,19 @@ func (d *driver) attribute(l Launch, f *dflight, submitted time.Duration) {
 	d.attr.launched(l, d.core.State().Now(), submitted, padded, beside, d.draining())
 }
 
+// attributeWhole is attribute for every kernel of an HP request submitted
+// whole (Plain, one instant): the BE launch beside them and whether a BE
+// flag drains are the same for all, so they are found once.
+func (d *driver) attributeWhole(h heldLaunch, submitted time.Duration) {
+	if d.attr.off {
+		return
+	}
+	beside, drain, now := d.oldestBE(), d.draining(), d.core.State().Now()
+	for k := range h.n {
+		d.attr.launched(h.decision(k).Launch, now, submitted, false, beside, drain)
+	}
+}
+
 // oldestBE is the oldest BE launch in flight on any stream (pads
 // included), or nil.
 func (d *driver) oldestBE() *Blame {

@@ -238,13 +238,17 @@ func (d *driver) launchGraph(h heldLaunch) error {
 	if !ok {
 		d.qorder = append(d.qorder, s)
 	}
+	// The request's kernels were submitted at one instant beside the same
+	// BE launches: their neighbours are found once (attributeWhole), and
+	// their in-flight records are made in one allocation.
+	fs := make([]dflight, h.n)
+	d.attributeWhole(h, submitted)
 	for k := range h.n {
-		l := h.decision(k).Launch
-		f := &dflight{l: l, stream: s, ev: hg.events[k], raisedAt: -1, graphEv: true}
+		f := &fs[k]
+		*f = dflight{l: h.decision(k).Launch, stream: s, ev: hg.events[k], raisedAt: -1, graphEv: true}
 		if k == h.n-1 {
 			f.graph = hg
 		}
-		d.attribute(l, f, submitted)
 		q = append(q, f)
 	}
 	d.queues[s] = q
