@@ -320,15 +320,17 @@ func (g convGeom) convBack(wgrad bool, a, dy, dst []float64) {
 							continue
 						}
 						in, tap := (n*g.h+iy)*g.w+ix, ry*g.s+sx
-						for c := 0; c < g.c; c++ {
-							if wgrad {
+						if wgrad {
+							for c := 0; c < g.c; c++ {
 								xv := a[in*g.c+c]
 								row := dst[(tap*g.c+c)*g.oc:][:g.oc]
 								for o, dv := range d {
 									row[o] += xv * dv
 								}
-								continue
 							}
+							continue
+						}
+						for c := 0; c < g.c; c++ {
 							wrow := a[(tap*g.c+c)*g.oc:][:g.oc]
 							v := 0.0
 							for o, dv := range d {

@@ -191,4 +191,3 @@ func buildAtoll(t *testing.T) string {
 	}
 	return bin
 }
-

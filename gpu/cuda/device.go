@@ -98,13 +98,10 @@ type eventRec struct {
 	byGraph bool
 	// prevAt is the completion time of the event's latest record seen
 	// complete, and prevShift its context's steering total then (hasPrev:
-	// known).
+	// known). timed: prevAt is the latest record's own (query read it for
+	// the stale check), so Time answers it without asking the driver.
 	prevAt, prevShift time.Duration
-	hasPrev           bool
-	// at is the completion time query computed for the stale check
-	// (valid while timed): Time answers it without asking the driver again.
-	at    time.Duration
-	timed bool
+	hasPrev, timed    bool
 }
 
 type moduleRec struct {

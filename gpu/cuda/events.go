@@ -232,8 +232,7 @@ func (d *Device) query(ev *eventRec) (bool, error) {
 				d.stale++
 				return false, nil
 			}
-			ev.prevAt, ev.prevShift, ev.hasPrev = t, cr.shift, true
-			ev.at, ev.timed, ev.byGraph = t, true, false
+			ev.prevAt, ev.prevShift, ev.hasPrev, ev.timed, ev.byGraph = t, cr.shift, true, true, false
 		}
 		ev.pending = false // seen: Wait need not report it again
 		ev.done = true
@@ -274,7 +273,7 @@ func (d *Device) Time(e gpu.Event) (time.Duration, error) {
 	}
 	cr := &d.ctxs[ev.ctx]
 	if ev.timed {
-		return ev.at, nil
+		return ev.prevAt, nil
 	}
 	if err := d.use(ev.ctx); err != nil {
 		return 0, err
