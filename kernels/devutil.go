@@ -16,6 +16,7 @@ type runner struct {
 	ctx    context.Context
 	dev    gpu.Device
 	lib    *Library
+	blas   *Library // the same device with its BLAS (checkBLAS), made on first use
 	lo, hi gpu.Stream
 	evLo   gpu.Event
 	evHi   gpu.Event

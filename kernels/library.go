@@ -33,6 +33,13 @@ type Library struct {
 	// compile. Schedulers set it: a first padded launch must not stall the
 	// latency-critical work for a compile (hundreds of ms with NVRTC).
 	AsyncPairs bool
+	// NoBLAS keeps every op on the library's own kernels. Otherwise a
+	// whole Plain launch of a GEMM or a 1x1 convolution runs on the
+	// device's BLAS (gpu.BLAS: cuBLASLt on a GPU) where the device has one
+	// that takes the product; reset, resumable, padded and sliced launches
+	// always run the library's own kernels.
+	NoBLAS  bool
+	blasErr error // the first refusal of a product by the device's BLAS
 
 	amu    sync.Mutex
 	async  map[string]*asyncModule // pair compiles started in the background, by module key
@@ -52,6 +59,10 @@ type kentry struct {
 	names [gpu.Padded + 1]string
 	funcs [gpu.Padded + 1]gpu.Func
 	args  int // bytes of the last launch's arguments (to size the next)
+	// blas says whether whole Plain launches run on the device's BLAS, and
+	// blasFunc is the product's Func there.
+	blas     blasUse
+	blasFunc gpu.Func
 }
 
 // entry is op's cached kspec (built on first use). Ops of a type that is
@@ -269,6 +280,11 @@ func (l *Library) Launch(op Op, form gpu.Form, bufs Buffers, ctl Control) (*gpu.
 	case gpu.Resumable:
 		if !ctl.Flag.Valid() || ctl.Counter == 0 || !ctl.Done.Valid() {
 			return nil, fmt.Errorf("%w: a resumable launch of %s needs Control.Flag, Counter and Done", ErrUnsupported, k.name)
+		}
+	}
+	if form == gpu.Plain && ctl.Offset == 0 && (ctl.Blocks <= 0 || ctl.Blocks >= k.logical()) {
+		if ln, ok, err := l.launchBLAS(e, op, bufs); ok || err != nil {
+			return ln, err
 		}
 	}
 	f := e.funcs[form]

@@ -129,6 +129,12 @@ func checkOps() []Op {
 		Conv2D{N: 2, H: 7, W: 7, C: 256, OutC: 1024, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, BackwardFilter: true},
 		Conv2D{N: 2, H: 9, W: 9, C: 16, OutC: 12, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, BackwardData: true},
 		Conv2D{N: 2, H: 15, W: 15, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: BF16, BackwardFilter: true},
+		// 1x1 convolutions: GEMMs over the pixels, which the device's BLAS
+		// also runs (form "blas").
+		Conv2D{N: 2, H: 7, W: 7, C: 64, OutC: 96, R: 1, S: 1, Stride: 1, In: BF16, Bias: true, Act: ActReLU, Residual: true},
+		Conv2D{N: 2, H: 7, W: 7, C: 64, OutC: 96, R: 1, S: 1, Stride: 1, In: BF16, BackwardData: true},
+		Conv2D{N: 2, H: 7, W: 7, C: 64, OutC: 96, R: 1, S: 1, Stride: 1, In: BF16, BackwardFilter: true},
+		Conv2D{N: 4, H: 7, W: 7, C: 64, OutC: 96, R: 1, S: 1, Stride: 1, In: BF16, BackwardFilter: true, Split: 2},
 		Depthwise{N: 2, H: 13, W: 13, C: 24, R: 3, S: 3, Stride: 2, Pad: 1, In: F16, Act: ActReLU6},
 		Elementwise{Name: "bias_act", Elems: 5000, Inputs: 1, In: BF16, Act: ActGELU, Cols: 40},
 		Elementwise{Name: "add", Elems: 4099, Inputs: 2, In: F32, Act: ActReLU},
@@ -159,6 +165,7 @@ func SelfTest(ctx context.Context, dev gpu.Device, opts Options) (Report, error)
 	info := dev.Info()
 	rep := Report{Device: info.Name, Driver: info.Driver}
 	lib := New(dev)
+	lib.NoBLAS = true // the own kernels in every form; the BLAS is checked as form "blas"
 	r, err := newRunner(ctx, dev, lib)
 	if err != nil {
 		return rep, fmt.Errorf("kernels: selftest setup: %w", err)
@@ -213,6 +220,39 @@ func backendOf(dev gpu.Device) string {
 }
 
 // ---- correctness ----------------------------------------------------------
+
+// checkBLAS checks op's whole Plain launch on the device's BLAS (form
+// "blas") where the library hands op to it; a product the BLAS refuses is
+// reported as a passing check with the refusal in its note, since the
+// library then runs its own kernel.
+func (r *runner) checkBLAS(rep *Report, op Op, b Buffers, next func() uint64) error {
+	if _, _, ok := matmulOf(op); !ok {
+		return nil
+	}
+	if r.blas == nil {
+		r.blas = New(r.dev)
+	}
+	if err := b.Refill(r.dev, next()); err != nil {
+		return err
+	}
+	l, err := r.blas.Launch(op, gpu.Plain, b, Control{})
+	if err != nil {
+		return err
+	}
+	if !IsBLAS(l) {
+		_, why := r.blas.BLASOps()
+		rep.Checks = append(rep.Checks, Check{Kernel: op.Kernel(), Shape: op.Shape(), Form: "blas", Output: "-", OK: true,
+			Note: fmt.Sprintf("not on the BLAS (%s): %v", r.blas.BLASName(), why)})
+		return nil
+	}
+	if err := r.launch(r.lo, l); err != nil {
+		return fmt.Errorf("kernels: launching %s: %w", l.Name, err)
+	}
+	if err := r.sync(r.lo); err != nil {
+		return fmt.Errorf("kernels: running %s: %w", l.Name, err)
+	}
+	return r.compare(rep, op, "blas", r.blas.BLASName(), b)
+}
 
 func (r *runner) compare(rep *Report, op Op, form, note string, b Buffers) error {
 	ref, err := Reference(op, b)
@@ -336,6 +376,9 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 			if err := r.compare(rep, op, "plain/sliced", "two slices", b); err != nil {
 				return err
 			}
+		}
+		if err := r.checkBLAS(rep, op, b, next); err != nil {
+			return err
 		}
 		// Reset with the flag raised: no block may write anything.
 		if err := b.Poison(r.dev); err != nil {

@@ -20,29 +20,39 @@ func (r *runner) measure(rep *Report, opts Options, next func() uint64) error {
 		if err != nil {
 			return err
 		}
-		l, err := r.lib.Launch(g, gpu.Plain, b, Control{})
-		if err != nil {
-			return err
+		if r.blas == nil {
+			r.blas = New(r.dev)
 		}
-		var ts []float64
-		for i := 0; i < 23; i++ {
-			t, err := r.timed(l, nil)
+		for _, lib := range []*Library{r.lib, r.blas} {
+			l, err := lib.Launch(g, gpu.Plain, b, Control{})
 			if err != nil {
 				return err
 			}
-			if i >= 3 {
-				ts = append(ts, us(t))
+			if lib == r.blas && !IsBLAS(l) {
+				continue // no BLAS: the own kernel's row is there already
 			}
-		}
-		m := median(ts)
-		p := Perf{Kernel: g.Kernel(), Shape: g.Shape(), MedUS: m, TFLOPS: g.FLOPs() / (m * 1e-6) / 1e12, Runs: len(ts)}
-		if fa, ok := r.dev.(funcAttributer); ok {
-			if regs, _, _, err := fa.FuncAttributes(l.Func); err == nil {
-				p.Registers = regs
-				p.BlocksPerSM, _, _ = r.dev.Info().Spec.Occupancy(l.Block.Count(), regs, l.SharedMem)
+			var ts []float64
+			for i := 0; i < 23; i++ {
+				t, err := r.timed(l, nil)
+				if err != nil {
+					return err
+				}
+				if i >= 3 {
+					ts = append(ts, us(t))
+				}
 			}
+			m := median(ts)
+			p := Perf{Kernel: g.Kernel(), Shape: g.Shape(), MedUS: m, TFLOPS: g.FLOPs() / (m * 1e-6) / 1e12, Runs: len(ts)}
+			if IsBLAS(l) {
+				p.Kernel = lib.BLASName()
+			} else if fa, ok := r.dev.(funcAttributer); ok {
+				if regs, _, _, err := fa.FuncAttributes(l.Func); err == nil {
+					p.Registers = regs
+					p.BlocksPerSM, _, _ = r.dev.Info().Spec.Occupancy(l.Block.Count(), regs, l.SharedMem)
+				}
+			}
+			rep.Perf = append(rep.Perf, p)
 		}
-		rep.Perf = append(rep.Perf, p)
 		if err := b.Free(r.dev); err != nil {
 			return err
 		}

@@ -231,6 +231,13 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 		mt.progress(stage, i+1, len(g.Layers))
 	}
 	p.Notes = mt.notes(peaks, subs, shares)
+	if n, why := mt.lib.BLASOps(); n > 0 || (why != nil && info.Backend == "cuda") {
+		note := fmt.Sprintf("%d kernel shapes' plain form ran on %s (tagged %q)", n, mt.lib.BLASName(), profiles.TagBLAS)
+		if why != nil {
+			note += fmt.Sprintf("; refused or absent for others: %v", why)
+		}
+		p.Notes["blas"] = note
+	}
 	p.Device = deviceFacts(info, opt)
 	if simulated {
 		p.Source = profiles.SourceEstimated
@@ -632,6 +639,9 @@ func (mt *meter) kernel(i int, l models.Layer, durs []float64, peaks *Peaks, spe
 	}
 	if l.InPlace() {
 		k.Tags = append(k.Tags, profiles.TagInPlace)
+	}
+	if ln, err := mt.in.Launch(i, gpu.Plain, kernels.Control{}); err == nil && kernels.IsBLAS(ln) {
+		k.Tags = append(k.Tags, profiles.TagBLAS)
 	}
 	return k, nil
 }

@@ -81,6 +81,11 @@ type Point struct {
 // The profiler sets it from the model (models.Layer.InPlace).
 const TagInPlace = "in-place"
 
+// TagBLAS marks a kernel whose Plain form ran on the device's BLAS
+// (cuBLASLt on a GPU; kernels.IsBLAS) when it was measured: its duration
+// is the library's, and its other forms run atoll's own kernel.
+const TagBLAS = "blas"
+
 // InPlace reports whether the kernel carries TagInPlace.
 func (k *Kernel) InPlace() bool {
 	for _, t := range k.Tags {

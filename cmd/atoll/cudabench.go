@@ -85,10 +85,20 @@ type cudaSession struct {
 
 // sharedDevice is the session's device handed to one run: closing it
 // leaves the device open for the next. It keeps the device's graphs
-// (gpu.Grapher), which embedding alone would hide from the run.
+// (gpu.Grapher) and its BLAS (gpu.BLAS), which embedding alone would hide
+// from the run.
 type sharedDevice struct{ gpu.Device }
 
-var _ gpu.Grapher = sharedDevice{}
+var (
+	_ gpu.Grapher = sharedDevice{}
+	_ gpu.BLAS    = sharedDevice{}
+)
+
+// Matmul forwards the device's BLAS (gpu.BLAS).
+func (s sharedDevice) Matmul(m gpu.Matmul) (gpu.Func, error) { return gpu.MatmulOn(s.Device, m) }
+
+// BLASName forwards the device's BLAS name.
+func (s sharedDevice) BLASName() string { return gpu.BLASNameOf(s.Device) }
 
 func (sharedDevice) Close() error { return nil }
 

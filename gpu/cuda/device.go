@@ -84,6 +84,7 @@ type streamRec struct {
 	h    uintptr
 	ctx  int32
 	live bool
+	ws   gpu.Ptr // cuBLASLt workspace, made by the stream's first product
 }
 
 type eventRec struct {
@@ -119,6 +120,7 @@ type funcRec struct {
 	staticSmem int
 	regs       int
 	paramBytes int // 0: unknown
+	matmul     *matmulRec // a cuBLASLt product (gpu.BLAS), not a kernel
 }
 
 type allocRec struct {
@@ -170,6 +172,7 @@ type Device struct {
 	steered  time.Duration // ClockSteering
 	maxStep  time.Duration
 	cm       *cmem
+	bl       *blasState // cuBLASLt, opened by the first Matmul
 	cmBytes  []byte
 	argv     []uintptr
 	cacheDir string
@@ -561,7 +564,14 @@ func (d *Device) DestroyStream(s gpu.Stream) error {
 		return err
 	}
 	st.live = false
-	return check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, st.h))
+	err = check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, st.h))
+	if st.ws != 0 {
+		if ferr := d.Free(st.ws); err == nil {
+			err = ferr
+		}
+		st.ws = 0
+	}
+	return err
 }
 
 // Synchronize waits until all work in all contexts has completed.
@@ -618,6 +628,9 @@ func (d *Device) release() error {
 		if d.streams[i].live {
 			keep(d.DestroyStream(gpu.Stream(i)))
 		}
+	}
+	if d.use(0) == nil {
+		d.closeBLAS()
 	}
 	for _, m := range d.modules {
 		for c, h := range m.native {

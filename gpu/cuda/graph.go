@@ -59,6 +59,7 @@ type graphRec struct {
 	ctx    int32
 	events []gpu.Event
 	live   bool
+	ws     gpu.Ptr // the cuBLASLt workspace its products use (0: none)
 }
 
 var _ gpu.Grapher = (*Device)(nil)
@@ -119,9 +120,25 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 	if err := check("cuStreamBeginCapture_v2", d.fast(g.cuStreamBeginCapture, cr.capStr, captureModeRelaxed)); err != nil {
 		return 0, err
 	}
+	// Products get a workspace of their own graph: replays of different
+	// graphs run concurrently on different streams.
+	var ws gpu.Ptr
+	for _, s := range steps {
+		if f := &d.funcs[s.Launch.Func]; f.matmul != nil {
+			if _, err := d.blasWS(&ws); err != nil {
+				return 0, err
+			}
+			break
+		}
+	}
+	defer func() {
+		if ws != 0 && (len(d.graphs) == 0 || d.graphs[len(d.graphs)-1].ws != ws) {
+			_ = d.Free(ws)
+		}
+	}()
 	var capErr error
 	for i, s := range steps {
-		if capErr = d.launchOn(c, cr.capStr, s.Launch); capErr != nil {
+		if capErr = d.launchOn(c, cr.capStr, &ws, s.Launch); capErr != nil {
 			capErr = fmt.Errorf("graph step %d: %w", i, capErr)
 			break
 		}
@@ -143,7 +160,7 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 		var exec uintptr
 		capErr = check("cuGraphInstantiateWithFlags", d.drv.call(g.cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&exec)), graph, 0))
 		if capErr == nil {
-			d.graphs = append(d.graphs, graphRec{exec: exec, ctx: c, events: evs, live: true})
+			d.graphs = append(d.graphs, graphRec{exec: exec, ctx: c, events: evs, live: true, ws: ws})
 		}
 	}
 	if graph != 0 {
@@ -208,5 +225,12 @@ func (d *Device) DestroyGraph(g gpu.Graph) error {
 	if err := d.use(gr.ctx); err != nil {
 		return err
 	}
-	return check("cuGraphExecDestroy", d.fast(d.drv.graph.cuGraphExecDestroy, gr.exec))
+	err = check("cuGraphExecDestroy", d.fast(d.drv.graph.cuGraphExecDestroy, gr.exec))
+	if gr.ws != 0 {
+		if ferr := d.Free(gr.ws); err == nil {
+			err = ferr
+		}
+		gr.ws = 0
+	}
+	return err
 }

@@ -101,7 +101,7 @@ func (d *Device) Launch(s gpu.Stream, l *gpu.Launch) error {
 	if err != nil {
 		return err
 	}
-	return d.launchOn(st.ctx, st.h, l)
+	return d.launchOn(st.ctx, st.h, &st.ws, l)
 }
 
 // checkLaunch resolves and checks l's function before anything is enqueued.
@@ -120,11 +120,19 @@ func (d *Device) checkLaunch(l *gpu.Launch) (*funcRec, error) {
 }
 
 // launchOn enqueues l on stream sh of context c (or records it into a graph
-// while sh is capturing).
-func (d *Device) launchOn(c int32, sh uintptr, l *gpu.Launch) error {
+// while sh is capturing). ws is the stream's cuBLASLt workspace, made on
+// first use by a product.
+func (d *Device) launchOn(c int32, sh uintptr, ws *gpu.Ptr, l *gpu.Launch) error {
 	f, err := d.checkLaunch(l)
 	if err != nil {
 		return err
+	}
+	if f.matmul != nil {
+		w, err := d.blasWS(ws)
+		if err != nil {
+			return err
+		}
+		return d.launchMatmul(c, sh, w, f.matmul, l)
 	}
 	h := f.native[c]
 	if h == 0 {

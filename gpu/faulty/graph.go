@@ -72,3 +72,17 @@ func (f *Device) DestroyGraph(g gpu.Graph) error {
 	}
 	return gr.DestroyGraph(g)
 }
+
+var _ gpu.BLAS = (*Device)(nil)
+
+// Matmul forwards to the wrapped device (errors.ErrUnsupported when it has
+// no BLAS); launches of the Func it returns are Launches like any other.
+func (f *Device) Matmul(m gpu.Matmul) (gpu.Func, error) {
+	if err := f.enter("Matmul"); err != nil {
+		return 0, err
+	}
+	return gpu.MatmulOn(f.inner, m)
+}
+
+// BLASName forwards to the wrapped device.
+func (f *Device) BLASName() string { return gpu.BLASNameOf(f.inner) }

@@ -72,6 +72,11 @@ type Config struct {
 	// Memory is the device memory size in bytes that Alloc hands out.
 	// Zero means DefaultMemory. It is bookkeeping only.
 	Memory int64
+	// BLAS makes the device a gpu.BLAS, as a GPU with cuBLASLt is: Matmul
+	// returns a function that the simulator times like any kernel, by its
+	// launch's Cost. Off, Matmul answers errors.ErrUnsupported and callers
+	// use their own kernels.
+	BLAS bool
 
 	// Trace, when set, is called synchronously for every TraceEvent, from
 	// the goroutine that owns the Device. It must not call the Device.

@@ -10,6 +10,8 @@
 #   SPEED_LOAD=1 tools/gpu/speed.sh OUT     # also each model alone at load 0.9
 #   SPEED_PROFILE=0 SPEED_LOAD=1 SPEED_GRAPHS="true false" tools/gpu/speed.sh OUT resnet50:1 bert-base:1
 #       # no profiling (the built-in profiles/<gpu>/), the load runs with HP graphs on and off
+#   ATOLL_CUBLASLT=off SPEED_PROFILE_ARGS=--no-scaling tools/gpu/speed.sh OUT ...
+#       # atoll's own kernels only (no cuBLASLt); extra `atoll profile` flags
 #
 # Writes OUT/profiles/<gpu>/<model>-bs<N>.json, OUT/profile.log,
 # OUT/torch-speed.json and OUT/speed.md (SPEED_TORCH=0: the profiles only;
@@ -31,7 +33,7 @@ for mb in "${models[@]}"; do
 	f=$out/profiles/$gpu/$m-bs$b.json
 	[ -f "$f" ] && continue
 	echo "== $(date +%T) $m bs$b" >> "$out/profile.log"
-	timeout 170 bin/atoll profile --model "$m" --batch "$b" --substitute --force --out "$f" >> "$out/profile.log" 2>&1
+	timeout 170 bin/atoll profile --model "$m" --batch "$b" --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
 	echo "rc=$?" >> "$out/profile.log"
 done
 # SPEED_LOAD=1: each inference model alone at load 0.9 for 30 s through the

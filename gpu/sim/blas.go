@@ -1,0 +1,33 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+
+	"atoll/gpu"
+)
+
+var _ gpu.BLAS = (*Device)(nil)
+
+// Matmul implements gpu.BLAS when Config.BLAS is set: the same m gives the
+// same Func, named after m, timed by its launches' Cost.
+func (d *Device) Matmul(m gpu.Matmul) (gpu.Func, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	if !d.cfg.BLAS {
+		return 0, fmt.Errorf("%w: sim: no BLAS (Config.BLAS is off)", errors.ErrUnsupported)
+	}
+	if err := m.Check(); err != nil {
+		return 0, err
+	}
+	return (&module{d: d}).Function("cublasLt " + m.String())
+}
+
+// BLASName implements gpu.BLAS.
+func (d *Device) BLASName() string {
+	if !d.cfg.BLAS {
+		return "none (simulator without BLAS)"
+	}
+	return "simulated BLAS"
+}
