@@ -155,9 +155,11 @@ func TestLibraryUsesTheBLAS(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, launch := range map[string]func() (*gpu.Launch, error){
-		"reset":     func() (*gpu.Launch, error) { return lib.Launch(conv, gpu.Reset, b, Control{Flag: words[0]}) },
-		"resumable": func() (*gpu.Launch, error) { return lib.Launch(conv, gpu.Resumable, b, Control{Flag: words[0], Counter: counter, Done: words[1]}) },
-		"sliced":    func() (*gpu.Launch, error) { return lib.Launch(conv, gpu.Plain, b, Control{Blocks: 1}) },
+		"reset": func() (*gpu.Launch, error) { return lib.Launch(conv, gpu.Reset, b, Control{Flag: words[0]}) },
+		"resumable": func() (*gpu.Launch, error) {
+			return lib.Launch(conv, gpu.Resumable, b, Control{Flag: words[0], Counter: counter, Done: words[1]})
+		},
+		"sliced": func() (*gpu.Launch, error) { return lib.Launch(conv, gpu.Plain, b, Control{Blocks: 1}) },
 	} {
 		l, err := launch()
 		if err != nil {
@@ -228,4 +230,3 @@ func TestLibraryWithoutTheBLAS(t *testing.T) {
 		t.Errorf("after the failure: %v, %v; want the BLAS launch", l, err)
 	}
 }
-

@@ -95,21 +95,21 @@ func blasCheck(call string, r uintptr, hint string) error {
 
 // blasLib holds cuBLASLt's entry points.
 type blasLib struct {
-	name                  string
-	version               int
-	create, destroy       uintptr
-	descCreate            uintptr
-	descSetAttribute      uintptr
-	descDestroy           uintptr
-	layoutCreate          uintptr
-	layoutSetAttribute    uintptr
-	layoutDestroy         uintptr
-	prefCreate            uintptr
-	prefSetAttribute      uintptr
-	prefDestroy           uintptr
-	heuristic             uintptr
-	matmul                uintptr
-	getVersion            uintptr
+	name               string
+	version            int
+	create, destroy    uintptr
+	descCreate         uintptr
+	descSetAttribute   uintptr
+	descDestroy        uintptr
+	layoutCreate       uintptr
+	layoutSetAttribute uintptr
+	layoutDestroy      uintptr
+	prefCreate         uintptr
+	prefSetAttribute   uintptr
+	prefDestroy        uintptr
+	heuristic          uintptr
+	matmul             uintptr
+	getVersion         uintptr
 }
 
 var (

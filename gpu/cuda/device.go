@@ -119,7 +119,7 @@ type funcRec struct {
 	maxThreads int
 	staticSmem int
 	regs       int
-	paramBytes int // 0: unknown
+	paramBytes int        // 0: unknown
 	matmul     *matmulRec // a cuBLASLt product (gpu.BLAS), not a kernel
 }
 
