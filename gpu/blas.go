@@ -41,10 +41,11 @@ const (
 //	D[b][M][N] = act(op(A[b])[M][K] · op(B[b])[K][N] + bias[N] + C[b][M][N])
 //
 // where op(A) is A stored [M][K], or [K][M] when TransA; op(B) is B stored
-// [K][N], or [N][K] when TransB. bias (f32) is added when Bias, C (of D's
+// [K][N], or [N][K] when TransB. bias (of BiasType: F32, the zero value, or
+// 16-bit) is added when Bias, C (of D's
 // type; the launch may pass D itself) when Accumulate. Batches sit Stride*
 // elements apart; a stride of 0 with Batch > 1 is refused. A BLAS may
-// refuse a valid product (cuBLASLt: an f32 bias with a 16-bit output).
+// refuse a valid product (cuBLASLt: a bias not of the output's type).
 type Matmul struct {
 	M, N, K          int
 	TransA, TransB   bool
@@ -53,6 +54,7 @@ type Matmul struct {
 	StrideD          int64
 	In, Out          ElemType // In: BF16 or F16; Out: In or F32
 	Bias             bool
+	BiasType         ElemType // 0 (f32) or F32, BF16, F16
 	Act              Epilogue
 	Accumulate       bool
 }
@@ -68,6 +70,9 @@ func (m Matmul) Check() error {
 	}
 	if m.Out != m.In && m.Out != F32 {
 		bad = append(bad, "the output must be of the inputs' type or f32")
+	}
+	if m.BiasType != 0 && m.BiasType != F32 && m.BiasType != BF16 && m.BiasType != F16 {
+		bad = append(bad, fmt.Sprintf("unknown bias type %d", m.BiasType))
 	}
 	if m.Act > EpiGELU {
 		bad = append(bad, fmt.Sprintf("unknown epilogue %d", m.Act))
@@ -94,6 +99,9 @@ func (m Matmul) String() string {
 	}
 	if m.Bias {
 		s += " +bias"
+		if m.BiasType != 0 && m.BiasType != F32 {
+			s += "(" + m.BiasType.String() + ")"
+		}
 	}
 	if m.Accumulate {
 		s += " +C"

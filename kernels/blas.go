@@ -64,7 +64,8 @@ func matmulOf(op Op) (m gpu.Matmul, at [5]int, ok bool) {
 		if !ok1 || !ok2 || !ok3 || in == gpu.F32 || (out != in && out != gpu.F32) {
 			return m, at, false
 		}
-		m = gpu.Matmul{M: o.M, N: o.N, K: o.K, In: in, Out: out, Bias: o.Bias, Act: act}
+		bt, _ := elemType(o.BiasType)
+		m = gpu.Matmul{M: o.M, N: o.N, K: o.K, In: in, Out: out, Bias: o.Bias, BiasType: bt, Act: act}
 		if b := o.batch(); b > 1 {
 			m.Batch, m.StrideA, m.StrideB, m.StrideD = b, int64(o.M*o.K), int64(o.K*o.N), int64(o.M*o.N)
 		}
@@ -92,7 +93,8 @@ func matmulOf(op Op) (m gpu.Matmul, at [5]int, ok bool) {
 		case o.BackwardFilter: // dW[C][OutC] = Xᵀ · dY
 			return gpu.Matmul{M: o.C, N: o.OutC, K: pixels, TransA: true, In: in, Out: in}, at, true
 		}
-		m = gpu.Matmul{M: pixels, N: o.OutC, K: o.C, In: in, Out: in, Bias: o.Bias, Act: act, Accumulate: o.Residual}
+		bt, _ := elemType(o.BiasType)
+		m = gpu.Matmul{M: pixels, N: o.OutC, K: o.C, In: in, Out: in, Bias: o.Bias, BiasType: bt, Act: act, Accumulate: o.Residual}
 		i := 3
 		if o.Bias {
 			at[3] = i
@@ -126,6 +128,15 @@ func (l *Library) BLASOps() (n int, refused error) {
 	return n, l.blasErr
 }
 
+// BLASRefusal is why the device's BLAS refused op's product (nil when it
+// took it, was not asked, or the op is not a product).
+func (l *Library) BLASRefusal(op Op) error {
+	if e, ok := l.specs[op]; ok {
+		return e.blasWhy
+	}
+	return nil
+}
+
 // launchBLAS builds op's whole Plain launch on the device's BLAS, when the
 // library may use it and the device runs the op's product (ok false
 // otherwise: the caller uses the library's own kernel). A device that
@@ -143,7 +154,7 @@ func (l *Library) launchBLAS(e *kentry, op Op, bufs Buffers) (ln *gpu.Launch, ok
 		f, err := gpu.MatmulOn(l.dev, m)
 		if err != nil {
 			if errors.Is(err, errors.ErrUnsupported) {
-				e.blas = blasNo
+				e.blas, e.blasWhy = blasNo, err
 				if l.blasErr == nil {
 					l.blasErr = err
 				}

@@ -14,8 +14,9 @@ func blasOps() []Op {
 	return []Op{
 		GEMM{M: 20, N: 13, K: 7, In: BF16, Out: BF16},
 		GEMM{M: 9, N: 24, K: 16, In: F16, Out: F32, Bias: true, Act: ActGELU},
-		GEMM{M: 6, N: 10, K: 12, Batch: 3, In: BF16, Out: BF16, Bias: true, Act: ActReLU},
-		Conv2D{N: 2, H: 3, W: 4, C: 8, OutC: 12, R: 1, S: 1, Stride: 1, In: BF16, Bias: true, Act: ActReLU, Residual: true},
+		GEMM{M: 6, N: 10, K: 12, Batch: 3, In: BF16, Out: BF16, Bias: true, BiasType: BF16, Act: ActReLU},
+		GEMM{M: 7, N: 16, K: 9, In: F16, Out: F16, Bias: true, BiasType: F16, Act: ActGELU},
+		Conv2D{N: 2, H: 3, W: 4, C: 8, OutC: 12, R: 1, S: 1, Stride: 1, In: BF16, Bias: true, BiasType: BF16, Act: ActReLU, Residual: true},
 		Conv2D{N: 2, H: 3, W: 4, C: 8, OutC: 12, R: 1, S: 1, In: BF16, Residual: true},
 		Conv2D{N: 2, H: 3, W: 4, C: 8, OutC: 12, R: 1, S: 1, Stride: 1, In: BF16, BackwardData: true},
 		Conv2D{N: 2, H: 3, W: 4, C: 8, OutC: 12, R: 1, S: 1, Stride: 1, In: F16, BackwardFilter: true},
@@ -123,7 +124,7 @@ func blasLibrary(t *testing.T, cfg sim.Config) (*sim.Device, *Library) {
 // own kernels.
 func TestLibraryUsesTheBLAS(t *testing.T) {
 	dev, lib := blasLibrary(t, sim.Config{BLAS: true})
-	conv := Conv2D{N: 2, H: 8, W: 8, C: 8, OutC: 136, R: 1, S: 1, Stride: 1, In: BF16, Bias: true, Act: ActReLU, Residual: true}
+	conv := Conv2D{N: 2, H: 8, W: 8, C: 8, OutC: 136, R: 1, S: 1, Stride: 1, In: BF16, Bias: true, BiasType: BF16, Act: ActReLU, Residual: true}
 	b, err := Alloc(dev, conv, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -63,6 +63,7 @@ type kentry struct {
 	// blasFunc is the product's Func there.
 	blas     blasUse
 	blasFunc gpu.Func
+	blasWhy  error // the device's refusal
 }
 
 // entry is op's cached kspec (built on first use). Ops of a type that is

@@ -130,7 +130,11 @@ type GEMM struct {
 	In      DType // BF16 or F16
 	Out     DType // output type
 	Bias    bool
-	Act     Act
+	// BiasType is the bias's type: F32 (the zero value) or, with a 16-bit
+	// output, the output's type (as PyTorch keeps it; a BLAS such as
+	// cuBLASLt takes only that with a 16-bit output).
+	BiasType DType
+	Act      Act
 	// SplitK cuts K into chunks computed by separate logical blocks (split-K):
 	// 0 chooses from the shape (AutoSplitK), 1 never splits, n ≥ 2 asks for
 	// n (at most one per K-tile and 32). Only an unbatched GEMM splits.
@@ -241,7 +245,7 @@ func (g GEMM) Bytes() float64 {
 	in := float64(g.In.Size())
 	bytes := b * (float64(g.M*g.K)*in + float64(g.K*g.N)*in + float64(g.M*g.N)*float64(g.Out.Size()))
 	if g.Bias {
-		bytes += float64(g.N * 4)
+		bytes += float64(g.N * g.BiasType.Size())
 	}
 	return bytes
 }
@@ -262,6 +266,7 @@ type Conv2D struct {
 	Stride, Pad    int
 	In             DType
 	Bias           bool
+	BiasType       DType // F32 (the zero value) or In, as GEMM.BiasType
 	Act            Act
 	Residual       bool // adds a residual input of the output's shape before the activation
 	BackwardData   bool // the dX pass of training (same GEMM shape, transposed roles)
@@ -304,7 +309,7 @@ func (c Conv2D) gemm() GEMM {
 	if c.forward() {
 		split = c.SplitK
 	}
-	return GEMM{M: m, N: n, K: k, In: c.In, Out: c.In, Bias: c.Bias, Act: c.Act, SplitK: split}
+	return GEMM{M: m, N: n, K: k, In: c.In, Out: c.In, Bias: c.Bias, BiasType: c.BiasType, Act: c.Act, SplitK: split}
 }
 
 func (c Conv2D) Kernel() string {
@@ -345,7 +350,7 @@ func (c Conv2D) Bytes() float64 {
 		b += out
 	}
 	if c.Bias {
-		b += float64(c.OutC * 4)
+		b += float64(c.OutC * c.BiasType.Size())
 	}
 	return b
 }

@@ -183,6 +183,7 @@ type gemmParams struct {
 	stride, pad                     int
 	ws, tags, runs                  gpu.Ptr // split-K partials, per-tile tags, run counter (Scratch)
 	splits, kchunk                  int
+	biasDT                          DType // the bias's type (F32 or 16-bit), packed above act's byte
 }
 
 func b2i(b bool) int32 {
@@ -205,7 +206,7 @@ func dtCode(d DType) int32 {
 func (g gemmParams) pack(a *gpu.Args, outDT DType) {
 	a.Ptr(g.a).Ptr(g.b).Ptr(g.c).Ptr(g.bias).Ptr(g.resid)
 	a.U64(uint64(g.sA)).U64(uint64(g.sB)).U64(uint64(g.sC))
-	for _, v := range []int32{int32(g.m), int32(g.n), int32(g.k), int32(g.batch), int32(g.act), dtCode(outDT), b2i(g.vecA), b2i(g.vecB),
+	for _, v := range []int32{int32(g.m), int32(g.n), int32(g.k), int32(g.batch), int32(g.act) | dtCode(g.biasDT)<<8, dtCode(outDT), b2i(g.vecA), b2i(g.vecB),
 		int32(g.img), int32(g.h), int32(g.w), int32(g.ch), int32(g.oh), int32(g.ow), int32(g.oc), int32(g.r), int32(g.s), int32(g.stride), int32(g.pad)} {
 		a.I32(v)
 	}
@@ -275,6 +276,9 @@ func spec(op Op) (*kspec, error) {
 		if !valid16(o.In) || !validFloat(o.Out) || !validAct(o.Act) {
 			return nil, shapeErr(op, "inputs must be bf16 or f16, output f32/f16/bf16, act known")
 		}
+		if o.BiasType != F32 && (!o.Bias || o.BiasType != o.Out) {
+			return nil, shapeErr(op, "BiasType %s: a bias is f32 or of the output's type (%s)", o.BiasType, o.Out)
+		}
 		if err := checkSplitK(op, o); err != nil {
 			return nil, err
 		}
@@ -287,7 +291,7 @@ func spec(op Op) (*kspec, error) {
 			{Name: "C", DType: o.Out, Elems: b * o.M * o.N, Role: Output},
 		}
 		if o.Bias {
-			k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: F32, Elems: o.N, Role: Weight})
+			k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: o.BiasType, Elems: o.N, Role: Weight})
 		}
 		split := o.splits() > 1
 		if split {
@@ -297,7 +301,7 @@ func spec(op Op) (*kspec, error) {
 			g := gemmParams{a: p[0], b: p[1], c: p[2], sA: int64(o.M * o.K), sB: int64(o.K * o.N), sC: int64(o.M * o.N),
 				m: o.M, n: o.N, k: o.K, batch: b, act: int(o.Act), vecA: o.K%8 == 0, vecB: o.N%8 == 0}
 			if o.Bias {
-				g.bias = p[3]
+				g.bias, g.biasDT = p[3], o.BiasType
 			}
 			if split {
 				g = g.withSplit(o, p[len(p)-1])
@@ -314,6 +318,9 @@ func spec(op Op) (*kspec, error) {
 		}
 		if o.BackwardData && o.BackwardFilter {
 			return nil, shapeErr(op, "BackwardData and BackwardFilter are exclusive")
+		}
+		if o.BiasType != F32 && (!o.Bias || o.BiasType != o.In || !o.forward()) {
+			return nil, shapeErr(op, "BiasType %s: a forward convolution's bias is f32 or of its type (%s)", o.BiasType, o.In)
 		}
 		if o.Split < 0 || (o.Split > 0 && (!o.BackwardFilter || o.N%o.Split != 0)) {
 			return nil, shapeErr(op, "Split %d: only BackwardFilter splits, into a divisor of the batch N", o.Split)
@@ -370,7 +377,7 @@ func spec(op Op) (*kspec, error) {
 			x.Role, w.Role, y.Role = Input, Weight, Output
 			k.tensors = []TensorSpec{x, w, y}
 			if o.Bias {
-				k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: F32, Elems: o.OutC, Role: Weight})
+				k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: o.BiasType, Elems: o.OutC, Role: Weight})
 			}
 			if o.Residual {
 				k.tensors = append(k.tensors, TensorSpec{Name: "resid", DType: o.In, Elems: y.Elems, Role: Input})
@@ -385,7 +392,7 @@ func spec(op Op) (*kspec, error) {
 				q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0
 				i := 3
 				if o.Bias {
-					q.bias = p[i]
+					q.bias, q.biasDT = p[i], o.BiasType
 					i++
 				}
 				if o.Residual {

@@ -133,18 +133,25 @@ func bertForward(b *builder, n int, cfg BERTConfig) ([]bertLayer, string) {
 	ln := kernels.LayerNorm{Rows: tokens, Cols: h, In: bf16}
 	x = b.layerNorm("embeddings.layernorm", sum, ln)
 
+	// Inference keeps the linear layers' biases in bf16 as PyTorch does
+	// (a BLAS takes no other with a bf16 output); training keeps them in
+	// f32, the type its optimizer updates.
+	bias := bf16
+	if train {
+		bias = kernels.F32
+	}
 	var out []bertLayer
 	for i := range cfg.Layers {
 		p := fmt.Sprintf("encoder.%d", i)
 		l := bertLayer{
 			prefix:  p,
 			in:      x,
-			qkv:     kernels.GEMM{M: tokens, N: 3 * h, K: h, In: bf16, Out: bf16, Bias: true},
+			qkv:     kernels.GEMM{M: tokens, N: 3 * h, K: h, In: bf16, Out: bf16, Bias: true, BiasType: bias},
 			scores:  kernels.GEMM{M: cfg.Seq, N: cfg.Seq, K: d, Batch: n * cfg.Heads, In: bf16, Out: bf16},
 			context: kernels.GEMM{M: cfg.Seq, N: d, K: cfg.Seq, Batch: n * cfg.Heads, In: bf16, Out: bf16},
-			out:     kernels.GEMM{M: tokens, N: h, K: h, In: bf16, Out: bf16, Bias: true},
-			f1:      kernels.GEMM{M: tokens, N: cfg.FFN, K: h, In: bf16, Out: bf16, Bias: true, Act: kernels.ActGELU},
-			f2:      kernels.GEMM{M: tokens, N: h, K: cfg.FFN, In: bf16, Out: bf16, Bias: true},
+			out:     kernels.GEMM{M: tokens, N: h, K: h, In: bf16, Out: bf16, Bias: true, BiasType: bias},
+			f1:      kernels.GEMM{M: tokens, N: cfg.FFN, K: h, In: bf16, Out: bf16, Bias: true, BiasType: bias, Act: kernels.ActGELU},
+			f2:      kernels.GEMM{M: tokens, N: h, K: cfg.FFN, In: bf16, Out: bf16, Bias: true, BiasType: bias},
 			softmax: n * cfg.Heads * cfg.Seq * cfg.Seq,
 		}
 		qkv := b.linear(p+".attention.qkv", x, l.qkv)

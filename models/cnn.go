@@ -132,7 +132,7 @@ func resnetStem(b *builder, n int, cfg ResNetConfig, train bool) (x string, h, c
 	if train {
 		s = b.cbnForward(cbn{name: "conv1", conv: stem, act: kernels.ActReLU, first: true}, img, "")
 	} else {
-		stem.Bias, stem.Act = true, kernels.ActReLU
+		stem.Bias, stem.BiasType, stem.Act = true, bf16, kernels.ActReLU
 		s = b.conv("conv1", img, stem, "")
 	}
 	sh, _ := stem.Out()
@@ -148,7 +148,7 @@ func resnetStem(b *builder, n int, cfg ResNetConfig, train bool) (x string, h, c
 func resnetHead(b *builder, n int, cfg ResNetConfig, x string, h, c int) (string, kernels.GEMM) {
 	pooled := b.act("avgpool", bf16, n, c)
 	b.op("avgpool", kernels.Reduce{Name: "mean", Rows: n * c, Cols: h * h, In: bf16}, 0, []string{x}, nil, []string{pooled}).glue(GlueNHWCMean)
-	fc := kernels.GEMM{M: n, N: cfg.Classes, K: c, In: bf16, Out: bf16, Bias: true}
+	fc := kernels.GEMM{M: n, N: cfg.Classes, K: c, In: bf16, Out: bf16, Bias: true, BiasType: bf16}
 	return b.linear("fc", pooled, fc), fc
 }
 
@@ -166,16 +166,16 @@ func resnetInference(b *builder, n int, cfg ResNetConfig) {
 				s = 2
 			}
 			p := fmt.Sprintf("layer%d.%d", stage+1, i)
-			c1 := kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: w, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU}
-			c2 := kernels.Conv2D{N: n, H: h, W: h, C: w, OutC: w, R: 3, S: 3, Stride: s, Pad: 1, In: bf16, Bias: true, Act: kernels.ActReLU}
+			c1 := kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: w, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU}
+			c2 := kernels.Conv2D{N: n, H: h, W: h, C: w, OutC: w, R: 3, S: 3, Stride: s, Pad: 1, In: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU}
 			oh, _ := c2.Out()
 			y1 := b.conv(p+".conv1", x, c1, "")
 			y2 := b.conv(p+".conv2", y1, c2, "")
 			short := x
 			if i == 0 {
-				short = b.conv(p+".downsample", x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: 1, S: 1, Stride: s, In: bf16, Bias: true}, "")
+				short = b.conv(p+".downsample", x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: 1, S: 1, Stride: s, In: bf16, Bias: true, BiasType: bf16}, "")
 			}
-			x = b.conv(p+".conv3", y2, kernels.Conv2D{N: n, H: oh, W: oh, C: w, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU, Residual: true}, short)
+			x = b.conv(p+".conv3", y2, kernels.Conv2D{N: n, H: oh, W: oh, C: w, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU, Residual: true}, short)
 			h, c = oh, out
 		}
 	}
@@ -474,7 +474,7 @@ func vgg19(b *builder, n int, v VGGConfig) {
 		for _, out := range group {
 			out /= v.WidthDiv
 			x = b.conv(fmt.Sprintf("features.%d", idx), x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: 3, S: 3, Stride: 1, Pad: 1,
-				In: bf16, Bias: true, Act: kernels.ActReLU}, "")
+				In: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU}, "")
 			c = out
 			idx += 2 // conv, relu
 		}
@@ -485,9 +485,9 @@ func vgg19(b *builder, n int, v VGGConfig) {
 		idx++
 		h /= 2
 	}
-	x = b.linear("classifier.0", x, kernels.GEMM{M: n, N: v.Hidden, K: h * h * c, In: bf16, Out: bf16, Bias: true, Act: kernels.ActReLU})
-	x = b.linear("classifier.3", x, kernels.GEMM{M: n, N: v.Hidden, K: v.Hidden, In: bf16, Out: bf16, Bias: true, Act: kernels.ActReLU})
-	b.output = b.linear("classifier.6", x, kernels.GEMM{M: n, N: v.Classes, K: v.Hidden, In: bf16, Out: bf16, Bias: true})
+	x = b.linear("classifier.0", x, kernels.GEMM{M: n, N: v.Hidden, K: h * h * c, In: bf16, Out: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU})
+	x = b.linear("classifier.3", x, kernels.GEMM{M: n, N: v.Hidden, K: v.Hidden, In: bf16, Out: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU})
+	b.output = b.linear("classifier.6", x, kernels.GEMM{M: n, N: v.Classes, K: v.Hidden, In: bf16, Out: bf16, Bias: true, BiasType: bf16})
 }
 
 // mobilenetV2 is torchvision's MobileNetV2 (width 1.0) with BN folded: the
@@ -499,7 +499,7 @@ func vgg19(b *builder, n int, v VGGConfig) {
 func mobilenetV2(b *builder, n int) {
 	x := b.input("input", bf16, n, imageSize, imageSize, 3)
 	x = b.conv("features.0", x, kernels.Conv2D{N: n, H: imageSize, W: imageSize, C: 3, OutC: 32, R: 3, S: 3, Stride: 2, Pad: 1,
-		In: bf16, Bias: true, Act: kernels.ActReLU6}, "")
+		In: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU6}, "")
 	h, c := 112, 32
 	settings := [][4]int{ // t (expansion), c (width), n (repeats), s (stride)
 		{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2}, {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1},
@@ -517,7 +517,7 @@ func mobilenetV2(b *builder, n int) {
 			in := x
 			y := x
 			if t != 1 {
-				y = b.conv(p+".expand", x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: hidden, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU6}, "")
+				y = b.conv(p+".expand", x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: hidden, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU6}, "")
 			}
 			dw := kernels.Depthwise{N: n, H: h, W: h, C: hidden, R: 3, S: 3, Stride: s, Pad: 1, In: bf16, Act: kernels.ActReLU6}
 			oh, _ := dw.Out()
@@ -525,16 +525,16 @@ func mobilenetV2(b *builder, n int) {
 			b.op(p+".depthwise", dw, DepthwiseParams(dw), []string{y},
 				[]string{b.weight(p+".depthwise.weight", bf16, 3, 3, hidden), b.weight(p+".depthwise.bias", kernels.F32, hidden)}, []string{dwo})
 			res := s == 1 && c == out
-			x = b.conv(p+".project", dwo, kernels.Conv2D{N: n, H: oh, W: oh, C: hidden, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true,
+			x = b.conv(p+".project", dwo, kernels.Conv2D{N: n, H: oh, W: oh, C: hidden, OutC: out, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, BiasType: bf16,
 				Residual: res}, in)
 			h, c = oh, out
 			idx++
 		}
 	}
-	x = b.conv(fmt.Sprintf("features.%d", idx), x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: 1280, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, Act: kernels.ActReLU6}, "")
+	x = b.conv(fmt.Sprintf("features.%d", idx), x, kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: 1280, R: 1, S: 1, Stride: 1, In: bf16, Bias: true, BiasType: bf16, Act: kernels.ActReLU6}, "")
 	pooled := b.act("avgpool", bf16, n, 1280)
 	b.op("avgpool", kernels.Reduce{Name: "mean", Rows: n * 1280, Cols: h * h, In: bf16}, 0, []string{x}, nil, []string{pooled}).glue(GlueNHWCMean)
-	b.output = b.linear("classifier.1", pooled, kernels.GEMM{M: n, N: classes, K: 1280, In: bf16, Out: bf16, Bias: true})
+	b.output = b.linear("classifier.1", pooled, kernels.GEMM{M: n, N: classes, K: 1280, In: bf16, Out: bf16, Bias: true, BiasType: bf16})
 }
 
 // ErrLabels: a training input's label outside [0, classes) (the loss

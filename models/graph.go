@@ -199,7 +199,7 @@ func GradName(x string) string { return "grad:" + x }
 
 // conv adds a forward convolution (inference: BN folded into the bias)
 // reading x (and resid when c.Residual), with weights name.weight
-// [R,S,C,OutC] and, with c.Bias, name.bias [OutC] f32. It writes and
+// [R,S,C,OutC] and, with c.Bias, name.bias [OutC] of c.BiasType. It writes and
 // returns the tensor name [N,OH,OW,OutC].
 func (b *builder) conv(name, x string, c kernels.Conv2D, resid string) string {
 	l := b.add(name, c, ConvParams(c))
@@ -208,7 +208,7 @@ func (b *builder) conv(name, x string, c kernels.Conv2D, resid string) string {
 	l.In = []string{x}
 	l.W = []string{b.weight(name+".weight", c.In, c.R, c.S, c.C, c.OutC)}
 	if c.Bias {
-		l.W = append(l.W, b.weight(name+".bias", kernels.F32, c.OutC))
+		l.W = append(l.W, b.weight(name+".bias", c.BiasType, c.OutC))
 	}
 	if c.Residual {
 		l.In = append(l.In, resid)
@@ -218,7 +218,7 @@ func (b *builder) conv(name, x string, c kernels.Conv2D, resid string) string {
 }
 
 // linear adds a GEMM whose B operand is the weight matrix name.weight
-// [K,N] (and name.bias [N] f32), reading x [M,K]; it writes and returns
+// [K,N] (and name.bias [N] of g.BiasType), reading x [M,K]; it writes and returns
 // name [M,N].
 func (b *builder) linear(name, x string, g kernels.GEMM) string {
 	l := b.add(name, g, LinearParams(g))
@@ -226,7 +226,7 @@ func (b *builder) linear(name, x string, g kernels.GEMM) string {
 	l.In = []string{x}
 	l.W = []string{b.weight(name+".weight", g.In, g.K, g.N)}
 	if g.Bias {
-		l.W = append(l.W, b.weight(name+".bias", kernels.F32, g.N))
+		l.W = append(l.W, b.weight(name+".bias", g.BiasType, g.N))
 	}
 	l.Out = []string{out}
 	return out

@@ -453,7 +453,7 @@ func emitONNX(b *builder, n int, order []*onnxOp, input string, h, w, c int, res
 		switch op.kind {
 		case "conv":
 			cv := kernels.Conv2D{N: n, H: iv.h, W: iv.w, C: iv.c, OutC: op.outC, R: op.r, S: op.s, Stride: op.stride, Pad: op.pad,
-				In: bf16, Bias: true, Act: op.act, Residual: op.resid != ""}
+				In: bf16, Bias: true, BiasType: bf16, Act: op.act, Residual: op.resid != ""}
 			names[op.out] = b.conv(op.name, x, cv, get(op.resid))
 		case "depthwise":
 			dw := kernels.Depthwise{N: n, H: iv.h, W: iv.w, C: iv.c, R: op.r, S: op.s, Stride: op.stride, Pad: op.pad, In: bf16, Act: op.act}
@@ -471,7 +471,7 @@ func emitONNX(b *builder, n int, order []*onnxOp, input string, h, w, c int, res
 			b.op(op.name, kernels.Reduce{Name: "mean", Rows: n * iv.c, Cols: iv.h * iv.w, In: bf16}, 0, []string{x}, nil, []string{out}).glue(GlueNHWCMean)
 			names[op.out] = out
 		case "linear":
-			names[op.out] = b.linear(op.name, x, kernels.GEMM{M: n, N: ov.f, K: iv.f, In: bf16, Out: bf16, Bias: true, Act: op.act})
+			names[op.out] = b.linear(op.name, x, kernels.GEMM{M: n, N: ov.f, K: iv.f, In: bf16, Out: bf16, Bias: true, BiasType: bf16, Act: op.act})
 		}
 	}
 	b.output = get(output)

@@ -242,8 +242,8 @@ func TestLoadWeightsErrors(t *testing.T) {
 		}), `"fc.weight" has shape`},
 		{"dtype", mutate(func(b *models.Bundle) {
 			d, _ := b.Get("fc.bias")
-			b.Add(models.NewData("fc.bias", kernels.BF16, d.Shape, d.Values()))
-		}), `"fc.bias" is BF16, the model needs F32`},
+			b.Add(models.NewData("fc.bias", kernels.F32, d.Shape, d.Values()))
+		}), `"fc.bias" is F32, the model needs BF16`},
 		{"unexpected", mutate(func(b *models.Bundle) {
 			b.Add(models.NewData("layer9.conv.weight", kernels.BF16, []int{1}, []float64{1}))
 		}), `unexpected tensor "layer9.conv.weight"`},

@@ -258,6 +258,14 @@ func blasType(t gpu.ElemType) uintptr {
 	return cudaR16BF
 }
 
+// biasType is m's bias type (F32 when unset).
+func biasType(m gpu.Matmul) gpu.ElemType {
+	if m.BiasType == 0 {
+		return gpu.F32
+	}
+	return m.BiasType
+}
+
 // blas opens cuBLASLt on the device the first time a product asks for it.
 func (d *Device) blas() (*blasState, error) {
 	if d.bl != nil {
@@ -295,10 +303,10 @@ func (d *Device) Matmul(m gpu.Matmul) (gpu.Func, error) {
 	if err := m.Check(); err != nil {
 		return 0, err
 	}
-	if m.Bias && m.Out != gpu.F32 {
+	if m.Bias && biasType(m) != m.Out {
 		// cuBLASLt's bias has D's type (outside fp8 and int8 kernels): an f32
 		// bias with a 16-bit output is INVALID_VALUE in the heuristic.
-		return 0, fmt.Errorf("%w: cuda: cuBLASLt takes a bias of the output's type; %s has an f32 bias and a %s output", errors.ErrUnsupported, m, m.Out)
+		return 0, fmt.Errorf("%w: cuda: cuBLASLt takes a bias of the output's type; %s has a %s bias and a %s output", errors.ErrUnsupported, m, biasType(m), m.Out)
 	}
 	b, err := d.blas()
 	if err != nil {
@@ -372,8 +380,8 @@ func (d *Device) newMatmul(b *blasState, m gpu.Matmul) (*matmulRec, error) {
 			return nil, err
 		}
 	}
-	if m.Bias && m.Out != gpu.F32 {
-		if err := setDesc(descBiasDataType, cudaR32F, 4); err != nil {
+	if m.Bias {
+		if err := setDesc(descBiasDataType, uint64(blasType(biasType(m))), 4); err != nil {
 			return nil, err
 		}
 	}

@@ -75,8 +75,17 @@ func checkMatmul(t *testing.T, d *Device, m gpu.Matmul, launch func(l *gpu.Launc
 	c, craw := fill(sD * int64(batch))
 	bias := make([]float64, m.N)
 	braw32 := make([]byte, 4*m.N)
+	if m.BiasType == gpu.BF16 {
+		braw32 = braw32[:2*m.N]
+	}
 	for i := range bias {
 		f := float32(rng.Float64() - 0.5)
+		if m.BiasType == gpu.BF16 {
+			h := bf16Bits(f)
+			bias[i] = bf16Value(h)
+			binary.LittleEndian.PutUint16(braw32[2*i:], h)
+			continue
+		}
 		bias[i] = float64(f)
 		binary.LittleEndian.PutUint32(braw32[4*i:], math.Float32bits(f))
 	}
@@ -177,6 +186,7 @@ func TestGPUMatmul(t *testing.T) {
 		{M: 70, N: 48, K: 96, In: gpu.BF16, Out: gpu.F32},
 		{M: 70, N: 48, K: 96, In: gpu.BF16, Out: gpu.BF16, Act: gpu.EpiReLU, Accumulate: true},
 		{M: 70, N: 48, K: 96, In: gpu.BF16, Out: gpu.F32, Bias: true, Act: gpu.EpiReLU},
+		{M: 70, N: 48, K: 96, In: gpu.BF16, Out: gpu.BF16, Bias: true, BiasType: gpu.BF16, Act: gpu.EpiReLU, Accumulate: true},
 		{M: 96, N: 40, K: 72, TransB: true, In: gpu.BF16, Out: gpu.BF16},
 		{M: 40, N: 56, K: 200, TransA: true, In: gpu.BF16, Out: gpu.F32},
 		{M: 40, N: 56, K: 100, TransA: true, In: gpu.BF16, Out: gpu.F32, Batch: 2, StrideA: 100 * 40, StrideB: 100 * 56, StrideD: 40 * 56},

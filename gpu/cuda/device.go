@@ -85,6 +85,10 @@ type streamRec struct {
 	ctx  int32
 	live bool
 	ws   gpu.Ptr // cuBLASLt workspace, made by the stream's first product
+	// last is the time Time answered for the event of this stream
+	// recorded latest among those answered so far, lastSeq its record.
+	last    time.Duration
+	lastSeq uint64
 }
 
 type eventRec struct {
@@ -103,6 +107,13 @@ type eventRec struct {
 	// the stale check), so Time answers it without asking the driver.
 	prevAt, prevShift time.Duration
 	hasPrev, timed    bool
+	// stream and seq say where and when (in record order) the latest
+	// record was made; givenAt is the time Time answered for it (given:
+	// answered): see give.
+	stream  gpu.Stream
+	seq     uint64
+	givenAt time.Duration
+	given   bool
 }
 
 type moduleRec struct {
@@ -173,6 +184,7 @@ type Device struct {
 	maxStep  time.Duration
 	cm       *cmem
 	bl       *blasState // cuBLASLt, opened by the first Matmul
+	recSeq   uint64     // records made so far (eventRec.seq)
 	cmBytes  []byte
 	argv     []uintptr
 	cacheDir string

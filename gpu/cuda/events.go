@@ -198,7 +198,8 @@ func (d *Device) StaleGraphEvents() int { return d.stale }
 // graph's event-record node when byGraph.
 func (d *Device) recorded(e gpu.Event, c int32, s gpu.Stream, byGraph bool) {
 	ev := &d.events[e]
-	ev.ctx, ev.done, ev.byGraph, ev.timed = c, false, byGraph, false
+	d.recSeq++
+	ev.ctx, ev.done, ev.byGraph, ev.timed, ev.stream, ev.seq, ev.given = c, false, byGraph, false, s, d.recSeq, false
 	if !ev.pending {
 		ev.pending = true
 		d.pending[s] = append(d.pending[s], e)
@@ -271,21 +272,40 @@ func (d *Device) Time(e gpu.Event) (time.Duration, error) {
 			return 0, fmt.Errorf("%w: cuda: event %d has not completed", gpu.ErrNotReady, e)
 		}
 	}
+	if ev.given {
+		return ev.givenAt, nil
+	}
 	cr := &d.ctxs[ev.ctx]
-	if ev.timed {
-		return ev.prevAt, nil
+	t := ev.prevAt
+	if !ev.timed {
+		if err := d.use(ev.ctx); err != nil {
+			return 0, err
+		}
+		if t, err = d.since(cr, ev.native[ev.ctx]); err != nil {
+			return 0, err
+		}
+		if t-cr.baseAt > time.Second {
+			d.rebase(ev.ctx)
+		}
 	}
-	if err := d.use(ev.ctx); err != nil {
-		return 0, err
+	return d.give(ev, t), nil
+}
+
+// give fixes t as ev's completion time. Asked in record order (as a
+// scheduler polls), the events of a stream get times that never run
+// backwards: work in a stream completes in order, but a rebase that steers
+// the clock back (by up to maxSteer) between two events' readings would
+// otherwise time the later one first. An event asked for after a later one
+// of its stream keeps its own reading.
+func (d *Device) give(ev *eventRec, t time.Duration) time.Duration {
+	if s := ev.stream; s > 0 && int(s) < len(d.streams) {
+		if st := &d.streams[s]; ev.seq > st.lastSeq {
+			t = max(t, st.last)
+			st.last, st.lastSeq = t, ev.seq
+		}
 	}
-	t, err := d.since(cr, ev.native[ev.ctx])
-	if err != nil {
-		return 0, err
-	}
-	if t-cr.baseAt > time.Second {
-		d.rebase(ev.ctx)
-	}
-	return t, nil
+	ev.givenAt, ev.given = t, true
+	return t
 }
 
 // since is the device-clock time of completed event h of context cr.

@@ -17,11 +17,11 @@ struct GemmP {
   const u16* A;      // GEMM: [batch][M][K]; conv fwd: X (NHWC); dgrad: dY (NHWC); wgrad: X (NHWC)
   const u16* B;      // GEMM: [batch][K][N]; conv fwd/dgrad: W [R][S][C][OC]; wgrad: dY (NHWC)
   void* C;           // [batch][M][N] in out_dtype; conv fwd: Y (NHWC); dgrad: dX; wgrad: dW [R][S][C][OC]
-  const float* bias; // [N] or null
+  const void* bias;  // [N] or null: f32, or f16 / bf16 when act >> 8 is 1 / 2
   const void* resid; // like C, or null
   long long sA, sB, sC; // batch strides in elements
   int M, N, K, batch;
-  int act, out_dtype;
+  int act, out_dtype; // act: the activation in its low byte, the bias's type above
   int vecA, vecB;    // nonzero: 8 consecutive k (A) / n (B) are contiguous and 16-byte aligned
   // convolution geometry (unused by plain GEMM)
   int n, h, w, c, oh, ow, oc, r, s, stride, pad;
@@ -37,6 +37,15 @@ struct GemmP {
   int* progress;             // Resumable: the Ctl's control block; else null
   int epoch;                 // the launch's serial number
 };
+
+// gemm_bias is bias[n] as a float, whatever the bias's type.
+__device__ __forceinline__ float gemm_bias(const GemmP& p, int n) {
+  switch (p.act >> 8) {
+  case 1: return f16_to_f(((const u16*)p.bias)[n]);
+  case 2: return bf16_to_f(((const u16*)p.bias)[n]);
+  }
+  return ((const float*)p.bias)[n];
+}
 
 // Problem policies: where the logical A[m][k] and B[k][n] live.
 // a_ptr8 / b_ptr8 return the address of 8 consecutive elements (k..k+7 of A,
@@ -311,13 +320,13 @@ __device__ __forceinline__ void gemm_epilogue(const GemmP& p, float (&acc)[MI][N
         if (m >= p.M || n >= p.N) continue;
         const long long idx = cbase + (long long)m * p.N + n;
         float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-        if (p.bias) { v0 += p.bias[n]; if (n + 1 < p.N) v1 += p.bias[n + 1]; }
+        if (p.bias) { v0 += gemm_bias(p, n); if (n + 1 < p.N) v1 += gemm_bias(p, n + 1); }
         if (p.resid) {
           v0 += D::load((const T*)p.resid, idx);
           if (n + 1 < p.N) v1 += D::load((const T*)p.resid, idx + 1);
         }
-        v0 = apply_act(v0, p.act);
-        v1 = apply_act(v1, p.act);
+        v0 = apply_act(v0, p.act & 0xff);
+        v1 = apply_act(v1, p.act & 0xff);
         if (pairs) { // n even and N even: idx even, so the pair is aligned
           if (ODT == DT_F32) {
             float2 f2;
@@ -365,16 +374,16 @@ __device__ __forceinline__ void gemm_epilogue_staged(const GemmP& p, float (&acc
           if (m < p.M) {
             const long long idx = cbase + (long long)m * p.N + n;
             if (p.bias) {
-              if (n < p.N) v0 += p.bias[n];
-              if (n + 1 < p.N) v1 += p.bias[n + 1];
+              if (n < p.N) v0 += gemm_bias(p, n);
+              if (n + 1 < p.N) v1 += gemm_bias(p, n + 1);
             }
             if (p.resid) {
               if (n < p.N) v0 += D::load((const T*)p.resid, idx);
               if (n + 1 < p.N) v1 += D::load((const T*)p.resid, idx + 1);
             }
           }
-          v0 = apply_act(v0, p.act);
-          v1 = apply_act(v1, p.act);
+          v0 = apply_act(v0, p.act & 0xff);
+          v1 = apply_act(v1, p.act & 0xff);
           if constexpr (sizeof(T) == 2) {
             *(u32*)(st + r * LDS + c) = (u32)D::from_f(v0) | ((u32)D::from_f(v1) << 16);
           } else {
@@ -452,9 +461,9 @@ __device__ __forceinline__ void gemm_splitk_sum(const GemmP& p, int m0, int n0) 
     }
     for (int e = 0; e < cols; e++) {
       float x = v[e];
-      if (p.bias) x += p.bias[n + e];
+      if (p.bias) x += gemm_bias(p, n + e);
       if (p.resid) x += D::load((const T*)p.resid, idx + e);
-      D::store((T*)p.C, idx + e, apply_act(x, p.act));
+      D::store((T*)p.C, idx + e, apply_act(x, p.act & 0xff));
     }
   }
 }
