@@ -102,6 +102,9 @@ type Report struct {
 	// sched.Options.NoHPGraphs).
 	GraphLaunches int    `json:"graphLaunches,omitempty"`
 	HPGraphs      string `json:"hpGraphs,omitempty"`
+	// BLAS is the vendor library the device ran whole launches of GEMMs
+	// and 1x1 convolutions on (gpu.Info.BLAS; "" for none).
+	BLAS string `json:"blas,omitempty"`
 	// GraphWaits are HP requests that waited in the driver for a graph
 	// instance; StaleGraphEvents the device's stale graph-event answers
 	// turned away (sched.Trace).
@@ -289,6 +292,9 @@ func Describe(r *Report) string {
 		fmt.Fprintf(&b, "\nBE: %s bs%d, closed loop", w.BEModel, w.BEBatch)
 	}
 	fmt.Fprintf(&b, "\nprofiles: %s; %.1f s per run after %.1f s warm-up, seed %d", w.Profiles, w.DurationSec, w.WarmupSec, w.Seed)
+	if r.BLAS != "" {
+		fmt.Fprintf(&b, "\nGEMMs and 1x1 convolutions: %s where launched whole; every other kernel atoll's own", r.BLAS)
+	}
 	switch {
 	case r.HPGraphs == "on":
 		fmt.Fprintf(&b, "\nHP requests launched whole go as one graph each (--hp-graphs): %d in the %s run, %d of them waited for a free instance", r.GraphLaunches, r.Policy, r.GraphWaits)

@@ -261,6 +261,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		Backend: b.Info.Backend,
 		Device:  b.Info.Name,
 		Driver:  b.Info.Driver,
+		BLAS:    b.Info.BLAS,
 		Command: c.Command,
 		Workload: WorkloadInfo{
 			HPModel:     c.HP.Model,

@@ -169,3 +169,19 @@ func TestProfilesLabel(t *testing.T) {
 		}
 	}
 }
+
+// A report's header says which library ran the products and whether HP
+// requests went as graphs, and names no library when none ran.
+func TestDescribeSaysWhatRan(t *testing.T) {
+	r := &Report{Policy: "atoll", Backend: "cuda", Device: "NVIDIA H200", BLAS: "cuBLASLt 13.1.0", HPGraphs: "on", GraphLaunches: 7}
+	got := Describe(r)
+	for _, want := range []string{"GEMMs and 1x1 convolutions: cuBLASLt 13.1.0", "one graph each", "7 in the atoll run"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("header %q lacks %q", got, want)
+		}
+	}
+	r.BLAS = ""
+	if got := Describe(r); strings.Contains(got, "1x1 convolutions") {
+		t.Errorf("header %q names a library that did not run", got)
+	}
+}

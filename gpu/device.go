@@ -202,6 +202,9 @@ type Info struct {
 	Driver     string // driver version, or the simulator's model version
 	Spec       Spec
 	Priorities Priorities
+	// BLAS names the vendor GEMM library the device runs products on
+	// (gpu.BLAS; e.g. "cuBLASLt 13.1.0"), "" when it has none.
+	BLAS string
 }
 
 // Priorities is a device's stream priority range in CUDA's convention:

@@ -228,8 +228,13 @@ func (d *Device) BLASName() string {
 	if err != nil {
 		return "none (" + err.Error() + ")"
 	}
+	return l.String() + " (" + l.name + ")"
+}
+
+// String is the library and its version, e.g. "cuBLASLt 13.1.0".
+func (l *blasLib) String() string {
 	v := l.version
-	return fmt.Sprintf("cuBLASLt %d.%d.%d (%s)", v/10000, v/100%100, v%100, l.name)
+	return fmt.Sprintf("cuBLASLt %d.%d.%d", v/10000, v/100%100, v%100)
 }
 
 // memRec hands out one matmulMem in an mmapped page.

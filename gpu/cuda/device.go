@@ -388,6 +388,9 @@ func (d *Device) describe() error {
 		Spec:       spec,
 		Priorities: gpu.Priorities{Least: int(least), Greatest: int(greatest)},
 	}
+	if l, err := loadBLAS(); err == nil {
+		d.info.BLAS = l.String()
+	}
 	return nil
 }
 

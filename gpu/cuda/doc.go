@@ -1,6 +1,7 @@
 // Package cuda is atoll's real-GPU backend: gpu.Device over the CUDA driver
 // API, loaded at run time with purego (dlopen of libcuda.so.1), plus NVRTC
-// run-time compilation (libnvrtc.so) and an NVML inventory.
+// run-time compilation (libnvrtc.so), cuBLASLt products (gpu.BLAS,
+// libcublasLt.so, optional: ATOLL_CUBLASLT) and an NVML inventory.
 //
 // No CUDA header or toolkit is needed to build it, and the driver part builds
 // with CGO_ENABLED=0. On a machine without a GPU or driver, Open returns an

@@ -96,13 +96,17 @@ var errClosed = fmt.Errorf("%w: simulated device is closed", gpu.ErrInvalidHandl
 
 // Info describes the simulated device.
 func (d *Device) Info() gpu.Info {
-	return gpu.Info{
+	info := gpu.Info{
 		Backend:    "sim",
 		Name:       "sim:" + d.spec.Name,
 		Driver:     ModelVersion,
 		Spec:       d.spec,
 		Priorities: gpu.Priorities{Least: leastPriority, Greatest: greatestPriority},
 	}
+	if d.cfg.BLAS {
+		info.BLAS = "simulated BLAS"
+	}
+	return info
 }
 
 // Now is the virtual device clock.
