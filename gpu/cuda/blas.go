@@ -138,19 +138,7 @@ func loadBLAS() (*blasLib, error) {
 }
 
 func openBLAS(names []string) (*blasLib, error) {
-	var (
-		h    uintptr
-		name string
-		errs []string
-	)
-	for _, n := range names {
-		lib, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err == nil {
-			h, name = lib, n
-			break
-		}
-		errs = append(errs, err.Error())
-	}
+	h, name, errs := dlopenFirst(names)
 	if h == 0 {
 		return nil, fmt.Errorf("%w: tried %s (%s); install libcublas (CUDA toolkit or the nvidia-cublas wheel) or set %s=/path/to/libcublasLt.so.13; %s=off silences this",
 			ErrNoBLAS, strings.Join(names, ", "), strings.Join(errs, "; "), BLASEnv, BLASEnv)

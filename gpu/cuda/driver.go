@@ -80,18 +80,7 @@ func loadDriver() (*driver, error) {
 }
 
 func openDriver(names []string) (*driver, error) {
-	var (
-		lib  uintptr
-		errs []string
-	)
-	for _, n := range names {
-		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err == nil {
-			lib = h
-			break
-		}
-		errs = append(errs, err.Error())
-	}
+	lib, _, errs := dlopenFirst(names)
 	if lib == 0 {
 		return nil, fmt.Errorf("%w: no NVIDIA driver found (%s): run with the simulator, or install the driver (%s)",
 			gpu.ErrNoDevice, strings.Join(names, ", "), strings.Join(errs, "; "))

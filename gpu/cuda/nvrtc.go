@@ -49,20 +49,21 @@ func loadNVRTC() (*nvrtcLib, error) {
 	return nvrtcL, nvrtcErr
 }
 
-func openNVRTC(names []string) (*nvrtcLib, error) {
-	var (
-		h    uintptr
-		name string
-		errs []string
-	)
+// dlopenFirst opens the first of names that loads, and says why each
+// before it did not.
+func dlopenFirst(names []string) (h uintptr, name string, errs []string) {
 	for _, n := range names {
 		lib, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
-			h, name = lib, n
-			break
+			return lib, n, errs
 		}
 		errs = append(errs, err.Error())
 	}
+	return 0, "", errs
+}
+
+func openNVRTC(names []string) (*nvrtcLib, error) {
+	h, name, errs := dlopenFirst(names)
 	if h == 0 {
 		return nil, fmt.Errorf("%w (%s)", ErrNoNVRTC, strings.Join(errs, "; "))
 	}
