@@ -242,8 +242,8 @@ func TestLoadWeightsErrors(t *testing.T) {
 		}), `"fc.weight" has shape`},
 		{"dtype", mutate(func(b *models.Bundle) {
 			d, _ := b.Get("fc.bias")
-			b.Add(models.NewData("fc.bias", kernels.F32, d.Shape, d.Values()))
-		}), `"fc.bias" is F32, the model needs BF16`},
+			b.Add(models.NewData("fc.bias", kernels.I32, d.Shape, d.Values()))
+		}), `"fc.bias" is I32, the model needs BF16`},
 		{"unexpected", mutate(func(b *models.Bundle) {
 			b.Add(models.NewData("layer9.conv.weight", kernels.BF16, []int{1}, []float64{1}))
 		}), `unexpected tensor "layer9.conv.weight"`},
@@ -259,3 +259,41 @@ func TestLoadWeightsErrors(t *testing.T) {
 }
 
 var tinyResNet = models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Width: 8, Classes: 10}
+
+// A bundle whose floating-point tensors are of another floating-point type
+// (f32 biases, as exported from an f32 model) loads, each value rounded to
+// the model's type.
+func TestLoadWeightsConvertsFloatTypes(t *testing.T) {
+	m, err := models.NewResNet("tiny", tinyResNet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Graph(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := models.InitWeights(g, 1)
+	wide := &models.Bundle{Metadata: good.Metadata}
+	for _, d := range good.Tensors() {
+		if d.DType == kernels.BF16 {
+			wide.Add(models.NewData(d.Name, kernels.F32, d.Shape, d.Values()))
+			continue
+		}
+		wide.Add(d)
+	}
+	var buf bytes.Buffer
+	if err := models.WriteSafetensors(&buf, wide); err != nil {
+		t.Fatal(err)
+	}
+	got, err := models.LoadWeights(g, bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatalf("an f32 bundle for a bf16 model: %v", err)
+	}
+	for _, w := range g.Weights() {
+		a, _ := got.Get(w.Name)
+		b, _ := good.Get(w.Name)
+		if a.DType != w.DType || !bytes.Equal(a.Raw, b.Raw) {
+			t.Fatalf("%s: loaded as %s, not the model's values in %s", w.Name, a.DType, w.DType)
+		}
+	}
+}

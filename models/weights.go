@@ -228,16 +228,33 @@ func CheckBundle(g *Graph, b *Bundle, kind Kind) error {
 }
 
 // LoadWeights reads a safetensors file and checks it holds exactly g's
-// weights (names, shapes and types).
+// weights (names, shapes and types). A floating-point tensor stored in
+// another floating-point type than g's is converted (rounded to g's type),
+// as PyTorch's load_state_dict does: a file with f32 biases loads into a
+// graph that keeps them in bf16.
 func LoadWeights(g *Graph, r io.Reader) (*Bundle, error) {
 	b, err := ReadSafetensors(r)
 	if err != nil {
 		return nil, err
 	}
+	convertFloats(g, b)
 	if err := CheckBundle(g, b, KindWeight); err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// convertFloats re-encodes each weight of b whose floating-point type
+// differs from g's, when both types are floating-point.
+func convertFloats(g *Graph, b *Bundle) {
+	isFloat := func(d kernels.DType) bool { return d == kernels.F32 || d == kernels.F16 || d == kernels.BF16 }
+	for _, t := range g.Tensors {
+		d, ok := b.Get(t.Name)
+		if t.Kind != KindWeight || !ok || d.DType == t.DType || !isFloat(d.DType) || !isFloat(t.DType) {
+			continue
+		}
+		b.Add(NewData(t.Name, t.DType, d.Shape, d.Values()))
+	}
 }
 
 // fillUniform sets v to uniform draws from (−bound, bound).
