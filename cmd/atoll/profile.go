@@ -37,6 +37,11 @@ memory % of peaks measured on this GPU first, class, SMs needed, and the
 duration at 8, 16, 33, 66 and all SMs (what padding needs). See
 docs/profiles.md, "Measuring".
 
+GEMMs and 1x1 convolutions are timed as they will run: on cuBLASLt when it
+is found (tagged "blas" in the profile), on atoll's own kernels with
+ATOLL_CUBLASLT=off. Profile and run the same way: a profile made with
+cuBLASLt under-states those kernels for a run without it.
+
 A measured profile is never overwritten without --force. A layer the
 kernel library cannot run is bound to an equivalent library kernel (e.g. the
 global average pool to an average pool) and named in the profile's notes;
