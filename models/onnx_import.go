@@ -167,6 +167,9 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 		if len(n.Outputs) == 0 {
 			return Model{}, nil, bad(n, "no outputs")
 		}
+		if len(n.Inputs) == 0 && n.OpType != "Constant" {
+			return Model{}, nil, bad(n, "no inputs")
+		}
 		in := func(i int) string {
 			if i < len(n.Inputs) {
 				return resolve(n.Inputs[i])
@@ -271,7 +274,7 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 				return Model{}, nil, bad(n, "an Add that is not a convolution's output plus a residual: atoll fuses residual adds into the convolution")
 			}
 			if bv, ok := vals[b]; !ok || bv != p.outV {
-				return Model{}, nil, bad(n, "the residual %q is not a computed tensor of the convolution's output shape", n.Inputs[1])
+				return Model{}, nil, bad(n, "the residual %q is not a computed tensor of the convolution's output shape", in(1))
 			}
 			p.resid, p.out, producer[out], vals[out] = b, out, p, p.outV
 		case "MaxPool", "AveragePool":
