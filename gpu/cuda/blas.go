@@ -182,7 +182,6 @@ func openBLAS(names []string) (*blasLib, error) {
 type matmulRec struct {
 	m                    gpu.Matmul
 	desc, la, lb, lc, ld uintptr // operation descriptor and layouts (cuBLAS's A = our B)
-	wsNeed               uint64
 	mm                   *matmulMem
 }
 
@@ -422,8 +421,8 @@ func (d *Device) newMatmul(b *blasState, m gpu.Matmul) (*matmulRec, error) {
 	if mem.count < 1 {
 		return nil, &BLASError{Call: "cublasLtMatmulAlgoGetHeuristic", Status: blasStatusNotSupp, Hint: m.String() + ": no algorithm"}
 	}
+	// The algorithm needs at most the preference's blasWorkspace.
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&mem.algo[0])), 64), mem.heur[:64])
-	r.wsNeed = *(*uint64)(unsafe.Pointer(&mem.heur[64]))
 	mem.alpha = 1
 	if m.Accumulate {
 		mem.beta = 1
