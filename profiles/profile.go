@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"slices"
 	"time"
 
 	"atoll/gpu"
@@ -85,6 +86,9 @@ const TagInPlace = "in-place"
 // (cuBLASLt on a GPU; kernels.IsBLAS) when it was measured: its duration
 // is the library's, and its other forms run atoll's own kernel.
 const TagBLAS = "blas"
+
+// HasTag reports whether the kernel carries tag.
+func (k *Kernel) HasTag(tag string) bool { return slices.Contains(k.Tags, tag) }
 
 // InPlace reports whether the kernel carries TagInPlace.
 func (k *Kernel) InPlace() bool {

@@ -35,7 +35,9 @@ func TestCUDAWorkloadOnSimulator(t *testing.T) {
 	if c.Parallel != 1 || c.Binder == nil {
 		t.Fatalf("cuda config: Parallel %d, Binder set %v; want 1 run at a time with model instances", c.Parallel, c.Binder != nil)
 	}
-	c.NewDevice = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: gpu.H200, Seed: 1}) }
+	// A BLAS, as the GPUs whose profiles these are had (cuBLASLt): the
+	// instances refuse those profiles without one.
+	c.NewDevice = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: gpu.H200, Seed: 1, BLAS: true}) }
 	names := []string{"dedicated", "streams", "priority", "orion", "reef", "atoll"}
 	if err := w.checkPolicies(names); err != nil {
 		t.Fatal(err)

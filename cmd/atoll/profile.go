@@ -39,8 +39,9 @@ docs/profiles.md, "Measuring".
 
 GEMMs and 1x1 convolutions are timed as they will run: on cuBLASLt when it
 is found (tagged "blas" in the profile), on atoll's own kernels with
-ATOLL_CUBLASLT=off. Profile and run the same way: a profile made with
-cuBLASLt under-states those kernels for a run without it.
+ATOLL_CUBLASLT=off. Profile and run the same way: a GPU run refuses a
+profile that timed kernels on cuBLASLt where it would run them on atoll's
+own (slower) kernels, and names the command that makes the right one.
 
 A measured profile is never overwritten without --force. A layer the
 kernel library cannot run is bound to an equivalent library kernel (e.g. the

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"atoll/gpu"
@@ -327,11 +328,54 @@ func (in *Instance) UseProfile(p *profiles.Profile) error {
 	if err := profiles.Check(p, models.Ops(in.g.Layers), in.dev.Info().Spec); err != nil {
 		return err
 	}
+	if err := in.checkBLAS(p); err != nil {
+		return err
+	}
 	in.costs = make([]gpu.Cost, len(p.Kernels))
 	for i := range p.Kernels {
 		in.costs[i] = p.Kernels[i].Cost()
 	}
 	return nil
+}
+
+// checkBLAS refuses a measured profile whose kernels were timed on the
+// device's BLAS (profiles.TagBLAS) where this instance runs them on the
+// library's own kernels: the scheduler would plan with durations a few
+// times too short. The other way round (a profile made on the own kernels,
+// a run on the BLAS) only over-states them and is accepted.
+func (in *Instance) checkBLAS(p *profiles.Profile) error {
+	if p.Source == profiles.SourceEstimated {
+		return nil
+	}
+	n, first := 0, ""
+	for i := range p.Kernels {
+		if !p.Kernels[i].HasTag(profiles.TagBLAS) || in.Err(i) != nil {
+			continue
+		}
+		if l, err := in.lib.Launch(in.layers[i].op, gpu.Plain, in.layers[i].bufs, kernels.Control{}); err == nil && kernels.IsBLAS(l) {
+			continue
+		}
+		if n++; first == "" {
+			first = p.Kernels[i].Name
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: profile %s/%s-bs%d timed %d kernels (first: %s) on %s, which this run does not use for them (its BLAS: %s): profile this setup (atoll profile --model %s --batch %d writes to the store, which runs read first) or make the library loadable (%s=/path/to/libcublasLt.so.13)",
+		profiles.ErrMismatch, p.GPU, p.Model, p.Batch, n, first, blasNote(p), in.lib.BLASName(), p.Model, p.Batch, "ATOLL_CUBLASLT")
+}
+
+// blasNote is the library a profile says its blas-tagged kernels ran on.
+func blasNote(p *profiles.Profile) string {
+	if note, ok := p.Notes["blas"]; ok {
+		if _, lib, ok := strings.Cut(note, " ran on "); ok {
+			if lib, _, ok := strings.Cut(lib, " (tagged"); ok {
+				return lib
+			}
+		}
+	}
+	return "the device's BLAS"
 }
 
 func (in *Instance) cost(i int) (gpu.Cost, bool) {

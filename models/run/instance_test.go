@@ -416,3 +416,52 @@ func (c countingBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 	c.forms[r.Form]++
 	return c.Binder.Bind(r)
 }
+
+// A measured profile whose kernels ran on the device's BLAS is refused for
+// an instance that runs them on the library's own kernels, saying what to
+// do; the same profile is taken where the device has the BLAS, and an
+// estimated profile is taken either way.
+func TestUseProfileRefusesABLASProfileWithoutTheBLAS(t *testing.T) {
+	m, err := models.NewVGG("tiny-vgg", tinyVGG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profileFor := func(in *run.Instance, spec gpu.Spec) *profiles.Profile {
+		p, err := profiler.Estimate(spec, in.Graph().Model, in.Graph().Batch, in.Graph().Layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tag := func(p *profiles.Profile) *profiles.Profile {
+		q := *p
+		q.Source = profiles.SourceMeasured
+		q.Kernels = slices.Clone(p.Kernels)
+		for i := range q.Kernels {
+			if strings.HasPrefix(q.Kernels[i].Kernel, "gemm_") {
+				q.Kernels[i].Tags = append(slices.Clone(q.Kernels[i].Tags), profiles.TagBLAS)
+			}
+		}
+		return &q
+	}
+	plain := newSim(t)
+	in := instance(t, plain, kernels.New(plain), m, nil, 1)
+	est := profileFor(in, plain.Info().Spec)
+	err = in.UseProfile(tag(est))
+	if !errors.Is(err, profiles.ErrMismatch) || !strings.Contains(err.Error(), "atoll profile --model tiny-vgg --batch 1") || !strings.Contains(err.Error(), "ATOLL_CUBLASLT") {
+		t.Errorf("a cuBLASLt profile without a BLAS: %v", err)
+	}
+	t.Log(err)
+	if err := in.UseProfile(est); err != nil {
+		t.Errorf("an estimated profile: %v", err)
+	}
+	withBLAS, err := sim.New(sim.Config{BLAS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { withBLAS.Close() })
+	in2 := instance(t, withBLAS, kernels.New(withBLAS), m, nil, 1)
+	if err := in2.UseProfile(tag(est)); err != nil {
+		t.Errorf("a cuBLASLt profile on a device with the BLAS: %v", err)
+	}
+}
