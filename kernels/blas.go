@@ -145,12 +145,12 @@ func (l *Library) launchBLAS(e *kentry, op Op, bufs Buffers) (ln *gpu.Launch, ok
 	if l.NoBLAS || e.blas == blasNo {
 		return nil, false, nil
 	}
-	m, at, cover := matmulOf(op)
-	if !cover {
-		e.blas = blasNo
-		return nil, false, nil
-	}
 	if e.blas == blasUnknown {
+		m, at, cover := matmulOf(op)
+		if !cover {
+			e.blas = blasNo
+			return nil, false, nil
+		}
 		f, err := gpu.MatmulOn(l.dev, m)
 		if err != nil {
 			if errors.Is(err, errors.ErrUnsupported) {
@@ -162,7 +162,7 @@ func (l *Library) launchBLAS(e *kentry, op Op, bufs Buffers) (ln *gpu.Launch, ok
 			}
 			return nil, false, fmt.Errorf("kernels: %s (%s) on the BLAS: %w", e.k.name, op.Shape(), err)
 		}
-		e.blas, e.blasFunc = blasYes, f
+		e.blas, e.blasFunc, e.blasAt = blasYes, f, at
 	}
 	k := e.k
 	ptr := func(i int) gpu.Ptr {
@@ -181,6 +181,7 @@ func (l *Library) launchBLAS(e *kentry, op Op, bufs Buffers) (ln *gpu.Launch, ok
 		Cost:      cost(op),
 		Form:      gpu.Plain,
 	}
+	at := &e.blasAt
 	gpu.MatmulArgs(&ln.Args, ptr(at[0]), ptr(at[1]), ptr(at[2]), ptr(at[3]), ptr(at[4]))
 	return ln, true, nil
 }

@@ -119,20 +119,28 @@ func blasLibrary(t *testing.T, cfg sim.Config) (*sim.Device, *Library) {
 	return dev, New(dev)
 }
 
+// plainLaunch allocates op's buffers on dev and builds its whole Plain
+// launch with lib.
+func plainLaunch(t *testing.T, dev gpu.Device, lib *Library, op Op) (*gpu.Launch, Buffers) {
+	t.Helper()
+	b, err := Alloc(dev, op, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lib.Launch(op, gpu.Plain, b, Control{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, b
+}
+
 // Whole Plain launches of covered ops go to the BLAS with their operands in
 // MatmulArgs order; every other launch, op and setting keeps the library's
 // own kernels.
 func TestLibraryUsesTheBLAS(t *testing.T) {
 	dev, lib := blasLibrary(t, sim.Config{BLAS: true})
 	conv := Conv2D{N: 2, H: 8, W: 8, C: 8, OutC: 136, R: 1, S: 1, Stride: 1, In: BF16, Bias: true, BiasType: BF16, Act: ActReLU, Residual: true}
-	b, err := Alloc(dev, conv, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lib.Launch(conv, gpu.Plain, b, Control{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, b := plainLaunch(t, dev, lib, conv)
 	if !IsBLAS(l) || dev.FuncName(l.Func) == "" {
 		t.Fatalf("launch %q (func %q) is not on the BLAS", l.Name, dev.FuncName(l.Func))
 	}
@@ -176,15 +184,7 @@ func TestLibraryUsesTheBLAS(t *testing.T) {
 		GEMM{M: 8, N: 8, K: 8, In: BF16, Out: BF16, Act: ActReLU6},
 		LayerNorm{Rows: 4, Cols: 64, In: BF16},
 	} {
-		b, err := Alloc(dev, op, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := lib.Launch(op, gpu.Plain, b, Control{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if IsBLAS(l) {
+		if l, _ := plainLaunch(t, dev, lib, op); IsBLAS(l) {
 			t.Errorf("%s %s went to the BLAS", op.Kernel(), op.Shape())
 		}
 	}
@@ -200,23 +200,14 @@ func TestLibraryUsesTheBLAS(t *testing.T) {
 func TestLibraryWithoutTheBLAS(t *testing.T) {
 	dev, lib := blasLibrary(t, sim.Config{})
 	op := GEMM{M: 20, N: 13, K: 7, In: BF16, Out: BF16}
-	b, err := Alloc(dev, op, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lib.Launch(op, gpu.Plain, b, Control{})
-	if err != nil || IsBLAS(l) {
-		t.Fatalf("launch %v, %v; want the own kernel", l, err)
+	if l, _ := plainLaunch(t, dev, lib, op); IsBLAS(l) {
+		t.Fatalf("launch %q went to a BLAS the device does not have", l.Name)
 	}
 	if n, why := lib.BLASOps(); n != 0 || !errors.Is(why, errors.ErrUnsupported) {
 		t.Errorf("BLASOps = %d, %v; want 0 and the device's refusal", n, why)
 	}
 
-	inner, err := sim.New(sim.Config{BLAS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
+	inner, _ := blasLibrary(t, sim.Config{BLAS: true})
 	fd := faulty.New(inner)
 	fd.FailMethod("Matmul", 1)
 	flib := New(fd)

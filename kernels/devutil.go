@@ -16,7 +16,7 @@ type runner struct {
 	ctx    context.Context
 	dev    gpu.Device
 	lib    *Library
-	blas   *Library // the same device with its BLAS (checkBLAS), made on first use
+	blas   *Library // the same device with its BLAS: blasLibrary
 	lo, hi gpu.Stream
 	evLo   gpu.Event
 	evHi   gpu.Event
@@ -193,4 +193,13 @@ func (r *runner) timed(l *gpu.Launch, before func() error) (time.Duration, error
 		return 0, err
 	}
 	return t1 - t0, nil
+}
+
+// blasLibrary is a library of the runner's device that hands products to
+// its BLAS (the runner's own lib has NoBLAS set), made on first use.
+func (r *runner) blasLibrary() *Library {
+	if r.blas == nil {
+		r.blas = New(r.dev)
+	}
+	return r.blas
 }

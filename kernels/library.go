@@ -59,10 +59,12 @@ type kentry struct {
 	names [gpu.Padded + 1]string
 	funcs [gpu.Padded + 1]gpu.Func
 	args  int // bytes of the last launch's arguments (to size the next)
-	// blas says whether whole Plain launches run on the device's BLAS, and
-	// blasFunc is the product's Func there.
+	// blas says whether whole Plain launches run on the device's BLAS;
+	// blasFunc is the product's Func there and blasAt where its operands
+	// are among the op's tensors (matmulOf).
 	blas     blasUse
 	blasFunc gpu.Func
+	blasAt   [5]int
 	blasWhy  error // the device's refusal
 }
 

@@ -236,20 +236,18 @@ func (r *runner) checkBLAS(rep *Report, op Op, b Buffers, next func() uint64) er
 	if _, _, ok := matmulOf(op); !ok {
 		return nil
 	}
-	if r.blas == nil {
-		r.blas = New(r.dev)
-	}
+	blas := r.blasLibrary()
 	if err := b.Refill(r.dev, next()); err != nil {
 		return err
 	}
-	l, err := r.blas.Launch(op, gpu.Plain, b, Control{})
+	l, err := blas.Launch(op, gpu.Plain, b, Control{})
 	if err != nil {
 		return err
 	}
 	if !IsBLAS(l) {
-		why := r.blas.BLASRefusal(op)
+		why := blas.BLASRefusal(op)
 		rep.Checks = append(rep.Checks, Check{Kernel: op.Kernel(), Shape: op.Shape(), Form: "blas", Output: "-", OK: true,
-			Note: fmt.Sprintf("not on the BLAS (%s): %v", r.blas.BLASName(), why)})
+			Note: fmt.Sprintf("not on the BLAS (%s): %v", blas.BLASName(), why)})
 		return nil
 	}
 	if err := r.launch(r.lo, l); err != nil {
@@ -258,7 +256,7 @@ func (r *runner) checkBLAS(rep *Report, op Op, b Buffers, next func() uint64) er
 	if err := r.sync(r.lo); err != nil {
 		return fmt.Errorf("kernels: running %s: %w", l.Name, err)
 	}
-	return r.compare(rep, op, "blas", r.blas.BLASName(), b)
+	return r.compare(rep, op, "blas", blas.BLASName(), b)
 }
 
 func (r *runner) compare(rep *Report, op Op, form, note string, b Buffers) error {

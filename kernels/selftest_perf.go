@@ -20,15 +20,13 @@ func (r *runner) measure(rep *Report, opts Options, next func() uint64) error {
 		if err != nil {
 			return err
 		}
-		if r.blas == nil {
-			r.blas = New(r.dev)
-		}
-		for _, lib := range []*Library{r.lib, r.blas} {
+		blas := r.blasLibrary()
+		for _, lib := range []*Library{r.lib, blas} {
 			l, err := lib.Launch(g, gpu.Plain, b, Control{})
 			if err != nil {
 				return err
 			}
-			if lib == r.blas && !IsBLAS(l) {
+			if lib == blas && !IsBLAS(l) {
 				continue // no BLAS: the own kernel's row is there already
 			}
 			var ts []float64

@@ -183,8 +183,9 @@ func FuzzSafetensors(f *testing.F) {
 	})
 }
 
-// Weights of the wrong model, shape or type are refused naming the tensor.
-func TestLoadWeightsErrors(t *testing.T) {
+// tinyWeights is a tiny ResNet's graph at batch 1 and its seeded weights.
+func tinyWeights(t *testing.T) (*models.Graph, *models.Bundle) {
+	t.Helper()
 	m, err := models.NewResNet("tiny", tinyResNet)
 	if err != nil {
 		t.Fatal(err)
@@ -193,21 +194,37 @@ func TestLoadWeightsErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := models.InitWeights(g, 1)
+	return g, models.InitWeights(g, 1)
+}
+
+// loadsAs writes written, loads it for g and checks that every weight
+// comes back in g's type with want's bytes.
+func loadsAs(t *testing.T, g *models.Graph, written, want *models.Bundle, what string) {
+	t.Helper()
 	var buf bytes.Buffer
-	if err := models.WriteSafetensors(&buf, good); err != nil {
+	if err := models.WriteSafetensors(&buf, written); err != nil {
 		t.Fatal(err)
 	}
 	got, err := models.LoadWeights(g, bytes.NewReader(buf.Bytes()))
 	if err != nil {
-		t.Fatalf("loading what InitWeights wrote: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	for _, w := range g.Weights() {
 		a, _ := got.Get(w.Name)
-		b, _ := good.Get(w.Name)
-		if !bytes.Equal(a.Raw, b.Raw) {
-			t.Fatalf("%s changed on a round trip", w.Name)
+		b, _ := want.Get(w.Name)
+		if a.DType != w.DType || !bytes.Equal(a.Raw, b.Raw) {
+			t.Fatalf("%s: %s loaded as %s, not the model's values in %s", what, w.Name, a.DType, w.DType)
 		}
+	}
+}
+
+// Weights of the wrong model, shape or type are refused naming the tensor.
+func TestLoadWeightsErrors(t *testing.T) {
+	g, good := tinyWeights(t)
+	loadsAs(t, g, good, good, "a round trip of what InitWeights wrote")
+	var buf bytes.Buffer
+	if err := models.WriteSafetensors(&buf, good); err != nil {
+		t.Fatal(err)
 	}
 	mutate := func(f func(b *models.Bundle)) []byte {
 		b := &models.Bundle{Metadata: good.Metadata}
@@ -264,36 +281,13 @@ var tinyResNet = models.ResNetConfig{Blocks: [4]int{1, 1, 1, 1}, Image: 32, Widt
 // (f32 biases, as exported from an f32 model) loads, each value rounded to
 // the model's type.
 func TestLoadWeightsConvertsFloatTypes(t *testing.T) {
-	m, err := models.NewResNet("tiny", tinyResNet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := m.Graph(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	good := models.InitWeights(g, 1)
+	g, good := tinyWeights(t)
 	wide := &models.Bundle{Metadata: good.Metadata}
 	for _, d := range good.Tensors() {
 		if d.DType == kernels.BF16 {
-			wide.Add(models.NewData(d.Name, kernels.F32, d.Shape, d.Values()))
-			continue
+			d = models.NewData(d.Name, kernels.F32, d.Shape, d.Values())
 		}
 		wide.Add(d)
 	}
-	var buf bytes.Buffer
-	if err := models.WriteSafetensors(&buf, wide); err != nil {
-		t.Fatal(err)
-	}
-	got, err := models.LoadWeights(g, bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatalf("an f32 bundle for a bf16 model: %v", err)
-	}
-	for _, w := range g.Weights() {
-		a, _ := got.Get(w.Name)
-		b, _ := good.Get(w.Name)
-		if a.DType != w.DType || !bytes.Equal(a.Raw, b.Raw) {
-			t.Fatalf("%s: loaded as %s, not the model's values in %s", w.Name, a.DType, w.DType)
-		}
-	}
+	loadsAs(t, g, wide, good, "an f32 bundle for a bf16 model")
 }

@@ -91,14 +91,7 @@ const TagBLAS = "blas"
 func (k *Kernel) HasTag(tag string) bool { return slices.Contains(k.Tags, tag) }
 
 // InPlace reports whether the kernel carries TagInPlace.
-func (k *Kernel) InPlace() bool {
-	for _, t := range k.Tags {
-		if t == TagInPlace {
-			return true
-		}
-	}
-	return false
-}
+func (k *Kernel) InPlace() bool { return k.HasTag(TagInPlace) }
 
 // Duration is the kernel's median solo duration.
 func (k *Kernel) Duration() time.Duration {

@@ -144,15 +144,8 @@ func openBLAS(names []string) (*blasLib, error) {
 			ErrNoBLAS, strings.Join(names, ", "), strings.Join(errs, "; "), BLASEnv, BLASEnv)
 	}
 	l := &blasLib{name: name}
-	var missing []string
-	sym := func(p *uintptr, s string) {
-		f, err := purego.Dlsym(h, s)
-		if err != nil || f == 0 {
-			missing = append(missing, s)
-			return
-		}
-		*p = f
-	}
+	syms := symbols{lib: h}
+	sym := syms.need
 	sym(&l.create, "cublasLtCreate")
 	sym(&l.destroy, "cublasLtDestroy")
 	sym(&l.descCreate, "cublasLtMatmulDescCreate")
@@ -167,8 +160,8 @@ func openBLAS(names []string) (*blasLib, error) {
 	sym(&l.heuristic, "cublasLtMatmulAlgoGetHeuristic")
 	sym(&l.matmul, "cublasLtMatmul")
 	sym(&l.getVersion, "cublasLtGetVersion")
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: %s lacks %s (need cuBLASLt 11.4 or newer)", ErrNoBLAS, name, strings.Join(missing, ", "))
+	if len(syms.missing) > 0 {
+		return nil, fmt.Errorf("%w: %s lacks %s (need cuBLASLt 11.4 or newer)", ErrNoBLAS, name, strings.Join(syms.missing, ", "))
 	}
 	r, _, _ := purego.SyscallN(l.getVersion)
 	l.version = int(r)

@@ -132,7 +132,7 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 		}
 	}
 	defer func() {
-		if ws != 0 && (len(d.graphs) == 0 || d.graphs[len(d.graphs)-1].ws != ws) {
+		if ws != 0 { // not handed to a graph
 			_ = d.Free(ws)
 		}
 	}()
@@ -161,6 +161,7 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 		capErr = check("cuGraphInstantiateWithFlags", d.drv.call(g.cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&exec)), graph, 0))
 		if capErr == nil {
 			d.graphs = append(d.graphs, graphRec{exec: exec, ctx: c, events: evs, live: true, ws: ws})
+			ws = 0
 		}
 	}
 	if graph != 0 {

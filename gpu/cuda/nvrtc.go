@@ -62,21 +62,31 @@ func dlopenFirst(names []string) (h uintptr, name string, errs []string) {
 	return 0, "", errs
 }
 
+// symbols resolves entry points of one library, collecting the names it
+// lacks.
+type symbols struct {
+	lib     uintptr
+	missing []string
+}
+
+// need stores name's address at p, or records name as missing.
+func (s *symbols) need(p *uintptr, name string) {
+	f, err := purego.Dlsym(s.lib, name)
+	if err != nil || f == 0 {
+		s.missing = append(s.missing, name)
+		return
+	}
+	*p = f
+}
+
 func openNVRTC(names []string) (*nvrtcLib, error) {
 	h, name, errs := dlopenFirst(names)
 	if h == 0 {
 		return nil, fmt.Errorf("%w (%s)", ErrNoNVRTC, strings.Join(errs, "; "))
 	}
 	l := &nvrtcLib{name: name}
-	var missing []string
-	sym := func(p *uintptr, s string) {
-		f, err := purego.Dlsym(h, s)
-		if err != nil || f == 0 {
-			missing = append(missing, s)
-			return
-		}
-		*p = f
-	}
+	syms := symbols{lib: h}
+	sym := syms.need
 	sym(&l.nvrtcGetErrorString, "nvrtcGetErrorString")
 	sym(&l.nvrtcVersion, "nvrtcVersion")
 	sym(&l.nvrtcCreateProgram, "nvrtcCreateProgram")
@@ -88,8 +98,8 @@ func openNVRTC(names []string) (*nvrtcLib, error) {
 	sym(&l.nvrtcGetPTXSize, "nvrtcGetPTXSize")
 	sym(&l.nvrtcGetCUBIN, "nvrtcGetCUBIN")
 	sym(&l.nvrtcGetCUBINSize, "nvrtcGetCUBINSize")
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: %s lacks %s (need NVRTC 11.1 or newer)", ErrNoNVRTC, name, strings.Join(missing, ", "))
+	if len(syms.missing) > 0 {
+		return nil, fmt.Errorf("%w: %s lacks %s (need NVRTC 11.1 or newer)", ErrNoNVRTC, name, strings.Join(syms.missing, ", "))
 	}
 	if r := l.call(l.nvrtcVersion, uintptr(unsafe.Pointer(&l.major)), uintptr(unsafe.Pointer(&l.minor))); r != 0 {
 		return nil, fmt.Errorf("%w: nvrtcVersion failed (%d)", ErrNoNVRTC, r)
