@@ -57,8 +57,8 @@ func (e *engineImpl) readyWhenStarted(on *sched.Online) {
 		return
 	}
 	if on.StartErr() == nil && e.loop() == on && !e.closing.Load() {
+		e.ready.Store(true) // before failed is cleared: see onStopped
 		e.failed.Store(nil)
-		e.ready.Store(true)
 	}
 }
 
@@ -144,10 +144,12 @@ func (e *engineImpl) keepStats(on *sched.Online) {
 
 // onStopped runs when a scheduler loop has returned.
 func (e *engineImpl) onStopped(on *sched.Online) {
-	e.ready.Store(false)
+	// failed before ready: a request that finds the engine not ready must
+	// also find why (restarting), or it is told the engine is closing.
 	if err := on.Err(); err != nil {
 		e.failed.Store(&err)
 	}
+	e.ready.Store(false)
 }
 
 func (e *engineImpl) unavailable() error {
