@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -108,9 +109,20 @@ type Model struct {
 // them: clients send the image as the file's input (float32 NCHW), which
 // the engine transposes into atoll's bf16 NHWC "input".
 type ONNXIO struct {
-	Input   string
+	Input string
+	// An image model's input: float32 [N, C, H, W].
 	C, H, W int
-	Output  string
+	// Tokens: the input is integer token ids [N, Seq] in [0, Vocab) (a
+	// BERT-family encoder).
+	Tokens     bool
+	Seq, Vocab int
+	Output     string
+	// OutShape is one sample's output shape as the file has it (nil: the
+	// graph's output shape).
+	OutShape []int
+	// Notes say where the import approximates the file (GELU's form,
+	// layernorm's epsilon, folded tables).
+	Notes []string
 }
 
 // ONNXIO is the file's input and output for an imported model, nil for a
@@ -290,3 +302,51 @@ func EmbeddingParams(g kernels.Gather) int {
 
 // LayerNormParams is 2·Cols (scale and shift).
 func LayerNormParams(l kernels.LayerNorm) int { return 2 * l.Cols }
+
+// ErrInput is wrapped by GraphInput's errors: a value the model cannot
+// take (a token id out of the vocabulary, a non-finite pixel, a wrong count).
+var ErrInput = errors.New("models: bad input")
+
+// GraphInput converts one request's input as the ONNX file has it —
+// float32 [N, C, H, W] for an image model, integer token ids [N, Seq] for
+// an encoder — into g's input (bf16 NHWC image, or I32 ids), checking every
+// value on the way.
+func (io *ONNXIO) GraphInput(g *Graph, vals []float64) (*Bundle, error) {
+	gt, _ := g.Tensor(g.Inputs[0])
+	n := g.Batch
+	if io.Tokens {
+		if len(vals) != n*io.Seq {
+			return nil, fmt.Errorf("%w: input %q has %d values; shape [%d %d] needs %d", ErrInput, io.Input, len(vals), n, io.Seq, n*io.Seq)
+		}
+		for i, v := range vals {
+			if v != math.Trunc(v) || v < 0 || v >= float64(io.Vocab) {
+				return nil, fmt.Errorf("%w: input %q value %d is %v; it must be a token id in [0, %d)", ErrInput, io.Input, i, v, io.Vocab)
+			}
+		}
+		b := &Bundle{}
+		b.Add(NewData(gt.Name, gt.DType, gt.Shape, vals))
+		return b, nil
+	}
+	c, h, w := io.C, io.H, io.W
+	if len(vals) != n*c*h*w {
+		return nil, fmt.Errorf("%w: input %q has %d values; shape [%d %d %d %d] needs %d", ErrInput, io.Input, len(vals), n, c, h, w, n*c*h*w)
+	}
+	nhwc := make([]float64, len(vals))
+	for b := range n {
+		for ch := range c {
+			for y := range h {
+				for x := range w {
+					i := ((b*c+ch)*h+y)*w + x
+					v := vals[i]
+					if math.IsNaN(v) || math.IsInf(v, 0) {
+						return nil, fmt.Errorf("%w: input %q value %d is %v; send finite numbers", ErrInput, io.Input, i, v)
+					}
+					nhwc[((b*h+y)*w+x)*c+ch] = v
+				}
+			}
+		}
+	}
+	b := &Bundle{}
+	b.Add(NewData(gt.Name, gt.DType, gt.Shape, nhwc))
+	return b, nil
+}

@@ -97,13 +97,16 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 	for i := range g.Inputs {
 		if _, ok := init[g.Inputs[i].Name]; !ok {
 			if input != nil {
-				return Model{}, nil, fmt.Errorf("%w: the graph has several inputs (%q, %q); atoll imports image models with one", ErrONNX, input.Name, g.Inputs[i].Name)
+				return Model{}, nil, fmt.Errorf("%w: the graph has several inputs (%q, %q); atoll imports models with one (an image, or token ids: export without attention_mask and token_type_ids)", ErrONNX, input.Name, g.Inputs[i].Name)
 			}
 			input = &g.Inputs[i]
 		}
 	}
 	if input == nil {
 		return Model{}, nil, fmt.Errorf("%w: the graph has no input", ErrONNX)
+	}
+	if len(input.Shape) == 2 && (input.ElemType == onnx.Int64 || input.ElemType == onnx.Int32) {
+		return fromONNXEncoder(name, om, init, input)
 	}
 	if len(input.Shape) != 4 || input.Shape[1].Value <= 0 || input.Shape[2].Value <= 0 || input.Shape[3].Value <= 0 {
 		return Model{}, nil, fmt.Errorf("%w: input %q has shape %v; want an image [N, C, H, W] with static C, H and W", ErrONNX, input.Name, dimsString(input.Shape))
@@ -312,7 +315,15 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 						axes = append(axes, int64(v))
 					}
 				}
-				if !slices.Equal(axes, []int64{2, 3}) && !slices.Equal(axes, []int64{-2, -1}) {
+				norm := make([]int64, len(axes)) // negative axes count from the end of [N, C, H, W]
+				for i, a := range axes {
+					norm[i] = a
+					if a < 0 {
+						norm[i] = a + 4
+					}
+				}
+				slices.Sort(norm)
+				if !slices.Equal(norm, []int64{2, 3}) {
 					return Model{}, nil, bad(n, "axes %v: atoll takes the mean over H and W (axes 2, 3) only", axes)
 				}
 			}

@@ -23,6 +23,7 @@ const (
 	Int8     = 3
 	Int32    = 6
 	Int64    = 7
+	Bool     = 9
 	Float16  = 10
 	Double   = 11
 	BFloat16 = 16
@@ -79,7 +80,7 @@ type Attr struct {
 }
 
 // Tensor is a decoded TensorProto with its values as float64 (every type
-// this package decodes fits; int64 beyond 2⁵³ is refused).
+// this package decodes fits; integers beyond ±2⁵³ are clamped to it: exporters write INT64_MAX for "to the end").
 type Tensor struct {
 	Name     string
 	Dims     []int64
@@ -413,10 +414,7 @@ func (d *decoder) tensor(b []byte) (*Tensor, error) {
 			if t.DataType == Int32 {
 				v = int64(int32(v))
 			}
-			if v > 1<<53 || v < -(1<<53) {
-				return nil, fmt.Errorf("%w: tensor %q: integer %d does not fit", ErrFormat, t.Name, v)
-			}
-			t.Values[i] = float64(v)
+			t.Values[i] = intValue(v)
 		}
 	case doubles != nil:
 		t.Values = doubles
@@ -455,9 +453,16 @@ func (d *decoder) external(name string, kv map[string]string) ([]byte, error) {
 	return data[off : off+length], nil
 }
 
+// intValue is an integer as a Value: exact within ±2⁵³, clamped beyond
+// (exporters write INT64_MAX for "to the end" in Slice; the clamp keeps
+// that meaning).
+func intValue(v int64) float64 {
+	return float64(max(min(v, 1<<53), -(1<<53)))
+}
+
 // fromRaw decodes little-endian raw_data.
 func fromRaw(t *Tensor, raw []byte, n int) ([]float64, error) {
-	size := map[int32]int{Float: 4, Uint8: 1, Int8: 1, Int32: 4, Int64: 8, Float16: 2, Double: 8, BFloat16: 2}[t.DataType]
+	size := map[int32]int{Float: 4, Uint8: 1, Int8: 1, Bool: 1, Int32: 4, Int64: 8, Float16: 2, Double: 8, BFloat16: 2}[t.DataType]
 	if size == 0 {
 		return nil, fmt.Errorf("%w: tensor %q: element type %s is not supported (want FLOAT, FLOAT16, BFLOAT16, DOUBLE or an integer type)", ErrFormat, t.Name, TypeName(t.DataType))
 	}
@@ -472,18 +477,14 @@ func fromRaw(t *Tensor, raw []byte, n int) ([]float64, error) {
 			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(p)))
 		case Double:
 			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(p))
-		case Uint8:
+		case Uint8, Bool:
 			out[i] = float64(p[0])
 		case Int8:
 			out[i] = float64(int8(p[0]))
 		case Int32:
 			out[i] = float64(int32(binary.LittleEndian.Uint32(p)))
 		case Int64:
-			v := int64(binary.LittleEndian.Uint64(p))
-			if v > 1<<53 || v < -(1<<53) {
-				return nil, fmt.Errorf("%w: tensor %q: integer %d does not fit", ErrFormat, t.Name, v)
-			}
-			out[i] = float64(v)
+			out[i] = intValue(int64(binary.LittleEndian.Uint64(p)))
 		case BFloat16:
 			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(p)) << 16))
 		case Float16:
