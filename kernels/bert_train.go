@@ -407,7 +407,7 @@ func bertTrainSpec(op Op, k *kspec) (ok bool, err error) {
 		}
 		k.tensors = []TensorSpec{t("dY", Input), t("X", Input), f32("gamma", o.Cols, Weight), t("dX", Output), f32("rowstats", 2*o.Rows, Output)}
 		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(layerNormEps)
+			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(LayerNormEps)
 		}
 	case LNGradPartial:
 		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {

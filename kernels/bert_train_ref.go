@@ -53,7 +53,7 @@ func bertTrainReference(op Op, in func(int) []float64) (out [][]float64, ok bool
 			for _, e := range xr {
 				v += (e - mean) * (e - mean)
 			}
-			rstd := 1 / math.Sqrt(v/n+layerNormEps)
+			rstd := 1 / math.Sqrt(v/n+LayerNormEps)
 			a, b := 0.0, 0.0
 			for j := range o.Cols {
 				g := dr[j] * gamma[j]

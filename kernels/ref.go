@@ -121,7 +121,7 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 			for _, e := range row {
 				v += (e - mean) * (e - mean)
 			}
-			rstd := 1 / math.Sqrt(v/float64(o.Cols)+layerNormEps)
+			rstd := 1 / math.Sqrt(v/float64(o.Cols)+LayerNormEps)
 			for j, e := range row {
 				y[r*o.Cols+j] = (e-mean)*rstd*g[j] + be[j]
 			}

@@ -473,7 +473,7 @@ func spec(op Op) (*kspec, error) {
 			{Name: "Y", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
 		}
 		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(layerNormEps)
+			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(LayerNormEps)
 		}
 	case Softmax:
 		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
@@ -569,8 +569,9 @@ func spec(op Op) (*kspec, error) {
 	return k, nil
 }
 
-// layerNormEps is the epsilon of LayerNorm (PyTorch's default).
-const layerNormEps = 1e-5
+// LayerNormEps is the epsilon every LayerNorm kernel adds to the variance
+// (PyTorch's default).
+const LayerNormEps = 1e-5
 
 // Tensors lists the buffers op's kernel reads and writes, in the order
 // Buffers holds them.

@@ -562,9 +562,9 @@ type encoder struct {
 }
 
 type encLayer struct {
-	attn               *encNode
-	out, f1, f2        *encNode
-	attnLN, ffnLN      *encNode
+	attn          *encNode
+	out, f1, f2   *encNode
+	attnLN, ffnLN *encNode
 }
 
 // recognizeEncoder walks back from the output and checks that the network

@@ -457,7 +457,7 @@ func (d *decoder) external(name string, kv map[string]string) ([]byte, error) {
 // (exporters write INT64_MAX for "to the end" in Slice; the clamp keeps
 // that meaning).
 func intValue(v int64) float64 {
-	return float64(max(min(v, 1<<53), -(1<<53)))
+	return float64(max(min(v, 1<<53), -(1 << 53)))
 }
 
 // fromRaw decodes little-endian raw_data.
