@@ -36,6 +36,13 @@ var ONNXOps = map[string]string{
 	"Dropout":            "dropped (inference)",
 	"Identity":           "dropped",
 	"Constant":           "read as an initializer",
+	"LayerNormalization": "encoders (token-id input): a BERT layer's layernorm",
+	"Softmax":            "encoders: attention probabilities",
+	"Gather":             "encoders: the word embedding, the first token for a pooler; on constants and shapes: computed at import",
+	"Transpose":          "encoders: splitting and merging attention heads",
+	"Erf":                "encoders: GELU (run as its tanh approximation)",
+	"Tanh":               "encoders: the pooler",
+	"Shape":              "computed at import, like every node of constants and shapes (Slice, Concat, Unsqueeze, Where, Expand, Range, Cast, ...)",
 }
 
 // onnxVal is a tensor of the imported graph: spatial [N,H,W,C] in atoll's
@@ -85,6 +92,13 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 		init[t.Name] = t
 	}
 	for _, n := range g.Nodes {
+		// The TorchScript exporter writes one initializer for equal ones
+		// and an Identity per copy.
+		if n.OpType == "Identity" && len(n.Inputs) == 1 && len(n.Outputs) == 1 && init[n.Inputs[0]] != nil {
+			t := *init[n.Inputs[0]]
+			t.Name = n.Outputs[0]
+			init[t.Name] = &t
+		}
 		if n.OpType == "Constant" && len(n.Outputs) == 1 {
 			if a, ok := n.Attrs["value"]; ok && a.T != nil {
 				t := *a.T
@@ -164,7 +178,7 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 		if n.Domain != "" && n.Domain != "ai.onnx" {
 			return Model{}, nil, bad(n, "operator domain %q: atoll maps the standard domain only", n.Domain)
 		}
-		if n.OpType == "Constant" {
+		if n.OpType == "Constant" || (n.OpType == "Identity" && len(n.Inputs) == 1 && init[n.Inputs[0]] != nil) {
 			continue
 		}
 		if len(n.Outputs) == 0 {
@@ -470,10 +484,14 @@ func emitONNX(b *builder, n int, order []*onnxOp, input string, h, w, c int, res
 				In: bf16, Bias: true, BiasType: bf16, Act: op.act, Residual: op.resid != ""}
 			names[op.out] = b.conv(op.name, x, cv, get(op.resid))
 		case "depthwise":
-			dw := kernels.Depthwise{N: n, H: iv.h, W: iv.w, C: iv.c, R: op.r, S: op.s, Stride: op.stride, Pad: op.pad, In: bf16, Act: op.act}
+			// The depthwise kernel has no bias operand: the folded batch
+			// norm's shift and the activation follow as a bias_act.
+			dw := kernels.Depthwise{N: n, H: iv.h, W: iv.w, C: iv.c, R: op.r, S: op.s, Stride: op.stride, Pad: op.pad, In: bf16}
+			pre := b.act(op.name+".dw", bf16, n, ov.h, ov.w, ov.c)
+			b.op(op.name+".dw", dw, dw.C*dw.R*dw.S, []string{x}, []string{b.weight(op.name+".weight", bf16, op.r, op.s, iv.c)}, []string{pre})
+			ba := kernels.Elementwise{Name: "bias_act", Elems: n * ov.h * ov.w * ov.c, Inputs: 1, Outputs: 1, In: bf16, Act: op.act, Cols: ov.c}
 			out := b.act(op.name, bf16, n, ov.h, ov.w, ov.c)
-			b.op(op.name, dw, DepthwiseParams(dw), []string{x},
-				[]string{b.weight(op.name+".weight", bf16, op.r, op.s, iv.c), b.weight(op.name+".bias", kernels.F32, iv.c)}, []string{out})
+			b.op(op.name, ba, iv.c, []string{pre}, []string{b.weight(op.name+".bias", kernels.F32, iv.c)}, []string{out})
 			names[op.out] = out
 		case "pool":
 			p := kernels.Pool{N: n, H: iv.h, W: iv.w, C: iv.c, R: op.r, S: op.s, Stride: op.stride, Pad: op.pad, Max: op.max, In: bf16}

@@ -205,8 +205,8 @@ func TestFromONNXMatchesANaiveEvaluation(t *testing.T) {
 	for _, l := range g.Layers {
 		kinds = append(kinds, l.Op.Kernel())
 	}
-	if len(g.Layers) != 7 {
-		t.Errorf("%d layers (%v), want 7: conv1 (+BN, ReLU), conv2 (+residual, ReLU), maxpool, depthwise (+ReLU6), proj, avgpool, fc", len(g.Layers), kinds)
+	if len(g.Layers) != 8 {
+		t.Errorf("%d layers (%v), want 8: conv1 (+BN, ReLU), conv2 (+residual, ReLU), maxpool, depthwise, its bias (+ReLU6), proj, avgpool, fc", len(g.Layers), kinds)
 	}
 	// The same image in NCHW for the naive evaluation and NHWC (bf16) for
 	// atoll's reference.

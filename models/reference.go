@@ -186,7 +186,10 @@ func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 		if err != nil {
 			return nil, err
 		}
-		bias := w(1)
+		bias := make([]float64, o.C)
+		if len(l.W) > 1 {
+			bias = w(1)
+		}
 		for i := range y[0] {
 			y[0][i] = Activate(y[0][i]+bias[i%o.C], o.Act)
 		}

@@ -40,8 +40,8 @@ func (m *engModel) check(req *InferRequest) (*models.Bundle, error) {
 			return nil, err
 		}
 	}
-	if m.nchw != nil {
-		return m.checkNCHW(req)
+	if m.onnx != nil {
+		return m.checkONNX(req)
 	}
 	b := &models.Bundle{}
 	for _, t := range req.Inputs {
@@ -111,39 +111,22 @@ func (m *engModel) checkRaw(t Tensor, gt models.Tensor, n int) (*models.Data, er
 	return d, nil
 }
 
-// checkNCHW is check's value part for an imported model: one float32 image
-// [N, C, H, W] under the file's input name, transposed into the graph's
-// NHWC input.
-func (m *engModel) checkNCHW(req *InferRequest) (*models.Bundle, error) {
-	ti, io := m.info.Inputs[0], m.nchw
-	t := req.Inputs[0] // checkAgainst: the one input, named, typed and shaped as ti
-	n, c, h, w := m.graph.Batch, io.C, io.H, io.W
+// checkONNX is check's value part for an imported model: one input as the
+// file has it (float32 [N, C, H, W], or integer token ids [N, Seq]),
+// converted into the graph's input by models.ONNXIO.GraphInput, which
+// checks every value.
+func (m *engModel) checkONNX(req *InferRequest) (*models.Bundle, error) {
+	t := req.Inputs[0] // checkAgainst: the one input, named, typed and shaped as the model's
 	vals := t.Data
-	if t.Raw != nil { // the binary extension's bytes, little-endian float32
-		if len(t.Raw) != 4*n*c*h*w {
-			return nil, fmt.Errorf("%w: input %q has %d bytes; shape %v needs %d", ErrBadInput, t.Name, len(t.Raw), ti.Shape, 4*n*c*h*w)
-		}
-		vals = kernels.Decode(kernels.F32, t.Raw)
-	}
-	if len(vals) != n*c*h*w {
-		return nil, fmt.Errorf("%w: input %q has %d values; shape %v needs %d", ErrBadInput, t.Name, len(vals), ti.Shape, n*c*h*w)
-	}
-	nhwc := make([]float64, len(vals))
-	for b := range n {
-		for ch := range c {
-			for y := range h {
-				for x := range w {
-					v := vals[((b*c+ch)*h+y)*w+x]
-					if math.IsNaN(v) || math.IsInf(v, 0) {
-						return nil, fmt.Errorf("%w: input %q value %d is %v; send finite numbers", ErrBadInput, t.Name, ((b*c+ch)*h+y)*w+x, v)
-					}
-					nhwc[((b*h+y)*w+x)*c+ch] = v
-				}
-			}
+	if t.Raw != nil { // the binary extension's bytes, little-endian
+		var err error
+		if vals, err = decodeRaw(t.Datatype, int64(len(t.Raw))/max(1, rawSize[t.Datatype]), t.Raw, true); err != nil {
+			return nil, fmt.Errorf("%w: input %q: %w", ErrBadInput, t.Name, err)
 		}
 	}
-	gt, _ := m.graph.Tensor(m.graph.Inputs[0])
-	b := &models.Bundle{}
-	b.Add(models.NewData(gt.Name, gt.DType, gt.Shape, nhwc))
+	b, err := m.onnx.GraphInput(m.graph, vals)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
 	return b, nil
 }

@@ -156,7 +156,7 @@ type engModel struct {
 	graph    *models.Graph
 	weights  *models.Bundle // sim: the reference's weights
 	own      *models.Bundle // an imported model's weights (nil: InitWeights)
-	nchw     *models.ONNXIO // an imported model's file input and output (nil: the graph's)
+	onnx     *models.ONNXIO // an imported model's file input and output (nil: the graph's)
 	hp, be   int            // client indices
 	maxQueue int
 	depth    [2]atomic.Int32 // HP, BE accepted and not finished
@@ -391,10 +391,18 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		m.info.Outputs = []TensorInfo{{Name: g.Output, Datatype: engDatatype(out.DType), Shape: engShape(out.Shape)}}
 		if io := src.ONNXIO(); io != nil {
 			// An imported model speaks its file's input and output:
-			// float32 NCHW in (check transposes it), float32 out.
-			m.nchw = io
+			// float32 NCHW images (check transposes them) or INT64 token
+			// ids in, float32 out in the file's shape.
+			m.onnx = io
 			m.info.Inputs = []TensorInfo{{Name: io.Input, Datatype: "FP32", Shape: []int64{int64(mc.Batch), int64(io.C), int64(io.H), int64(io.W)}}}
+			if io.Tokens {
+				m.info.Inputs = []TensorInfo{{Name: io.Input, Datatype: "INT64", Shape: []int64{int64(mc.Batch), int64(io.Seq)}}}
+				m.intMax[io.Input] = io.Vocab
+			}
 			m.info.Outputs[0].Name, m.info.Outputs[0].Datatype = io.Output, "FP32"
+			if io.OutShape != nil {
+				m.info.Outputs[0].Shape = append([]int64{int64(mc.Batch)}, engShape(io.OutShape)...)
+			}
 		}
 		m.hp = len(ocfg.HP)
 		ocfg.HP = append(ocfg.HP, sched.OnlineClient{Name: mc.Name, Profile: prof})

@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -588,5 +590,68 @@ func TestEngineServesAnONNXFile(t *testing.T) {
 	bad.Inputs = []server.Tensor{{Name: "input", Datatype: "BF16", Shape: []int64{1, 8, 8, 3}, Data: nhwc}}
 	if _, err := e.Infer(context.Background(), &bad); !errors.Is(err, server.ErrBadInput) || !strings.Contains(err.Error(), `inputs are "x"`) {
 		t.Errorf("an NHWC request: %v, want ErrBadInput naming x", err)
+	}
+}
+
+// TestEngineServesAnONNXEncoder: an exported DistilBERT (PyTorch's
+// TorchScript exporter, tools/onnx/export.py) is served under its file's
+// names — INT64 token ids in, its float32 last hidden states out in the
+// file's [N, S, H] shape — and answers what onnxruntime computed for the
+// same ids, by JSON and by raw little-endian bytes; an id outside the
+// vocabulary is refused naming the range.
+func TestEngineServesAnONNXEncoder(t *testing.T) {
+	leakCheck(t)
+	const path = "../models/testdata/onnx/legacy/tiny-distilbert"
+	e, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Seed: engSeed, Workers: 2,
+		Models: []server.EngineModel{{Zoo: path + ".onnx"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	info := modelInfo(t, e, "tiny-distilbert")
+	if in, out := info.Inputs[0], info.Outputs[0]; in.Name != "input_ids" || in.Datatype != "INT64" || !slices.Equal(in.Shape, []int64{1, 16}) ||
+		out.Name != "last_hidden_state" || !slices.Equal(out.Shape, []int64{1, 16, 32}) {
+		t.Fatalf("served as %+v -> %+v; want the file's input_ids INT64 [1 16] -> last_hidden_state [1 16 32]", in, out)
+	}
+	f, err := os.Open(path + ".ref.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := models.ReadSafetensors(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := ref.Get("input.input_ids")
+	want, _ := ref.Get("output.last_hidden_state")
+	raw := make([]byte, 8*len(ids.Values()))
+	for i, v := range ids.Values() {
+		binary.LittleEndian.PutUint64(raw[8*i:], uint64(int64(v)))
+	}
+	for _, in := range []server.Tensor{
+		{Name: "input_ids", Datatype: "INT64", Shape: []int64{1, 16}, Data: ids.Values()},
+		{Name: "input_ids", Datatype: "INT64", Shape: []int64{1, 16}, Raw: raw},
+	} {
+		req := &server.InferRequest{ID: "r", Model: "tiny-distilbert", Arrived: time.Now(), Inputs: []server.Tensor{in}}
+		res, err := e.Infer(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := models.RelErr(res.Outputs[0].Data, want.Values()); e > 2e-2 {
+			t.Errorf("served output differs from onnxruntime's by %.3g (raw %v)", e, in.Raw != nil)
+		}
+	}
+	bad := slices.Clone(ids.Values())
+	bad[3] = 100 // the vocabulary is 100 ids
+	req := &server.InferRequest{ID: "r", Model: "tiny-distilbert", Arrived: time.Now(),
+		Inputs: []server.Tensor{{Name: "input_ids", Datatype: "INT64", Shape: []int64{1, 16}, Data: bad}}}
+	if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrBadInput) || !strings.Contains(err.Error(), "[0, 100)") {
+		t.Errorf("token id 100: %v, want ErrBadInput naming [0, 100)", err)
 	}
 }

@@ -110,8 +110,16 @@ func showImported(e *env, paths []string) error {
 			return err
 		}
 		io := m.ONNXIO()
-		fmt.Fprintf(e.stdout, "%d layers, %d parameters (weights from the file), %.2f GFLOP per image; served input %q FP32 [N %d %d %d] (NCHW, as in the file), output %q FP32\n",
-			len(g.Layers), models.Params(g.Layers), models.FLOPs(g.Layers)/1e9, io.Input, io.C, io.H, io.W, io.Output)
+		if io.Tokens {
+			fmt.Fprintf(e.stdout, "%d layers, %d parameters (weights from the file), %.2f GFLOP per sequence; served input %q INT64 [N %d] (token ids in [0, %d)), output %q FP32 [N %v]\n",
+				len(g.Layers), models.Params(g.Layers), models.FLOPs(g.Layers)/1e9, io.Input, io.Seq, io.Vocab, io.Output, strings.Trim(fmt.Sprint(io.OutShape), "[]"))
+		} else {
+			fmt.Fprintf(e.stdout, "%d layers, %d parameters (weights from the file), %.2f GFLOP per image; served input %q FP32 [N %d %d %d] (NCHW, as in the file), output %q FP32\n",
+				len(g.Layers), models.Params(g.Layers), models.FLOPs(g.Layers)/1e9, io.Input, io.C, io.H, io.W, io.Output)
+		}
+		for _, n := range io.Notes {
+			fmt.Fprintf(e.stdout, "note: %s\n", n)
+		}
 	}
 	return nil
 }
