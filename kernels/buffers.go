@@ -22,6 +22,37 @@ type Tensor struct {
 // Buffers are an op's tensors on one device, in the order Tensors(op) gives.
 type Buffers struct {
 	T []Tensor
+	// Fast: Reference computes GEMMs and convolutions with MatMulFast
+	// (float32 fused multiply-adds, as a GPU does) instead of the plain
+	// loop's float64 order — for serving on the CPU, not for checks.
+	Fast bool
+	// Pack, with Fast, keeps the weight operands of products packed
+	// across calls (a serving executor's weights do not change).
+	Pack *PackCache
+	// Alloc, when set, gives Reference its outputs and scratch (n zeroed
+	// values; make's contract): a serving executor reuses memory across
+	// requests instead of faulting in fresh pages for each.
+	Alloc func(n int) []float64
+}
+
+// make is n zeroed values from b.Alloc, or from make.
+func (b Buffers) make(n int) []float64 {
+	if b.Alloc != nil {
+		return b.Alloc(n)
+	}
+	return make([]float64, n)
+}
+
+// mm is the matrix product Reference uses for b, whose operand w (a·w) is
+// tensor i.
+func (b Buffers) mm(i int) func(c, a, w []float64, m, n, k int) {
+	switch {
+	case !b.Fast:
+		return matmul
+	case b.Pack != nil && b.T[i].Role == Weight:
+		return func(c, a, w []float64, m, n, k int) { matmulFast(c, a, b.Pack.get(w, k, n), m) }
+	}
+	return MatMulFast
 }
 
 // Ptrs returns the device pointers in order.

@@ -587,7 +587,7 @@ func TestReferences(t *testing.T) {
 	for _, g := range []convGeom{{n: 2, h: 7, w: 6, c: 3, oc: 4, r: 3, s: 3, st: 2, pad: 1}, {n: 1, h: 5, w: 5, c: 2, oc: 3, r: 1, s: 1, st: 1}} {
 		g.oh, g.ow = (g.h+2*g.pad-g.r)/g.st+1, (g.w+2*g.pad-g.s)/g.st+1
 		x, w, dy := vec(g.n*g.h*g.w*g.c), vec(g.r*g.s*g.c*g.oc), vec(g.n*g.oh*g.ow*g.oc)
-		y := refConvFwd(g, x, w, nil, nil, ActNone)
+		y := refConvFwd(Buffers{}, g, x, w, nil, nil, ActNone)
 		a, b, c := dot(y, dy), dot(x, refConvDgrad(g, dy, w)), dot(w, refConvWgrad(g, x, dy))
 		if math.Abs(a-b) > 1e-9*math.Abs(a)+1e-12 || math.Abs(a-c) > 1e-9*math.Abs(a)+1e-12 {
 			t.Errorf("conv adjoint identity broken: %g %g %g", a, b, c)
@@ -596,12 +596,12 @@ func TestReferences(t *testing.T) {
 	// A 1x1 convolution is a GEMM.
 	g := convGeom{n: 2, h: 3, w: 4, c: 5, oc: 6, r: 1, s: 1, st: 1, oh: 3, ow: 4}
 	x, w, bias := vec(2*3*4*5), vec(5*6), vec(6)
-	if e := RelErr(refConvFwd(g, x, w, bias, nil, ActReLU), refGEMM(x, w, bias, nil, 1, 24, 6, 5, ActReLU)); e > 1e-12 {
+	if e := RelErr(refConvFwd(Buffers{}, g, x, w, bias, nil, ActReLU), refGEMM(Buffers{}, x, w, bias, nil, 1, 24, 6, 5, ActReLU)); e > 1e-12 {
 		t.Errorf("1x1 conv vs GEMM: %g", e)
 	}
 	// GEMM entry against its definition.
 	a, bm := vec(3*4*5), vec(3*5*2)
-	c := refGEMM(a, bm, nil, nil, 3, 4, 2, 5, ActNone)
+	c := refGEMM(Buffers{}, a, bm, nil, nil, 3, 4, 2, 5, ActNone)
 	if want := dot(a[2*20+3*5:2*20+4*5], []float64{bm[2*10+1], bm[2*10+3], bm[2*10+5], bm[2*10+7], bm[2*10+9]}); math.Abs(c[2*8+3*2+1]-want) > 1e-12 {
 		t.Errorf("GEMM[2][3][1] = %g, want %g", c[2*8+7], want)
 	}

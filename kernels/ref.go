@@ -31,7 +31,7 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 		if o.Bias {
 			bias = in(3)
 		}
-		return [][]float64{refGEMM(in(0), in(1), bias, nil, o.batch(), o.M, o.N, o.K, o.Act)}, nil
+		return [][]float64{refGEMM(b, in(0), in(1), bias, nil, o.batch(), o.M, o.N, o.K, o.Act)}, nil
 	case Conv2D:
 		oh, ow := o.Out()
 		c := convGeom{n: o.N, h: o.H, w: o.W, c: o.C, oc: o.OutC, r: o.R, s: o.S, st: max(o.Stride, 1), pad: o.Pad, oh: oh, ow: ow}
@@ -52,11 +52,11 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 		if o.Residual {
 			resid = in(i)
 		}
-		return [][]float64{refConvFwd(c, in(0), in(1), bias, resid, o.Act)}, nil
+		return [][]float64{refConvFwd(b, c, in(0), in(1), bias, resid, o.Act)}, nil
 	case Depthwise:
 		oh, ow := o.Out()
 		x, w := in(0), in(1)
-		y := make([]float64, o.outputs())
+		y := b.make(o.outputs())
 		st := max(o.Stride, 1)
 		for n := 0; n < o.N; n++ {
 			for oy := 0; oy < oh; oy++ {
@@ -80,7 +80,7 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 	case Elementwise:
 		code, a, _ := ewCode(o)
 		n := o.Elems
-		out := make([]float64, n)
+		out := b.make(n)
 		switch code {
 		case ewBiasAct:
 			x, bias, cols := in(0), in(1), o.cols()
@@ -100,7 +100,7 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 		case ewSGD:
 			w, g, m := in(0), in(1), in(2)
 			lr, mu := o.lrMomentum()
-			m2 := make([]float64, n)
+			m2 := b.make(n)
 			for i := range out {
 				m2[i] = float64(mu)*m[i] + g[i]
 				out[i] = w[i] - float64(lr)*m2[i]
@@ -110,8 +110,8 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 		return [][]float64{out}, nil
 	case LayerNorm:
 		x, g, be := in(0), in(1), in(2)
-		y := make([]float64, len(x))
-		for r := 0; r < o.Rows; r++ {
+		y := b.make(len(x))
+		eachRow(o.Rows, 8*len(x), func(r int) { // rows are independent
 			row := x[r*o.Cols : (r+1)*o.Cols]
 			mean, v := 0.0, 0.0
 			for _, e := range row {
@@ -125,12 +125,12 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 			for j, e := range row {
 				y[r*o.Cols+j] = (e-mean)*rstd*g[j] + be[j]
 			}
-		}
+		})
 		return [][]float64{y}, nil
 	case Softmax:
 		x := in(0)
-		y := make([]float64, len(x))
-		for r := 0; r < o.Rows; r++ {
+		y := b.make(len(x))
+		eachRow(o.Rows, 32*len(x), func(r int) { // rows are independent
 			row := x[r*o.Cols : (r+1)*o.Cols]
 			mx := math.Inf(-1)
 			for _, e := range row {
@@ -143,12 +143,12 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 			for j, e := range row {
 				y[r*o.Cols+j] = math.Exp(e-mx) / s
 			}
-		}
+		})
 		return [][]float64{y}, nil
 	case Pool:
 		oh, ow := o.Out()
 		x := in(0)
-		y := make([]float64, o.outputs())
+		y := b.make(o.outputs())
 		st := max(o.Stride, 1)
 		for n := 0; n < o.N; n++ {
 			for oy := 0; oy < oh; oy++ {
@@ -182,7 +182,7 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 		return [][]float64{y}, nil
 	case Reduce:
 		x := in(0)
-		out := make([]float64, o.Rows)
+		out := b.make(o.Rows)
 		for r := range out {
 			s := 0.0
 			for j := 0; j < o.Cols; j++ {
@@ -197,7 +197,7 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 	case Gather:
 		table, idx := in(0), in(1)
 		v := o.vocab()
-		out := make([]float64, o.Rows*o.Cols)
+		out := b.make(o.Rows * o.Cols)
 		for r := 0; r < o.Rows; r++ {
 			id := int(idx[r])
 			if id < 0 || id >= v {
@@ -242,8 +242,9 @@ func act(x float64, a Act) float64 {
 // refGEMM: C[z][i][j] = act(sum A[z][i][p] B[z][p][j] + bias[j] + resid).
 // Rows are split across the CPUs; each row sums in the same order
 // whatever the split.
-func refGEMM(a, b, bias, resid []float64, batch, m, n, k int, ac Act) []float64 {
-	c := make([]float64, batch*m*n)
+func refGEMM(env Buffers, a, b, bias, resid []float64, batch, m, n, k int, ac Act) []float64 {
+	c := env.make(batch * m * n)
+	matmul := env.mm(1)
 	for z := range batch {
 		matmul(c[z*m*n:][:m*n], a[z*m*k:][:m*k], b[z*k*n:][:k*n], m, n, k)
 	}
@@ -253,15 +254,22 @@ func refGEMM(a, b, bias, resid []float64, batch, m, n, k int, ac Act) []float64 
 
 // epilogue applies bias (per column of n), residual and activation in place.
 func epilogue(c []float64, n int, bias, resid []float64, ac Act) {
-	for i, v := range c {
-		if bias != nil {
-			v += bias[i%n]
-		}
-		if resid != nil {
-			v += resid[i]
-		}
-		c[i] = act(v, ac)
+	cost := 2 // the work estimate eachRow splits by: a tanh is dear
+	if ac == ActGELU || ac == ActTanh {
+		cost = 64
 	}
+	eachRow(len(c)/n, cost*len(c), func(r int) {
+		for i := r * n; i < (r+1)*n; i++ {
+			v := c[i]
+			if bias != nil {
+				v += bias[i%n]
+			}
+			if resid != nil {
+				v += resid[i]
+			}
+			c[i] = act(v, ac)
+		}
+	})
 }
 
 // eachRow calls row(r) for r in [0, rows), split across the CPUs when the
@@ -350,9 +358,9 @@ func (g convGeom) convBack(wgrad bool, a, dy, dst []float64) {
 // padding) times the weights [R·S·C][O], so each output sums its taps in
 // (r, s) order, channels in order. A padding tap adds 0·w = ±0, which leaves
 // every finite sum as it was.
-func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
+func refConvFwd(env Buffers, g convGeom, x, w, bias, resid []float64, a Act) []float64 {
 	rows, kk := g.n*g.oh*g.ow, g.r*g.s*g.c
-	patches := make([]float64, rows*kk)
+	patches := env.make(rows * kk)
 	for n := 0; n < g.n; n++ {
 		for oy := 0; oy < g.oh; oy++ {
 			for ox := 0; ox < g.ow; ox++ {
@@ -369,8 +377,8 @@ func refConvFwd(g convGeom, x, w, bias, resid []float64, a Act) []float64 {
 			}
 		}
 	}
-	y := make([]float64, rows*g.oc)
-	matmul(y, patches, w, rows, g.oc, kk)
+	y := env.make(rows * g.oc)
+	env.mm(1)(y, patches, w, rows, g.oc, kk)
 	epilogue(y, g.oc, bias, resid, a)
 	return y
 }

@@ -90,7 +90,7 @@ func TestConvFwdIsThePlainLoop(t *testing.T) {
 	} {
 		g.oh, g.ow = (g.h+2*g.pad-g.r)/g.st+1, (g.w+2*g.pad-g.s)/g.st+1
 		x, w := matRand(r, g.n*g.h*g.w*g.c), matRand(r, g.r*g.s*g.c*g.oc)
-		sameBits(t, "conv", refConvFwd(g, x, w, nil, nil, ActNone), naiveConv(g, x, w))
+		sameBits(t, "conv", refConvFwd(Buffers{}, g, x, w, nil, nil, ActNone), naiveConv(g, x, w))
 	}
 }
 

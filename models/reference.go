@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 
 	"atoll/kernels"
 )
@@ -29,26 +31,100 @@ type Activations map[string][]float64
 // It is a naive loop nest: meant for reduced configurations in tests and
 // for single images of the full models (ResNet-50 at batch 1 takes seconds).
 func Reference(g *Graph, weights, inputs *Bundle) (Activations, error) {
+	p, err := Prepare(g, weights, false)
+	if err != nil {
+		return nil, err
+	}
+	return p.Run(inputs)
+}
+
+// Prepared is a graph with its weights checked and decoded once, to run
+// many forward passes: what a daemon on the simulator computes each
+// request's outputs with.
+type Prepared struct {
+	g      *Graph
+	base   Activations        // weights, and optimizer state at zero
+	pack   *kernels.PackCache // fast mode: the weights packed for MatMulFast
+	arenas sync.Pool          // fast mode: *arena, one per concurrent Output
+}
+
+// Prepare checks weights against g and decodes them. With fast, GEMMs,
+// convolutions and attention products run in float32 with fused
+// multiply-adds (kernels.MatMulFast: a GPU's arithmetic, several times the
+// plain loop's speed) — for serving; Reference, which checks use, keeps
+// the plain loop's float64 sums.
+func Prepare(g *Graph, weights *Bundle, fast bool) (*Prepared, error) {
 	if err := CheckBundle(g, weights, KindWeight); err != nil {
 		return nil, err
 	}
+	p := &Prepared{g: g, base: Activations{}}
+	if fast {
+		p.pack = &kernels.PackCache{}
+	}
+	for _, d := range weights.Tensors() {
+		p.base[d.Name] = d.Values()
+	}
+	for _, t := range g.Tensors {
+		if t.Kind == KindState { // optimizer state: zero at the first step, as on the device
+			p.base[t.Name] = make([]float64, t.Elems())
+		}
+	}
+	return p, nil
+}
+
+// Run runs one forward pass from inputs (checked with CheckBundle first)
+// and returns every tensor computed, the inputs and weights included (the
+// weights' values are shared between runs: read them, do not write them).
+// Runs may proceed concurrently.
+func (p *Prepared) Run(inputs *Bundle) (Activations, error) {
+	g := p.g
 	if err := CheckBundle(g, inputs, KindInput); err != nil {
 		return nil, err
 	}
-	vals := Activations{}
-	for _, d := range weights.Tensors() {
-		vals[d.Name] = d.Values()
+	var env *refEnv
+	if p.pack != nil {
+		env = &refEnv{pack: p.pack}
+	}
+	return p.run(inputs, env)
+}
+
+// Output runs one forward pass like Run and returns only g's output (a
+// copy). In fast mode its memory comes from an arena kept for the next
+// call, so a stream of requests does not fault in fresh pages each time.
+func (p *Prepared) Output(inputs *Bundle) ([]float64, error) {
+	var env *refEnv
+	if p.pack != nil {
+		a, _ := p.arenas.Get().(*arena)
+		if a == nil {
+			a = &arena{}
+		}
+		defer func() {
+			a.reset()
+			p.arenas.Put(a)
+		}()
+		env = &refEnv{pack: p.pack, arena: a}
+	}
+	vals, err := p.run(inputs, env)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(vals[p.g.Output]), nil
+}
+
+func (p *Prepared) run(inputs *Bundle, env *refEnv) (Activations, error) {
+	g := p.g
+	if err := CheckBundle(g, inputs, KindInput); err != nil {
+		return nil, err
+	}
+	vals := make(Activations, len(p.base)+len(g.Layers)+len(inputs.Tensors()))
+	for k, v := range p.base {
+		vals[k] = v
 	}
 	for _, d := range inputs.Tensors() {
 		vals[d.Name] = d.Values()
 	}
-	for _, t := range g.Tensors {
-		if t.Kind == KindState { // optimizer state: zero at the first step, as on the device
-			vals[t.Name] = make([]float64, t.Elems())
-		}
-	}
 	for i, l := range g.Layers {
-		outs, err := ReferenceLayer(g, l, vals)
+		outs, err := referenceLayer(g, l, vals, env)
 		if err != nil {
 			return nil, fmt.Errorf("models: %s reference, layer %d (%s): %w", g.Model, i, l.Name, err)
 		}
@@ -65,6 +141,68 @@ func Reference(g *Graph, weights, inputs *Bundle) (Activations, error) {
 // device runner uses it for layers the device cannot run (run.Instance's
 // host glue).
 func ReferenceLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+	return referenceLayer(g, l, vals, nil)
+}
+
+// refEnv is how a prepared fast run computes: products by
+// kernels.MatMulFast with the weights packed once, memory from the run's
+// arena (when it has one). A nil *refEnv is the plain reference.
+type refEnv struct {
+	pack  *kernels.PackCache
+	arena *arena
+}
+
+// make is n zeroed values.
+func (e *refEnv) make(n int) []float64 {
+	if e == nil || e.arena == nil {
+		return make([]float64, n)
+	}
+	return e.arena.alloc(n)
+}
+
+// buffers is the kernels.Buffers of a layer with n operands under e.
+func (e *refEnv) buffers(n int) kernels.Buffers {
+	b := kernels.Buffers{T: make([]kernels.Tensor, n)}
+	if e != nil {
+		b.Fast, b.Pack = true, e.pack
+		if e.arena != nil {
+			b.Alloc = e.arena.alloc
+		}
+	}
+	return b
+}
+
+// arena hands out zeroed float64 slices from chunks kept across runs;
+// reset makes them all free again. One run (one goroutine) uses it at a
+// time.
+type arena struct {
+	chunks   [][]float64
+	cur, off int
+}
+
+const arenaChunk = 1 << 20 // values: 8 MiB
+
+func (a *arena) alloc(n int) []float64 {
+	for a.cur < len(a.chunks) {
+		c := a.chunks[a.cur]
+		if a.off+n <= len(c) {
+			s := c[a.off : a.off+n : a.off+n]
+			a.off += n
+			clear(s)
+			return s
+		}
+		a.cur, a.off = a.cur+1, 0
+	}
+	c := make([]float64, max(n, arenaChunk))
+	a.chunks = append(a.chunks, c)
+	a.cur, a.off = len(a.chunks)-1, n
+	return c[:n:n]
+}
+
+func (a *arena) reset() { a.cur, a.off = 0, 0 }
+
+// referenceLayer is ReferenceLayer under env.
+func referenceLayer(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64, error) {
 	for _, n := range l.In {
 		if _, ok := vals[n]; !ok {
 			return nil, fmt.Errorf("%w: layer %s: no value for input %q", ErrNoReference, l.Name, n)
@@ -75,7 +213,7 @@ func ReferenceLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 			return nil, fmt.Errorf("%w: layer %s: no value for weight %q", ErrNoReference, l.Name, n)
 		}
 	}
-	outs, err := refLayer(g, l, vals)
+	outs, err := refLayer(g, l, vals, env)
 	if err != nil {
 		return nil, err
 	}
@@ -96,9 +234,7 @@ func ReferenceLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 func Round(d kernels.DType, v []float64) []float64 {
 	switch d {
 	case kernels.BF16:
-		for i, x := range v {
-			v[i] = float64(kernels.BF16ToF32(kernels.F32ToBF16(float32(x))))
-		}
+		kernels.RoundBF16(v)
 	case kernels.F16:
 		for i, x := range v {
 			v[i] = float64(kernels.F16ToF32(kernels.F32ToF16(float32(x))))
@@ -111,7 +247,7 @@ func Round(d kernels.DType, v []float64) []float64 {
 	return v
 }
 
-func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+func refLayer(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64, error) {
 	in := func(i int) []float64 { return vals[l.In[i]] }
 	w := func(i int) []float64 { return vals[l.W[i]] }
 	switch l.Glue {
@@ -122,7 +258,7 @@ func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 		t, _ := g.Tensor(l.Out[0])
 		n, c := t.Shape[0], t.Shape[1]
 		hw := r.Cols
-		out := make([]float64, n*c)
+		out := env.make(n * c)
 		for img := range n {
 			for p := range hw {
 				row := x[(img*hw+p)*c:][:c]
@@ -136,7 +272,7 @@ func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 		}
 		return [][]float64{out}, nil
 	case GlueAttnScores, GlueAttnContext:
-		return refAttention(g, l, vals)
+		return refAttention(g, l, vals, env)
 	case GlueCLSRows:
 		gm := l.Op.(kernels.GEMM)
 		x := in(0)
@@ -160,7 +296,7 @@ func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 			h := t.Shape[1]
 			ids, _ := g.Tensor(g.Inputs[0])
 			seq := ids.Shape[1]
-			out := make([]float64, len(x))
+			out := env.make(len(x))
 			for i := range out {
 				tok, j := i/h, i%h
 				out[i] = x[i] + pos[(tok%seq)*h+j]
@@ -171,7 +307,7 @@ func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 			return [][]float64{out}, nil
 		case "tanh":
 			x := in(0)
-			out := make([]float64, len(x))
+			out := env.make(len(x))
 			for i, v := range x {
 				out[i] = math.Tanh(v)
 			}
@@ -182,7 +318,7 @@ func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 		// the activation.
 		nb := o
 		nb.Act = kernels.ActNone
-		y, err := refKernel(g, Layer{Name: l.Name, Op: nb, In: l.In, W: l.W[:1], Out: l.Out}, vals)
+		y, err := refKernel(g, Layer{Name: l.Name, Op: nb, In: l.In, W: l.W[:1], Out: l.Out}, vals, env)
 		if err != nil {
 			return nil, err
 		}
@@ -195,11 +331,11 @@ func refLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 		}
 		return y, nil
 	}
-	return refKernel(g, l, vals)
+	return refKernel(g, l, vals, env)
 }
 
 // refKernel runs kernels.Reference on the layer's operands.
-func refKernel(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+func refKernel(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64, error) {
 	names, dropped, err := Operands(g, l)
 	if err != nil {
 		if errors.Is(err, kernels.ErrUnsupported) {
@@ -211,7 +347,7 @@ func refKernel(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 		return nil, fmt.Errorf("%w: %s has no operand for %v", ErrNoReference, l.Op.Kernel(), dropped)
 	}
 	specs, _ := kernels.Tensors(l.Op)
-	bufs := kernels.Buffers{T: make([]kernels.Tensor, len(specs))}
+	bufs := env.buffers(len(specs))
 	for i, s := range specs {
 		bufs.T[i] = kernels.Tensor{TensorSpec: s}
 		if s.Role == kernels.Input || s.Role == kernels.Weight {
@@ -227,7 +363,11 @@ func refKernel(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 
 // refAttention computes the attention GEMMs per (sequence, head) from the
 // fused QKV projection [tokens, 3·h] laid out [tokens][3][heads][d].
-func refAttention(g *Graph, l Layer, vals Activations) ([][]float64, error) {
+func refAttention(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64, error) {
+	matmul := kernels.MatMul
+	if env != nil {
+		matmul = kernels.MatMulFast
+	}
 	gm := l.Op.(kernels.GEMM)
 	qkvName := l.In[len(l.In)-1]
 	qkv := vals[qkvName]
@@ -246,7 +386,7 @@ func refAttention(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 	// order (over d for the scores, over the keys for the context).
 	case GlueAttnScores:
 		scale := 1 / math.Sqrt(float64(d))
-		out := make([]float64, batch*seq*seq)
+		out := env.make(batch * seq * seq)
 		q, kt := make([]float64, seq*d), make([]float64, d*seq)
 		for b := range batch {
 			img, head := b/heads, b%heads
@@ -257,7 +397,7 @@ func refAttention(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 				}
 			}
 			s := out[b*seq*seq:][:seq*seq]
-			kernels.MatMul(s, q, kt, seq, seq, d)
+			matmul(s, q, kt, seq, seq, d)
 			for i := range s {
 				s[i] *= scale
 			}
@@ -265,7 +405,7 @@ func refAttention(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 		return [][]float64{out}, nil
 	default: // context: P·V, heads merged
 		p := vals[l.In[0]]
-		out := make([]float64, tokens*h)
+		out := env.make(tokens * h)
 		v, c := make([]float64, seq*d), make([]float64, seq*d)
 		for b := range batch {
 			img, head := b/heads, b%heads
@@ -275,7 +415,7 @@ func refAttention(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 				}
 			}
 			clear(c)
-			kernels.MatMul(c, p[b*seq*seq:][:seq*seq], v, seq, d, seq)
+			matmul(c, p[b*seq*seq:][:seq*seq], v, seq, d, seq)
 			for i := range seq {
 				copy(out[(img*seq+i)*h+head*d:][:d], c[i*d:][:d])
 			}

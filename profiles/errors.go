@@ -88,8 +88,8 @@ func (e *MismatchError) Error() string {
 	if e.Kernel >= 0 {
 		where = fmt.Sprintf("kernels[%d] (%q).%s", e.Kernel, e.Name, e.Field)
 	}
-	return fmt.Sprintf("profiles: profile %s bs%d on %s does not match: %s: the model has %s, the profile %s (re-profile the model, or use the profile made for it)",
-		e.Model, e.Batch, e.GPU, where, e.Want, e.Got)
+	return fmt.Sprintf("profiles: profile %s bs%d on %s does not match: %s: the model has %s, the profile %s (re-profile the model on that GPU: atoll profile --model %s --batch %d; or use the profile made for it)",
+		e.Model, e.Batch, e.GPU, where, e.Want, e.Got, e.Model, e.Batch)
 }
 
 func (e *MismatchError) Unwrap() error { return ErrMismatch }

@@ -63,7 +63,7 @@ func ExampleLookup() {
 	fmt.Println(profiles.Check(p, models.Ops(layers), gpu.H200))
 	fmt.Println(p.Source, len(p.Kernels) == len(layers))
 	// Output:
-	// profiles: profile resnet50 bs1 on H100-SXM does not match: gpu: the model has "H200", the profile "H100-SXM" (re-profile the model, or use the profile made for it)
+	// profiles: profile resnet50 bs1 on H100-SXM does not match: gpu: the model has "H200", the profile "H100-SXM" (re-profile the model on that GPU: atoll profile --model resnet50 --batch 1; or use the profile made for it)
 	// measured true
 }
 

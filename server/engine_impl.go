@@ -154,7 +154,7 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (Engine, error) {
 type engModel struct {
 	info     ModelInfo
 	graph    *models.Graph
-	weights  *models.Bundle // sim: the reference's weights
+	ref      *models.Prepared // sim: computes outputs on the CPU (weights decoded and packed once; float32 fused products)
 	own      *models.Bundle // an imported model's weights (nil: InitWeights)
 	onnx     *models.ONNXIO // an imported model's file input and output (nil: the graph's)
 	hp, be   int            // client indices
@@ -410,9 +410,12 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		ocfg.BE = append(ocfg.BE, sched.OnlineClient{Name: mc.Name + "/be", Profile: prof})
 		m.own = src.Weights()
 		if cfg.Backend == "sim" && !cfg.Instances {
-			m.weights = m.own
-			if m.weights == nil {
-				m.weights = models.InitWeights(g, cfg.Seed)
+			w := m.own
+			if w == nil {
+				w = models.InitWeights(g, cfg.Seed)
+			}
+			if m.ref, err = models.Prepare(g, w, true); err != nil {
+				return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, mc.Name, err)
 			}
 		}
 		e.models = append(e.models, m)

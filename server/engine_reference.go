@@ -2,8 +2,6 @@ package server
 
 import (
 	"fmt"
-
-	"atoll/models"
 )
 
 func (e *engineImpl) refWorker() {
@@ -16,18 +14,18 @@ func (e *engineImpl) refWorker() {
 
 // engReference computes a request's outputs on the CPU (simulator). It is
 // the only place request inputs become float64 on the raw fast path:
-// models.Reference decodes the bundle's bytes (Data.Values) itself.
+// the prepared executor decodes the bundle's bytes (Data.Values) itself.
 func engReference(c *engCall) (out []float64, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: CPU reference of %s panicked: %v", ErrInternal, c.m.info.Name, p)
 		}
 	}()
-	acts, err := models.Reference(c.m.graph, c.m.weights, c.inputs)
+	out, err = c.m.ref.Output(c.inputs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: CPU reference of %s: %w", ErrInternal, c.m.info.Name, err)
 	}
-	return acts[c.m.graph.Output], nil
+	return out, nil
 }
 
 func (e *engineImpl) stopWorkers() {
