@@ -155,9 +155,9 @@ type engModel struct {
 	info     ModelInfo
 	graph    *models.Graph
 	ref      *models.Prepared // sim: computes outputs on the CPU (weights decoded and packed once; float32 fused products)
-	own      *models.Bundle // an imported model's weights (nil: InitWeights)
-	onnx     *models.ONNXIO // an imported model's file input and output (nil: the graph's)
-	hp, be   int            // client indices
+	own      *models.Bundle   // an imported model's weights (nil: InitWeights)
+	onnx     *models.ONNXIO   // an imported model's file input and output (nil: the graph's)
+	hp, be   int              // client indices
 	maxQueue int
 	depth    [2]atomic.Int32 // HP, BE accepted and not finished
 	// svc is a moving average of the time each HP request holds the
