@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDocumentedDaemonCommandsRun runs the documented `atoll serve`,
+// `atoll load` and `atoll jobs` lines that need no GPU, from a binary built
+// from this tree, on the simulator: each serve line starts as written (on
+// a free port instead of its own) and must become ready; each load and
+// jobs line runs as written against one daemon serving the models and jobs
+// those lines name, with --url pointed at it and a load's --duration and
+// --timeout cut to 2 s (a documented 60 s soak stays a soak in the docs;
+// here it must start, send and report). net.onnx is a small exported CNN (the ONNX fixtures);
+// arrivals.txt a short trace. Lines with --config name the reader's file
+// and are left to TestServeConfig's coverage.
+func TestDocumentedDaemonCommandsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts daemons on the simulator")
+	}
+	bin := buildAtoll(t)
+	dir := t.TempDir()
+	onnx, err := os.ReadFile("../../models/testdata/onnx/legacy/tiny-cnn.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "net.onnx"), onnx, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "arrivals.txt"), []byte("0\n100ms\n200ms\n300ms\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "ATOLL_PROFILES="+t.TempDir())
+	run := func(d docCommand, args []string) {
+		var out, errb bytes.Buffer
+		c := exec.Command(bin, args...)
+		c.Dir, c.Env, c.Stdout, c.Stderr = dir, env, &out, &errb
+		start := time.Now()
+		if err := c.Run(); err != nil {
+			t.Errorf("%s:%d: %q: %v:\n%s%s", d.file, d.line, d.text, err, out.String(), errb.String())
+			return
+		}
+		t.Logf("%s:%d: ran in %v: %s", d.file, d.line, time.Since(start).Round(time.Millisecond), d.text)
+	}
+	var clients []docCommand
+	served, ran := 0, 0
+	for _, d := range documentedCommands(t) {
+		args := strings.Fields(strings.TrimSuffix(strings.TrimSpace(d.rest), "&"))
+		switch {
+		case d.cmd != "serve" && d.cmd != "load" && d.cmd != "jobs",
+			strings.Contains(d.rest, "--backend cuda"):
+			continue
+		case strings.Contains(d.rest, "--config"):
+			t.Logf("%s:%d: not run here (names the reader's config file): %s", d.file, d.line, d.text)
+			continue
+		case d.cmd == "serve":
+			addr := freeAddr(t)
+			args = setFlag(args, "--listen", addr)
+			stop := startDaemon(t, bin, dir, env, append([]string{"serve"}, args...))
+			if err := waitReady(addr, 90*time.Second); err != nil {
+				t.Errorf("%s:%d: %q: %v", d.file, d.line, d.text, err)
+			} else {
+				t.Logf("%s:%d: started and became ready: %s", d.file, d.line, d.text)
+				served++
+			}
+			stop()
+		default:
+			clients = append(clients, d)
+		}
+	}
+	// One daemon for the client lines: every model and job they name.
+	addr := freeAddr(t)
+	// Queues of 2: the simulator computes outputs on the CPU (0.2-0.3 s a
+	// request here), so the documented rates are mostly refused with 503
+	// and no backlog outlives a line.
+	stop := startDaemon(t, bin, dir, env, []string{"serve", "--listen", addr,
+		"--model", "resnet50:1:HP:2", "--model", "mobilenetv2:1:HP:2", "--job", "vgg19:1", "--job", "resnet50-train:32"})
+	defer stop()
+	if err := waitReady(addr, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range clients {
+		args := strings.Fields(d.rest)
+		args = setFlag(args, "--url", "http://"+addr)
+		if d.cmd == "load" {
+			if !hasFlag(args, "--trace") {
+				args = setFlag(args, "--duration", "2s")
+			}
+			args = setFlag(args, "--timeout", "2s")
+		}
+		run(d, append([]string{d.cmd}, args...))
+		ran++
+	}
+	t.Logf("%d serve lines started, %d load and jobs lines ran", served, ran)
+	if served < 3 || ran < 5 {
+		t.Errorf("only %d serve and %d client lines: the selection is broken", served, ran)
+	}
+}
+
+
+// setFlag sets flag to value in args (replacing its value, or appending).
+func setFlag(args []string, flag, value string) []string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			args[i+1] = value
+			return args
+		}
+		if strings.HasPrefix(a, flag+"=") {
+			args[i] = flag + "=" + value
+			return args
+		}
+	}
+	return append(args, flag, value)
+}
+
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startDaemon starts atoll with args in dir and returns a stop that sends
+// it SIGTERM and waits (killing it after 20 s).
+func startDaemon(t *testing.T, bin, dir string, env, args []string) func() {
+	t.Helper()
+	var logs bytes.Buffer
+	c := exec.Command(bin, args...)
+	c.Dir, c.Env, c.Stdout, c.Stderr = dir, env, &logs, &logs
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	stopped := false
+	return func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = c.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("atoll %s: %v\n%s", strings.Join(args, " "), err, logs.String())
+			}
+		case <-time.After(20 * time.Second):
+			_ = c.Process.Kill()
+			t.Errorf("atoll %s did not stop within 20 s of SIGTERM\n%s", strings.Join(args, " "), logs.String())
+		}
+	}
+}
+
+// waitReady polls the daemon's readiness until it answers 200.
+func waitReady(addr string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/v2/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready at %s within %v", addr, limit)
+}
