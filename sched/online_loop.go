@@ -222,10 +222,12 @@ func (l *onlineLoop) wait(dctx, stopCtx context.Context, idle bool) error {
 				if err := dev.Wait(dctx, target); err != nil {
 					return l.waitErr(dctx, err)
 				}
-				return nil
 			}
-			// Caught up with the wall clock: sleep, but wake for a
-			// submission.
+			// Caught up with the wall clock: sleep until the next wake or
+			// the quantum (at most cfg.Quantum), but wake for a
+			// submission. Device events in between are seen at the next
+			// round; catching up in steps of the microseconds a round
+			// takes instead kept a core busy with nothing to do.
 			l.timer.Reset(until - target)
 			select {
 			case <-l.o.notify:
