@@ -90,23 +90,6 @@ func matmulFastGeneric(c, a []float64, pb *packedB, m int) {
 	})
 }
 
-// scratch32 lends float32 scratch (matmulFast's converted rows and
-// accumulators) so that a serving executor's products do not fault in
-// fresh pages each call.
-var scratch32 sync.Pool
-
-// getScratch32 is n float32 values, not zeroed; putScratch32 returns them.
-func getScratch32(n int) *[]float32 {
-	if v, ok := scratch32.Get().(*[]float32); ok && cap(*v) >= n {
-		*v = (*v)[:n]
-		return v
-	}
-	s := make([]float32, n)
-	return &s
-}
-
-func putScratch32(s *[]float32) { scratch32.Put(s) }
-
 // RoundBF16 rounds v to bfloat16 in place (as float64 values), split
 // across the CPUs when long.
 func RoundBF16(v []float64) {

@@ -2,7 +2,10 @@
 
 package kernels
 
-import "simd/archsimd"
+import (
+	"simd/archsimd"
+	"sync"
+)
 
 var fastOK = archsimd.X86.AVX512()
 
@@ -114,3 +117,20 @@ func toF64(dst []float64, src []float32) {
 	}
 	archsimd.ClearAVXUpperBits()
 }
+
+// scratch32 lends float32 scratch (matmulFast's converted rows and
+// accumulators) so that a serving executor's products do not fault in
+// fresh pages each call.
+var scratch32 sync.Pool
+
+// getScratch32 is n float32 values, not zeroed; putScratch32 returns them.
+func getScratch32(n int) *[]float32 {
+	if v, ok := scratch32.Get().(*[]float32); ok && cap(*v) >= n {
+		*v = (*v)[:n]
+		return v
+	}
+	s := make([]float32, n)
+	return &s
+}
+
+func putScratch32(s *[]float32) { scratch32.Put(s) }

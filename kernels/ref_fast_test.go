@@ -1,7 +1,6 @@
 package kernels_test
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -29,26 +28,5 @@ func TestMatMulFastMatchesMatMul(t *testing.T) {
 		if e := kernels.RelErr(got, want); e > 1e-6 {
 			t.Errorf("%dx%dx%d: relative error %.3g, want ≤ 1e-6", m, n, k, e)
 		}
-	}
-}
-
-// BenchmarkMatMulFast: BERT's feed-forward product at sequence 128 and a
-// ResNet-50 3x3 convolution's im2col product at batch 1 (GFLOP/s).
-func BenchmarkMatMulFast(b *testing.B) {
-	for _, s := range [][3]int{{128, 3072, 768}, {3136, 64, 576}} {
-		m, n, k := s[0], s[1], s[2]
-		b.Run(fmt.Sprintf("%dx%dx%d", m, n, k), func(b *testing.B) {
-			a, w, c := make([]float64, m*k), make([]float64, k*n), make([]float64, m*n)
-			for i := range a {
-				a[i] = float64(i%7) - 3
-			}
-			for i := range w {
-				w[i] = float64(i%5) - 2
-			}
-			for b.Loop() {
-				kernels.MatMulFast(c, a, w, m, n, k)
-			}
-			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
 	}
 }

@@ -48,16 +48,7 @@ func runTorchRef(t *testing.T, py string, g *models.Graph, w, in *models.Bundle)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("ref.py: %v\n%s", err, out)
 	}
-	f, err := os.Open(op)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b, err := models.ReadSafetensors(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return readBundle(t, op)
 }
 
 // The CPU reference against PyTorch (float32, the network rebuilt by
