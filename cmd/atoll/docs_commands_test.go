@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -190,13 +192,34 @@ func TestDocumentedCommandsRun(t *testing.T) {
 	}
 }
 
-// buildAtoll builds this tree's atoll, without the race detector, into the
-// test's temporary directory and returns its path: what a user runs.
+// buildAtoll builds this tree's atoll, without the race detector, and
+// returns its path: what a user runs. The tests that run it share one
+// build (TestMain removes it).
 func buildAtoll(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "atoll")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "atoll-bin-"); built.err != nil {
+			return
+		}
+		built.path = filepath.Join(built.dir, "atoll")
+		if out, err := exec.Command("go", "build", "-o", built.path, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.path
+}
+
+var built struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+func removeBuiltAtoll() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
 }

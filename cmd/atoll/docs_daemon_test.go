@@ -107,7 +107,6 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 	}
 }
 
-
 // setFlag sets flag to value in args (replacing its value, or appending).
 func setFlag(args []string, flag, value string) []string {
 	for i, a := range args {

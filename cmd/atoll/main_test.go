@@ -14,6 +14,10 @@ import (
 // TestMain lets testscript run the atoll command in-process as "atoll".
 // Every test sees an empty profile store of its own (never the user's).
 func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
 	if os.Getenv(profiles.StoreEnv) == "" {
 		dir, err := os.MkdirTemp("", "atoll-profiles-")
 		if err != nil {
@@ -22,9 +26,10 @@ func TestMain(m *testing.M) {
 		os.Setenv(profiles.StoreEnv, dir)
 		defer os.RemoveAll(dir)
 	}
-	testscript.Main(m, map[string]func(){
-		"atoll": func() {
-			os.Exit(run(context.Background(), &env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
+	defer removeBuiltAtoll()
+	return testscript.RunMain(m, map[string]func() int{
+		"atoll": func() int {
+			return run(context.Background(), &env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
 		},
 	})
 }
