@@ -9,7 +9,26 @@ import "sync"
 // reference's checks use MatMul, whose sums are the plain loop's bit for
 // bit. Results differ from MatMul by float32 accumulation (relative 1e-6
 // per element for sums of a few thousand terms).
-func MatMulFast(c, a, b []float64, m, n, k int) { matmulFast(c, a, packB(b, k, n), m) }
+func MatMulFast(c, a, b []float64, m, n, k int) {
+	pb := packBInto(lendPanels(k, n), b, k, n)
+	matmulFast(c, a, pb, m)
+	returnPanels(pb)
+}
+
+// panelPool lends MatMulFast its packed copy of B (an activation, packed
+// per call: attention's products), so a serving executor's per-request
+// products do not fault in fresh pages.
+var panelPool sync.Pool
+
+func lendPanels(k, n int) []float32 {
+	size := (n + fastNC - 1) / fastNC * k * fastNC
+	if v, ok := panelPool.Get().(*[]float32); ok && cap(*v) >= size {
+		return (*v)[:size]
+	}
+	return make([]float32, size)
+}
+
+func returnPanels(pb *packedB) { panelPool.Put(&pb.p) }
 
 // fastNC is the column panel of matmulFast: a panel of B over fastKC rows
 // (fastKC·fastNC float32) stays in L1 while rows of A stream past it.
@@ -32,8 +51,12 @@ func (pb *packedB) panel(j int) []float32 { return pb.p[j*pb.k*fastNC : (j+1)*pb
 
 // packB packs row-major b (k×n), the panels split across the CPUs.
 func packB(b []float64, k, n int) *packedB {
-	pb := &packedB{k: k, n: n}
-	pb.p = make([]float32, pb.panels()*k*fastNC)
+	return packBInto(make([]float32, (n+fastNC-1)/fastNC*k*fastNC), b, k, n)
+}
+
+// packBInto is packB into dst (of the packed size).
+func packBInto(dst []float32, b []float64, k, n int) *packedB {
+	pb := &packedB{k: k, n: n, p: dst}
 	inParts(pb.panels(), 4*k*n, func(j0, j1 int) {
 		for j := j0; j < j1; j++ {
 			c0 := j * fastNC
@@ -41,6 +64,7 @@ func packB(b []float64, k, n int) *packedB {
 			dst := pb.panel(j)
 			for r := range k {
 				toF32(dst[r*fastNC:r*fastNC+w], b[r*n+c0:r*n+c0+w])
+				clear(dst[r*fastNC+w : (r+1)*fastNC]) // a lent buffer's padding
 			}
 		}
 	})
