@@ -1,12 +1,14 @@
 package models_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"atoll/models"
+	"atoll/models/onnx"
 )
 
 // TestONNXExportsMatchONNXRuntime imports small models exported by
@@ -78,4 +80,49 @@ func readBundle(t *testing.T, path string) *models.Bundle {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestONNXEncoderRefusals: what an encoder import cannot run is refused
+// with an ErrONNX error naming the node (or the graph's inputs/outputs) and
+// what to do — an operator it does not map, a Softmax over another axis,
+// a second output, an attention_mask input.
+func TestONNXEncoderRefusals(t *testing.T) {
+	first := func(om *onnx.Model, op string) *onnx.Node {
+		for i := range om.Graph.Nodes {
+			if om.Graph.Nodes[i].OpType == op {
+				return &om.Graph.Nodes[i]
+			}
+		}
+		t.Fatalf("no %s node", op)
+		return nil
+	}
+	for _, c := range []struct {
+		name   string
+		mutate func(*onnx.Model)
+		want   string
+	}{
+		{"unmapped operator", func(om *onnx.Model) { first(om, "Erf").OpType = "Sin" }, "operator Sin is not mapped"},
+		{"softmax axis", func(om *onnx.Model) {
+			n := first(om, "Softmax")
+			n.Attrs["axis"] = onnx.Attr{Name: "axis", Type: 2, I: 1}
+		}, "Softmax over attention scores' last axis only"},
+		{"two outputs", func(om *onnx.Model) {
+			om.Graph.Outputs = append(om.Graph.Outputs, om.Graph.Outputs[0])
+		}, "export a module that returns one tensor"},
+		{"attention mask input", func(om *onnx.Model) {
+			om.Graph.Inputs = append(om.Graph.Inputs, onnx.ValueInfo{Name: "attention_mask", ElemType: onnx.Int64, Shape: om.Graph.Inputs[0].Shape})
+		}, "export without attention_mask"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			om, err := onnx.DecodeFile("testdata/onnx/legacy/tiny-bert.onnx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.mutate(om)
+			_, _, err = models.FromONNX("tiny-bert", om)
+			if !errors.Is(err, models.ErrONNX) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want ErrONNX saying %q", err, c.want)
+			}
+		})
+	}
 }

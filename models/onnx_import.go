@@ -128,7 +128,7 @@ func FromONNX(name string, om *onnx.Model) (Model, *Bundle, error) {
 	switch input.ElemType {
 	case 0, onnx.Float, onnx.Float16, onnx.BFloat16, onnx.Double:
 	default:
-		return Model{}, nil, fmt.Errorf("%w: input %q is %s; atoll imports image models with a floating-point input", ErrONNX, input.Name, onnx.TypeName(input.ElemType))
+		return Model{}, nil, fmt.Errorf("%w: input %q is %s; atoll imports image models with a floating-point input [N, C, H, W] and encoders with integer token ids [N, S]", ErrONNX, input.Name, onnx.TypeName(input.ElemType))
 	}
 	if d := input.Shape[0]; d.Param == "" && d.Value != 1 {
 		return Model{}, nil, fmt.Errorf("%w: input %q has a fixed batch of %d; export with a dynamic batch (dynamic_axes) or batch 1", ErrONNX, input.Name, d.Value)

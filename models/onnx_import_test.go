@@ -356,6 +356,14 @@ func TestONNXDecodeErrors(t *testing.T) {
 func FuzzONNXDecode(f *testing.F) {
 	f.Add(testONNX(rand.New(rand.NewPCG(1, 2))).Marshal())
 	f.Add([]byte{})
+	// Real exports (encoders: the folding and recognition paths).
+	for _, p := range []string{"testdata/onnx/legacy/tiny-bert.onnx", "testdata/onnx/legacy/tiny-distilbert.onnx"} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := onnx.Decode(data, "")
 		if err != nil {

@@ -37,8 +37,14 @@ weights:
 
 atoll maps image models (Conv with BatchNormalization, Relu, Clip(0, 6) and
 residual Add fused; depthwise Conv; MaxPool, AveragePool, GlobalAveragePool;
-Flatten; Gemm/MatMul) exported with a dynamic or unit batch; transformer
-graphs are not mapped yet.
+Flatten; Gemm/MatMul) exported with a dynamic or unit batch, and BERT-family
+encoders whose one input is token ids (BERT, DistilBERT as torch.onnx.export
+writes them, either exporter: export without attention_mask and with one
+output, e.g. the pooler's or the last hidden states; it prints where it
+approximates the file):
+
+  atoll models bert.onnx                       # 12 layers, hidden 768, ... or the node it cannot map
+  atoll serve --model bert.onnx                # takes the file's INT64 input_ids
 `
 
 func init() {
