@@ -441,11 +441,19 @@ func (d *driver) event() (gpu.Event, error) {
 	return e, nil
 }
 
+// stopErr is the error of a run its context stopped: how far into the run
+// (its span is Warmup + Duration after its start) and the device clock.
+func (d *driver) stopErr(err error) error {
+	now := d.dev.Now()
+	return fmt.Errorf("sched: run stopped %s after its start (of a %s span; device clock %s): %w",
+		us(now-d.trace.Start), us(d.opt.Duration-d.trace.Start), us(now), err)
+}
+
 func (d *driver) loop(ctx context.Context) error {
 	lastProgress := d.dev.Now()
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("sched: run stopped at %s: %w", us(d.dev.Now()), err)
+			return d.stopErr(err)
 		}
 		now := d.dev.Now()
 		n, err := d.poll()
@@ -510,7 +518,7 @@ func (d *driver) loop(ctx context.Context) error {
 		if until > now {
 			if err := d.dev.Wait(ctx, until); err != nil {
 				if ctx.Err() != nil {
-					return fmt.Errorf("sched: run stopped at %s: %w", us(d.dev.Now()), ctx.Err())
+					return d.stopErr(ctx.Err())
 				}
 				return devErr("Wait", err)
 			}
