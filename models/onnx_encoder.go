@@ -314,6 +314,10 @@ func encStep(n onnx.Node, cin []*cval, din []*encVal) (*encVal, error) {
 		if da == nil { // constant first
 			a, da, b, db = b, db, a, da
 		}
+		if da == nil || (db == nil && b == nil) {
+			return nil, fmt.Errorf("Add needs two inputs")
+		}
+		_ = a // the dynamic one is da
 		if db != nil {
 			ha, hb := hidden(da), hidden(db)
 			if ha == nil || hb == nil || !slices.Equal(ha.shape, hb.shape) {
@@ -322,7 +326,6 @@ func encStep(n onnx.Node, cin []*cval, din []*encVal) (*encVal, error) {
 			s := &encNode{kind: "add", in: []*encNode{ha.node, hb.node}, onnx: n.Name}
 			return &encVal{kind: eHidden, shape: ha.shape, node: s}, nil
 		}
-		_ = a
 		c := b
 		switch da.kind {
 		case eMatmul:
@@ -360,7 +363,7 @@ func encStep(n onnx.Node, cin []*cval, din []*encVal) (*encVal, error) {
 		if n.OpType == "Mul" && da == nil {
 			a, da, b, db = b, db, a, da
 		}
-		_ = a
+		_ = a // the dynamic one is da
 		if da != nil && db != nil && n.OpType == "Mul" {
 			// x·(1 + erf(x/√2)) in either order.
 			if da.kind == eGeluOne {

@@ -126,3 +126,23 @@ func TestONNXEncoderRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestONNXEncoderOneInputAdd: an Add with one input inside an encoder is
+// refused by name, not a panic (found reading the code).
+func TestONNXEncoderOneInputAdd(t *testing.T) {
+	om, err := onnx.DecodeFile("testdata/onnx/legacy/tiny-bert.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range om.Graph.Nodes {
+		n := &om.Graph.Nodes[i]
+		if n.OpType == "Add" && len(n.Inputs) == 2 && strings.Contains(n.Name, "encoder") {
+			n.Inputs = n.Inputs[1:] // keep the computed one
+			break
+		}
+	}
+	_, _, err = models.FromONNX("tiny-bert", om)
+	if !errors.Is(err, models.ErrONNX) {
+		t.Fatalf("got %v, want ErrONNX", err)
+	}
+}

@@ -109,8 +109,8 @@ func fold(n onnx.Node, in []*cval) (*cval, error) {
 			val, isInt = a.T.Values[0], isIntType(a.T.DataType)
 		}
 		size := prod(shape)
-		if size > foldLimit {
-			return nil, fmt.Errorf("%d elements", size)
+		if size > foldLimit || slices.Min(append([]int{0}, shape...)) < 0 {
+			return nil, fmt.Errorf("shape %v", shape)
 		}
 		out := &cval{shape: shape, v: make([]float64, size), isInt: isInt}
 		for i := range out.v {
@@ -354,6 +354,11 @@ func reshapeTo(shape, target []int, allowZero bool) ([]int, error) {
 
 // broadcastShape is numpy's broadcast of two shapes.
 func broadcastShape(a, b []int) ([]int, error) {
+	for _, d := range slices.Concat(a, b) {
+		if d < 0 {
+			return nil, fmt.Errorf("negative dimension in %v, %v", a, b)
+		}
+	}
 	r := max(len(a), len(b))
 	out := make([]int, r)
 	for i := range r {
