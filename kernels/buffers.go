@@ -49,7 +49,7 @@ func (b Buffers) mm(i int) func(c, a, w []float64, m, n, k int) {
 	switch {
 	case !b.Fast:
 		return matmul
-	case b.Pack != nil && b.T[i].Role == Weight:
+	case b.Pack != nil && b.T[i].Role == Weight && fastOK:
 		return func(c, a, w []float64, m, n, k int) { matmulFast(c, a, b.Pack.get(w, k, n), m) }
 	}
 	return MatMulFast

@@ -8,8 +8,15 @@ import "sync"
 // It is what a serving executor wants (models.Prepare's fast mode); the
 // reference's checks use MatMul, whose sums are the plain loop's bit for
 // bit. Results differ from MatMul by float32 accumulation (relative 1e-6
-// per element for sums of a few thousand terms).
+// per element for sums of a few thousand terms). Without AVX-512 (or
+// without GOEXPERIMENT=simd) it is MatMul.
 func MatMulFast(c, a, b []float64, m, n, k int) {
+	if !fastOK {
+		// No AVX-512: the reference's own product (vector tiles on AVX2)
+		// is faster than a scalar float32 one.
+		matmul(c, a, b, m, n, k)
+		return
+	}
 	pb := packBInto(lendPanels(k, n), b, k, n)
 	matmulFast(c, a, pb, m)
 	returnPanels(pb)
