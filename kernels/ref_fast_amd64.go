@@ -16,7 +16,7 @@ var fastOK = archsimd.X86.AVX512()
 // CPUs.
 func matmulFast(c, a []float64, pb *packedB, m int) {
 	k, n := pb.k, pb.n
-	if !fastOK || m < 4 {
+	if m < 4 { // callers come here only when fastOK
 		matmulFastGeneric(c, a, pb, m)
 		return
 	}

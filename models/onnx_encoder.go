@@ -125,7 +125,8 @@ func fromONNXEncoder(name string, om *onnx.Model, init map[string]*onnx.Tensor, 
 			din = append(din, nil)
 		}
 		if n.OpType == "Shape" && len(din) > 0 && din[0] != nil {
-			cin[0], anyDyn = &cval{shape: din[0].shape, v: make([]float64, prod(din[0].shape))}, false
+			consts[n.Outputs[0]] = foldShape(n, din[0].shape)
+			continue
 		}
 		if !anyDyn {
 			c, err := fold(n, cin)
@@ -309,15 +310,10 @@ func encStep(n onnx.Node, cin []*cval, din []*encVal) (*encVal, error) {
 		l := &encNode{kind: "lin", in: []*encNode{h.node}, w: wv, b: b, k: k, n: nOut, onnx: n.Name}
 		return &encVal{kind: eHidden, shape: []int{h.shape[0], nOut}, node: l}, nil
 	case "Add":
-		a, da := arg(0)
-		b, db := arg(1)
-		if da == nil { // constant first
-			a, da, b, db = b, db, a, da
-		}
-		if da == nil || (db == nil && b == nil) {
+		da, db, c := operands(cin, din, true)
+		if da == nil || (db == nil && c == nil) {
 			return nil, fmt.Errorf("Add needs two inputs")
 		}
-		_ = a // the dynamic one is da
 		if db != nil {
 			ha, hb := hidden(da), hidden(db)
 			if ha == nil || hb == nil || !slices.Equal(ha.shape, hb.shape) {
@@ -326,7 +322,6 @@ func encStep(n onnx.Node, cin []*cval, din []*encVal) (*encVal, error) {
 			s := &encNode{kind: "add", in: []*encNode{ha.node, hb.node}, onnx: n.Name}
 			return &encVal{kind: eHidden, shape: ha.shape, node: s}, nil
 		}
-		c := b
 		switch da.kind {
 		case eMatmul:
 			nOut := da.w.shape[1]
@@ -358,12 +353,7 @@ func encStep(n onnx.Node, cin []*cval, din []*encVal) (*encVal, error) {
 		}
 		return nil, fmt.Errorf("atoll maps Add of a bias, of a zero attention mask, of constant rows to embeddings, of GELU's 1, and of two hidden states (%s plus a constant %v)", encKindName(da.kind), c.shape)
 	case "Mul", "Div":
-		a, da := arg(0)
-		b, db := arg(1)
-		if n.OpType == "Mul" && da == nil {
-			a, da, b, db = b, db, a, da
-		}
-		_ = a // the dynamic one is da
+		da, db, b := operands(cin, din, n.OpType == "Mul")
 		if da != nil && db != nil && n.OpType == "Mul" {
 			// x·(1 + erf(x/√2)) in either order.
 			if da.kind == eGeluOne {
@@ -498,6 +488,24 @@ func encStep(n onnx.Node, cin []*cval, din []*encVal) (*encVal, error) {
 		return nil, fmt.Errorf("atoll maps Tanh after a linear layer (the pooler) only")
 	}
 	return nil, fmt.Errorf("operator %s is not mapped for token-id models (ONNXOps lists the image ones; an encoder maps Gather, MatMul, Gemm, Add, Mul, Div, Reshape, Transpose, Softmax, LayerNormalization, Erf and Tanh as BERT writes them)", n.OpType)
+}
+
+// operands splits a binary node's inputs: da is the first computed one
+// (the second, if commutative and the first is a constant), db the other
+// when both are computed, c the other when it is a constant.
+func operands(cin []*cval, din []*encVal, commutative bool) (da, db *encVal, c *cval) {
+	at := func(i int) (*cval, *encVal) {
+		if i < len(din) {
+			return cin[i], din[i]
+		}
+		return nil, nil
+	}
+	c0, d0 := at(0)
+	c1, d1 := at(1)
+	if d0 == nil && commutative {
+		return d1, nil, c0
+	}
+	return d0, d1, c1
 }
 
 // geluDone turns factor·x·(1 + erf(x/√2)) with factor ½ into the linear

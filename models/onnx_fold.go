@@ -75,14 +75,7 @@ func fold(n onnx.Node, in []*cval) (*cval, error) {
 	case "Identity", "Dropout":
 		return x, nil
 	case "Shape":
-		r := len(x.shape)
-		start, end := int(attrInt(n, "start", 0)), int(attrInt(n, "end", int64(r)))
-		start, end = clampAxis(start, r), clampAxis(end, r)
-		out := &cval{isInt: true, shape: []int{max(0, end-start)}}
-		for _, d := range x.shape[start:max(start, end)] {
-			out.v = append(out.v, float64(d))
-		}
-		return out, nil
+		return foldShape(n, x.shape), nil
 	case "Cast":
 		to := int32(attrInt(n, "to", onnx.Float))
 		out := &cval{shape: x.shape, v: make([]float64, len(x.v)), isInt: isIntType(to)}
@@ -275,6 +268,20 @@ func fold(n onnx.Node, in []*cval) (*cval, error) {
 		})
 	}
 	return nil, fmt.Errorf("atoll does not compute %s on constants", n.OpType)
+}
+
+// foldShape is a Shape node's output for an input of shape (its start
+// and end attributes applied): the one fold a computed tensor takes part
+// in, by its shape alone.
+func foldShape(n onnx.Node, shape []int) *cval {
+	r := len(shape)
+	start, end := int(attrInt(n, "start", 0)), int(attrInt(n, "end", int64(r)))
+	start, end = clampAxis(start, r), clampAxis(end, r)
+	out := &cval{isInt: true, shape: []int{max(0, end-start)}}
+	for _, d := range shape[start:max(start, end)] {
+		out.v = append(out.v, float64(d))
+	}
+	return out
 }
 
 func cvScalar(c *cval) (float64, bool) {

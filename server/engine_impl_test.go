@@ -69,6 +69,24 @@ func newTestEngine(t testing.TB, mut func(*server.EngineConfig)) server.Engine {
 	return e
 }
 
+// openEngine starts an engine with cfg and closes it when the test ends,
+// reporting a failed close.
+func openEngine(t *testing.T, cfg server.EngineConfig) server.Engine {
+	t.Helper()
+	e, err := server.NewEngine(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return e
+}
+
 func leakCheck(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
@@ -421,18 +439,8 @@ func TestNewEngineConfigErrors(t *testing.T) {
 func TestEngineInstancesOnSim(t *testing.T) {
 	leakCheck(t)
 	r := tinyResNet(t)
-	e, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Instances: true, Seed: engSeed,
+	e := openEngine(t, server.EngineConfig{Virtual: true, Instances: true, Seed: engSeed,
 		Models: []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &r}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
 	info := modelInfo(t, e, "tiny")
 	n := 1
 	for _, d := range info.Outputs[0].Shape {
@@ -454,7 +462,7 @@ func TestEngineInstancesOnSim(t *testing.T) {
 	// zoo inference model now has a kernel for each layer, so the device
 	// is made to refuse instead.)
 	b := tinyBERT(t)
-	_, err = server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Instances: true,
+	_, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Instances: true,
 		Models: []server.EngineModel{{Name: "tinybert", Zoo: "distilbert", Model: &b}},
 		WrapDevice: func(d gpu.Device) gpu.Device {
 			fd := faulty.New(d)
@@ -529,18 +537,8 @@ func TestCUDAEngineUsesTheGPUsOwnProfiles(t *testing.T) {
 func TestEngineServesAnONNXFile(t *testing.T) {
 	leakCheck(t)
 	const path = "../cmd/atoll/testdata/onnx/tiny-cnn.onnx"
-	e, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Seed: engSeed, Workers: 2,
+	e := openEngine(t, server.EngineConfig{Virtual: true, Seed: engSeed, Workers: 2,
 		Models: []server.EngineModel{{Zoo: path}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
 	m, err := models.Get(path)
 	if err != nil {
 		t.Fatal(err)
@@ -604,18 +602,8 @@ func TestEngineServesAnONNXFile(t *testing.T) {
 func TestEngineServesAnONNXEncoder(t *testing.T) {
 	leakCheck(t)
 	const path = "../models/testdata/onnx/legacy/tiny-distilbert"
-	e, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true, Seed: engSeed, Workers: 2,
+	e := openEngine(t, server.EngineConfig{Virtual: true, Seed: engSeed, Workers: 2,
 		Models: []server.EngineModel{{Zoo: path + ".onnx"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := e.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
 	info := modelInfo(t, e, "tiny-distilbert")
 	if in, out := info.Inputs[0], info.Outputs[0]; in.Name != "input_ids" || in.Datatype != "INT64" || !slices.Equal(in.Shape, []int64{1, 16}) ||
 		out.Name != "last_hidden_state" || !slices.Equal(out.Shape, []int64{1, 16, 32}) {

@@ -120,7 +120,8 @@ func onnxOnGPU(t *testing.T, dev gpu.Device, lib *kernels.Library, f string) (st
 }
 
 // timedPasses runs g's whole forward pass on the GPU: one warm-up, then
-// -models.runs timed passes; it returns their median and the output.
+// -models.runs timed passes; it returns their median wall time (the host's
+// launches included, unlike TestGPUModels' device time) and the output.
 func timedPasses(dev gpu.Device, lib *kernels.Library, g *models.Graph, w, inputs *models.Bundle) (float64, []float64, error) {
 	in, err := run.NewWith(dev, lib, g, w, inputs, run.Options{Substitute: true})
 	if err != nil {
