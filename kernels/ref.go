@@ -136,6 +136,14 @@ func Reference(op Op, b Buffers) ([][]float64, error) {
 			for _, e := range row {
 				mx = math.Max(mx, e)
 			}
+			if b.Fast { // e^x once, in float32
+				out := y[r*o.Cols : (r+1)*o.Cols]
+				inv := 1 / expShiftFast(out, row, mx)
+				for j := range out {
+					out[j] *= inv
+				}
+				return
+			}
 			s := 0.0
 			for _, e := range row {
 				s += math.Exp(e - mx)
@@ -248,26 +256,38 @@ func refGEMM(env Buffers, a, b, bias, resid []float64, batch, m, n, k int, ac Ac
 	for z := range batch {
 		matmul(c[z*m*n:][:m*n], a[z*m*k:][:m*k], b[z*k*n:][:k*n], m, n, k)
 	}
-	epilogue(c, n, bias, resid, ac)
+	epilogue(c, n, bias, resid, ac, env.Fast)
 	return c
 }
 
-// epilogue applies bias (per column of n), residual and activation in place.
-func epilogue(c []float64, n int, bias, resid []float64, ac Act) {
+// epilogue applies bias (per column of n), residual and activation in
+// place; fast computes the activation in float32 (actFast).
+func epilogue(c []float64, n int, bias, resid []float64, ac Act, fast bool) {
 	cost := 2 // the work estimate eachRow splits by: a tanh is dear
 	if ac == ActGELU || ac == ActTanh {
 		cost = 64
 	}
 	eachRow(len(c)/n, cost*len(c), func(r int) {
-		for i := r * n; i < (r+1)*n; i++ {
-			v := c[i]
-			if bias != nil {
-				v += bias[i%n]
+		row := c[r*n : (r+1)*n]
+		if bias != nil {
+			for j, b := range bias[:n] {
+				row[j] += b
 			}
-			if resid != nil {
-				v += resid[i]
+		}
+		if resid != nil {
+			for j, x := range resid[r*n : (r+1)*n] {
+				row[j] += x
 			}
-			c[i] = act(v, ac)
+		}
+		if ac == ActNone {
+			return
+		}
+		if fast {
+			actFast(row, ac)
+			return
+		}
+		for j, v := range row {
+			row[j] = act(v, ac)
 		}
 	})
 }
@@ -282,6 +302,10 @@ func eachRow(rows, work int, row func(r int)) {
 		}
 	})
 }
+
+// InParts is inParts for other packages' CPU work (a serving executor's
+// attention heads).
+func InParts(n, work int, part func(lo, hi int)) { inParts(n, work, part) }
 
 // inParts splits [0, n) into one contiguous range per CPU (one range when
 // the work, in multiply-adds, is not worth goroutines) and calls part on
@@ -379,7 +403,7 @@ func refConvFwd(env Buffers, g convGeom, x, w, bias, resid []float64, a Act) []f
 	}
 	y := env.make(rows * g.oc)
 	env.mm(1)(y, patches, w, rows, g.oc, kk)
-	epilogue(y, g.oc, bias, resid, a)
+	epilogue(y, g.oc, bias, resid, a, env.Fast)
 	return y
 }
 

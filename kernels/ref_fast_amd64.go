@@ -3,96 +3,69 @@
 package kernels
 
 import (
+	"math"
 	"simd/archsimd"
 	"sync"
 )
 
 var fastOK = archsimd.X86.AVX512()
 
-// matmulFast: on AVX-512, A's rows converted to float32 once and a 4×32
-// micro-kernel over B's packed panels — eight 16-lane accumulators, each
-// step two loads of the panel, four broadcasts and eight fused
-// multiply-adds — over K blocks of fastKC; panels are split across the
-// CPUs.
+// matmulFast: on AVX-512, A's rows converted to float32 once (zero rows
+// up to a multiple of 8) and an 8×32 micro-kernel in assembly (fmaTile8x32: sixteen 16-lane accumulators, 16 fused
+// multiply-adds per step) over B's panels, in K blocks of fastKC. The
+// work is (row block, panel) pairs split across the CPUs: a block's
+// strips stay in L2 while a panel's K block (fastKC·fastNC float32) stays
+// in L1. Sums go to a float32 product, widened into c at the end.
 func matmulFast(c, a []float64, pb *packedB, m int) {
 	k, n := pb.k, pb.n
-	if m < 4 { // callers come here only when fastOK
-		matmulFastGeneric(c, a, pb, m)
+	if m == 0 || n == 0 {
 		return
 	}
-	as := getScratch32(m * k)
+	if k == 0 {
+		clear(c[:m*n])
+		return
+	}
+	strips := (m + fastMR - 1) / fastMR
+	as := getScratch32(strips * fastMR * k)
 	defer putScratch32(as)
 	a32 := *as
 	eachRow(m, 4*m*k, func(i int) { toF32(a32[i*k:(i+1)*k], a[i*k:(i+1)*k]) })
-	inParts(pb.panels(), m*n*k, func(p0, p1 int) {
-		accs := getScratch32(m * fastNC)
-		defer putScratch32(accs)
-		acc := *accs
-		m4 := m / 4 * 4
-		for p := p0; p < p1; p++ {
-			j0 := p * fastNC
-			w := min(fastNC, n-j0)
+	clear(a32[m*k:])
+	panels := pb.panels()
+	ldc := panels * fastNC
+	cs := getScratch32(strips * fastMR * ldc)
+	defer putScratch32(cs)
+	cf := *cs
+	clear(cf)
+	blocks := (strips + fastMCStrips - 1) / fastMCStrips
+	inParts(blocks*panels, m*n*k, func(i0, i1 int) {
+		for it := i0; it < i1; it++ {
+			blk, p := it/panels, it%panels
+			s0, s1 := blk*fastMCStrips, min(strips, (blk+1)*fastMCStrips)
 			pan := pb.panel(p)
-			clear(acc)
 			for k0 := 0; k0 < k; k0 += fastKC {
 				kc := min(fastKC, k-k0)
-				for i := 0; i < m4; i += 4 {
-					fastTile4(acc[i*fastNC:], a32[i*k+k0:], pan[k0*fastNC:], k, kc)
+				for s := s0; s < s1; s++ {
+					fmaTile8x32(&cf[s*fastMR*ldc+p*fastNC], ldc, &a32[s*fastMR*k+k0], k, &pan[k0*fastNC], kc)
 				}
-				for i := m4; i < m; i++ {
-					fastTile1(acc[i*fastNC:], a32[i*k+k0:], pan[k0*fastNC:], kc)
-				}
-			}
-			for i := range m {
-				toF64(c[i*n+j0:i*n+j0+w], acc[i*fastNC:i*fastNC+w])
 			}
 		}
 	})
+	eachRow(m, m*n, func(i int) { toF64(c[i*n:(i+1)*n], cf[i*ldc:i*ldc+n]) })
 }
 
-// fastTile4 adds a[r][0:kc]·panel to acc's rows r < 4 (each fastNC wide).
-func fastTile4(acc, a, pb []float32, lda, kc int) {
-	c00, c01 := archsimd.LoadFloat32x16Slice(acc[0:]), archsimd.LoadFloat32x16Slice(acc[16:])
-	c10, c11 := archsimd.LoadFloat32x16Slice(acc[32:]), archsimd.LoadFloat32x16Slice(acc[48:])
-	c20, c21 := archsimd.LoadFloat32x16Slice(acc[64:]), archsimd.LoadFloat32x16Slice(acc[80:])
-	c30, c31 := archsimd.LoadFloat32x16Slice(acc[96:]), archsimd.LoadFloat32x16Slice(acc[112:])
-	a0, a1, a2, a3 := a[:kc], a[lda:][:kc], a[2*lda:][:kc], a[3*lda:][:kc]
-	pb = pb[:kc*fastNC]
-	for p := range kc {
-		row := pb[p*fastNC:][:fastNC]
-		b0, b1 := archsimd.LoadFloat32x16Slice(row), archsimd.LoadFloat32x16Slice(row[16:])
-		x := archsimd.BroadcastFloat32x16(a0[p])
-		c00, c01 = b0.MulAdd(x, c00), b1.MulAdd(x, c01)
-		x = archsimd.BroadcastFloat32x16(a1[p])
-		c10, c11 = b0.MulAdd(x, c10), b1.MulAdd(x, c11)
-		x = archsimd.BroadcastFloat32x16(a2[p])
-		c20, c21 = b0.MulAdd(x, c20), b1.MulAdd(x, c21)
-		x = archsimd.BroadcastFloat32x16(a3[p])
-		c30, c31 = b0.MulAdd(x, c30), b1.MulAdd(x, c31)
-	}
-	c00.StoreSlice(acc[0:])
-	c01.StoreSlice(acc[16:])
-	c10.StoreSlice(acc[32:])
-	c11.StoreSlice(acc[48:])
-	c20.StoreSlice(acc[64:])
-	c21.StoreSlice(acc[80:])
-	c30.StoreSlice(acc[96:])
-	c31.StoreSlice(acc[112:])
-	archsimd.ClearAVXUpperBits()
-}
+// fastMR is the micro-kernel's rows; fastMCStrips the strips of a row
+// block (192 rows: with fastKC, 192 KiB of float32 A, kept in L2).
+const (
+	fastMR       = 8
+	fastMCStrips = 24
+)
 
-// fastTile1 is fastTile4 for one row.
-func fastTile1(acc, a, pb []float32, kc int) {
-	c0, c1 := archsimd.LoadFloat32x16Slice(acc[0:]), archsimd.LoadFloat32x16Slice(acc[16:])
-	for p := range kc {
-		row := pb[p*fastNC:][:fastNC]
-		x := archsimd.BroadcastFloat32x16(a[p])
-		c0, c1 = archsimd.LoadFloat32x16Slice(row).MulAdd(x, c0), archsimd.LoadFloat32x16Slice(row[16:]).MulAdd(x, c1)
-	}
-	c0.StoreSlice(acc[0:])
-	c1.StoreSlice(acc[16:])
-	archsimd.ClearAVXUpperBits()
-}
+// fmaTile8x32 (assembly): c[r·ldc+q] += Σ_{p<kc} a[r·lda+p]·b[p·32+q]
+// for r < 8, q < 32, a 8 rows of A, b one panel; kc ≥ 1.
+//
+//go:noescape
+func fmaTile8x32(c *float32, ldc int, a *float32, lda int, b *float32, kc int)
 
 // toF32 rounds src into dst (same length), eight at a time.
 func toF32(dst []float32, src []float64) {
@@ -134,3 +107,96 @@ func getScratch32(n int) *[]float32 {
 }
 
 func putScratch32(s *[]float32) { scratch32.Put(s) }
+
+// exp8 is e^x in float32 for eight values (Cephes' expf: x = n·ln2 + r,
+// |r| ≤ ln2/2, a degree-6 polynomial for e^r, scaled by 2^n; relative
+// error about 1e-7; x clamped to [-87.3, 88.7]).
+func exp8(x archsimd.Float32x8) archsimd.Float32x8 {
+	x = x.Max(archsimd.BroadcastFloat32x8(-87.33654)).Min(archsimd.BroadcastFloat32x8(88.72283))
+	n := x.Mul(archsimd.BroadcastFloat32x8(1.442695040888963)).RoundToEvenScaled(0)
+	r := n.MulAdd(archsimd.BroadcastFloat32x8(-0.693359375), x)
+	r = n.MulAdd(archsimd.BroadcastFloat32x8(2.12194440e-4), r)
+	p := archsimd.BroadcastFloat32x8(1.9875691500e-4)
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(1.3981999507e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(8.3334519073e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(4.1665795894e-2))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(1.6666665459e-1))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(5.0000001201e-1))
+	p = p.MulAdd(r.Mul(r), r).Add(archsimd.BroadcastFloat32x8(1))
+	return p.Scale(n)
+}
+
+// expShiftFast sets dst[i] = e^(src[i]-sub), the difference rounded to
+// float32 and the exponential in float32 arithmetic, and
+// returns their sum (float64, in order of eight-wide partial sums).
+func expShiftFast(dst, src []float64, sub float64) float64 {
+	if !fastOK {
+		return expShiftGeneric(dst, src, sub)
+	}
+	s := archsimd.BroadcastFloat64x8(sub)
+	acc := archsimd.BroadcastFloat32x8(0)
+	n8 := len(src) / 8 * 8
+	for i := 0; i < n8; i += 8 {
+		e := exp8(archsimd.LoadFloat64x8Slice(src[i:]).Sub(s).ConvertToFloat32())
+		acc = acc.Add(e)
+		e.ConvertToFloat64().StoreSlice(dst[i:])
+	}
+	var part [8]float32
+	acc.Store(&part)
+	archsimd.ClearAVXUpperBits()
+	sum := 0.0
+	for _, v := range part {
+		sum += float64(v)
+	}
+	for i := n8; i < len(src); i++ {
+		dst[i] = math.Exp(src[i] - sub)
+		sum += dst[i]
+	}
+	return sum
+}
+
+// actFast applies a (GELU's tanh approximation or tanh) to v in place in
+// float32 arithmetic: GELU(x) = x / (1 + e^(-2u)) and tanh(u) =
+// 2 / (1 + e^(-2u)) - 1, u the tanh's argument.
+func actFast(v []float64, a Act) {
+	if !fastOK || (a != ActGELU && a != ActTanh) {
+		actGeneric(v, a)
+		return
+	}
+	one := archsimd.BroadcastFloat32x8(1)
+	two, m2 := archsimd.BroadcastFloat32x8(2), archsimd.BroadcastFloat32x8(-2)
+	c0, c1 := archsimd.BroadcastFloat32x8(0.7978845608028654), archsimd.BroadcastFloat32x8(0.044715)
+	n8 := len(v) / 8 * 8
+	for i := 0; i < n8; i += 8 {
+		x := archsimd.LoadFloat64x8Slice(v[i:]).ConvertToFloat32()
+		var y archsimd.Float32x8
+		if a == ActGELU {
+			u := x.Mul(x).Mul(c1).MulAdd(x, x).Mul(c0) // 0.798·(x + 0.044715·x³)
+			y = x.Div(one.Add(exp8(u.Mul(m2))))
+		} else {
+			y = two.Div(one.Add(exp8(x.Mul(m2)))).Sub(one)
+		}
+		y.ConvertToFloat64().StoreSlice(v[i:])
+	}
+	archsimd.ClearAVXUpperBits()
+	actGeneric(v[n8:], a)
+}
+
+// roundBF16Fast rounds v to bfloat16 in place, eight at a time (as
+// F32ToBF16: to float32, then to nearest even on the upper 16 bits).
+func roundBF16Fast(v []float64) {
+	if !fastOK {
+		roundBF16Generic(v)
+		return
+	}
+	half, mask := archsimd.BroadcastUint32x8(0x7fff), archsimd.BroadcastUint32x8(0xffff0000)
+	one := archsimd.BroadcastUint32x8(1)
+	n8 := len(v) / 8 * 8
+	for i := 0; i < n8; i += 8 {
+		x := archsimd.LoadFloat64x8Slice(v[i:]).ConvertToFloat32().AsUint32x8()
+		x = x.Add(half).Add(x.ShiftAllRight(16).And(one)).And(mask)
+		x.AsFloat32x8().ConvertToFloat64().StoreSlice(v[i:])
+	}
+	archsimd.ClearAVXUpperBits()
+	roundBF16Generic(v[n8:])
+}

@@ -12,3 +12,9 @@ func toF32(dst []float32, src []float64) {
 		dst[i] = float32(v)
 	}
 }
+
+func expShiftFast(dst, src []float64, sub float64) float64 { return expShiftGeneric(dst, src, sub) }
+
+func actFast(v []float64, a Act) { actGeneric(v, a) }
+
+func roundBF16Fast(v []float64) { roundBF16Generic(v) }

@@ -380,15 +380,29 @@ func refAttention(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64
 	heads := batch / n
 	d := h / heads
 	at := func(part, tok, head, j int) float64 { return qkv[tok*3*h+part*h+head*d+j] }
-	switch l.Glue {
 	// Per (sequence, head): the operands gathered into contiguous matrices
 	// and multiplied by kernels.MatMul, which sums in the plain loop's
-	// order (over d for the scores, over the keys for the context).
+	// order (over d for the scores, over the keys for the context). A
+	// prepared fast run splits the heads across the CPUs (each head writes
+	// its own part of out).
+	heads1 := func(work int, head func(b int, x, y []float64)) {
+		part := func(lo, hi int) {
+			x, y := make([]float64, seq*d), make([]float64, seq*d)
+			for b := lo; b < hi; b++ {
+				head(b, x, y)
+			}
+		}
+		if env == nil {
+			part(0, batch)
+			return
+		}
+		kernels.InParts(batch, work, part)
+	}
+	switch l.Glue {
 	case GlueAttnScores:
 		scale := 1 / math.Sqrt(float64(d))
 		out := env.make(batch * seq * seq)
-		q, kt := make([]float64, seq*d), make([]float64, d*seq)
-		for b := range batch {
+		heads1(batch*seq*seq*d, func(b int, q, kt []float64) {
 			img, head := b/heads, b%heads
 			for i := range seq {
 				for k := range d {
@@ -401,13 +415,12 @@ func refAttention(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64
 			for i := range s {
 				s[i] *= scale
 			}
-		}
+		})
 		return [][]float64{out}, nil
 	default: // context: P·V, heads merged
 		p := vals[l.In[0]]
 		out := env.make(tokens * h)
-		v, c := make([]float64, seq*d), make([]float64, seq*d)
-		for b := range batch {
+		heads1(batch*seq*seq*d, func(b int, v, c []float64) {
 			img, head := b/heads, b%heads
 			for j := range seq {
 				for k := range d {
@@ -419,7 +432,7 @@ func refAttention(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64
 			for i := range seq {
 				copy(out[(img*seq+i)*h+head*d:][:d], c[i*d:][:d])
 			}
-		}
+		})
 		return [][]float64{out}, nil
 	}
 }
