@@ -110,15 +110,31 @@ func TestDocumentedCommandsExist(t *testing.T) {
 	t.Logf("%d documented command lines checked", len(cmds))
 }
 
-// placeholderRE matches an argument the reader fills in.
-// (net.onnx is not one: the scratch directory holds a small exported CNN
-// under that name.)
-var placeholderRE = regexp.MustCompile(`\s(DIR|GPU-DIR|SIM-DIR|FILE|OUT|[a-z0-9-]+\.csv)\s|\sdedicated\.json\s`)
+// placeholders are the arguments the reader fills in, and what
+// TestDocumentedCommandsRun puts there: the committed GPU matrix and the
+// simulator's run of it. (net.onnx is not one: the scratch directory holds
+// a small exported CNN under that name.)
+var placeholders = map[string]string{
+	"DIR":     "results/matrix-h100-g8",
+	"GPU-DIR": "results/matrix-h100-g8",
+	"SIM-DIR": "results/matrix-sim-g8",
+}
+
+// filled is args with each placeholder replaced.
+func filled(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if v, ok := placeholders[a]; ok {
+			out[i] = v
+		}
+	}
+	return out
+}
 
 // notRunHere says why a documented command line is not executed by
 // TestDocumentedCommandsRun ("" runs it): it needs a GPU or a daemon (the
-// server and loadgen tests drive those), it names a placeholder the reader
-// fills in, or it runs for minutes.
+// daemon test drives those).
 func notRunHere(d docCommand) string {
 	args := " " + d.rest + " "
 	switch {
@@ -128,18 +144,16 @@ func notRunHere(d docCommand) string {
 		return "needs a GPU"
 	case d.cmd == "serve", d.cmd == "load", d.cmd == "jobs":
 		return "runs against a daemon: TestDocumentedDaemonCommandsRun"
-	case placeholderRE.MatchString(args):
-		return "names a placeholder"
-	case d.cmd == "matrix" && strings.Contains(args, "gpu.yaml"):
-		return "runs the whole matrix (about 70 s on 2 cores)"
 	}
 	return ""
 }
 
 // TestDocumentedCommandsRun: every documented command line that needs no
-// GPU, no daemon and no placeholder runs as written on the simulator and
-// exits 0, in a scratch directory holding the repository's bench/, results/
-// and a copy of docs/ (some write there); /tmp/ paths go to the test's own.
+// GPU and no daemon runs as written on the simulator (placeholders filled
+// in) and exits 0, in a scratch directory holding the repository's bench/
+// and profiles/ and copies of results/ and docs/ (some write there: the
+// matrix line resumes the committed simulator run); /tmp/ paths go to the
+// test's own.
 // The commands run as a user runs them, from a binary built from this tree
 // (`go build`, without the race detector: under it the demo alone took a
 // minute of CI; the packages it runs are race-tested by their own tests).
@@ -154,13 +168,15 @@ func TestDocumentedCommandsRun(t *testing.T) {
 	bin := buildAtoll(t)
 	cmds := documentedCommands(t)
 	dir, tmp := t.TempDir(), t.TempDir()
-	for _, p := range []string{"bench", "results", "profiles"} {
+	for _, p := range []string{"bench", "profiles"} {
 		if err := os.Symlink(filepath.Join(repo, p), filepath.Join(dir, p)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.CopyFS(filepath.Join(dir, "docs"), os.DirFS(filepath.Join(repo, "docs"))); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{"docs", "results"} {
+		if err := os.CopyFS(filepath.Join(dir, p), os.DirFS(filepath.Join(repo, p))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	onnx, err := os.ReadFile(filepath.Join(repo, "models/testdata/onnx/legacy/tiny-cnn.onnx"))
 	if err != nil {
@@ -176,7 +192,7 @@ func TestDocumentedCommandsRun(t *testing.T) {
 			t.Logf("%s:%d: not run here (%s): %s", d.file, d.line, why, d.text)
 			continue
 		}
-		args := append([]string{d.cmd}, strings.Fields(strings.ReplaceAll(d.rest, "/tmp/", tmp+"/"))...)
+		args := append([]string{d.cmd}, filled(strings.Fields(strings.ReplaceAll(d.rest, "/tmp/", tmp+"/")))...)
 		var out, errb bytes.Buffer
 		c := exec.Command(bin, args...)
 		c.Dir, c.Env, c.Stdout, c.Stderr = dir, env, &out, &errb
