@@ -137,7 +137,7 @@ func (d *Device) mergeClass(m *machine, c, o *smClass) {
 	}
 	// Merge the sorted id lists.
 	ids := append(c.ids, o.ids...)
-	mergeSorted(ids, len(c.ids))
+	d.mergeBuf = mergeSorted(ids, len(c.ids), d.mergeBuf)
 	c.ids = ids
 	o.ids, o.gone = o.ids[:0], true
 	if i := slices.Index(m.classes, o); i >= 0 {
@@ -148,14 +148,25 @@ func (d *Device) mergeClass(m *machine, c, o *smClass) {
 	m.dirty = true
 }
 
-// mergeSorted sorts ids whose halves [0,n) and [n,len) are each sorted
-// (insertion from the back: both are short).
-func mergeSorted(ids []int16, n int) {
-	for i := n; i < len(ids); i++ {
-		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
-			ids[j], ids[j-1] = ids[j-1], ids[j]
-		}
+// mergeSorted sorts ids whose halves [0,n) and [n,len) are each sorted,
+// in one linear merge (the left half copied into buf, which it returns
+// for reuse); halves already in order are left alone.
+func mergeSorted(ids []int16, n int, buf []int16) []int16 {
+	if n == 0 || n == len(ids) || ids[n-1] <= ids[n] {
+		return buf
 	}
+	buf = append(buf[:0], ids[:n]...)
+	i, j, k := 0, n, 0
+	for i < len(buf) && j < len(ids) {
+		if ids[j] < buf[i] {
+			ids[k], j = ids[j], j+1
+		} else {
+			ids[k], i = buf[i], i+1
+		}
+		k++
+	}
+	copy(ids[k:], buf[i:]) // what is left of the right half is in place
+	return buf
 }
 
 // coalesceGroups merges groups of one part in c whose remaining work differs

@@ -65,6 +65,8 @@ type Device struct {
 	due     []*group
 	touched []*smClass
 	marks   []bool
+	// mergeBuf: mergeSorted's scratch.
+	mergeBuf []int16
 }
 
 // New makes a simulated device.
