@@ -240,6 +240,14 @@ func nanBytes(d DType, n int) []byte {
 //go:norace
 func Encode(d DType, v []float64) []byte {
 	raw := make([]byte, len(v)*d.Size())
+	EncodeTo(raw, d, v)
+	return raw
+}
+
+// EncodeTo is Encode into raw (len(v)·d.Size() bytes).
+//
+//go:norace
+func EncodeTo(raw []byte, d DType, v []float64) {
 	for i, x := range v {
 		switch d {
 		case F32:
@@ -252,7 +260,6 @@ func Encode(d DType, v []float64) []byte {
 			binary.LittleEndian.PutUint16(raw[2*i:], F32ToBF16(float32(x)))
 		}
 	}
-	return raw
 }
 
 // Decode converts d's bytes to values.

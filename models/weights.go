@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -92,41 +93,53 @@ func InitWeights(g *Graph, seed uint64) *Bundle {
 	}
 	b := &Bundle{Metadata: g.metadata()}
 	b.Metadata["seed"] = fmt.Sprint(seed)
+	chunk := make([]float64, 1<<14)
 	for _, t := range g.Weights() {
 		h := fnv.New64a()
 		io.WriteString(h, t.Name)
-		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
-		v := make([]float64, t.Elems())
-		uniform := func(bound float64) { fillUniform(v, rng, bound) }
+		rng := pcg{seed, h.Sum64()}
 		name := t.Name
+		bound := 0.0
+		var post func(float64) float64 // after the draw, before rounding
 		switch {
 		case depthwise[name]:
 			// zero
 		case strings.HasSuffix(name, ".bias") && len(t.Shape) == 1:
-			uniform(0.05)
+			bound = 0.05
 		case strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, ".bn.weight"):
-			uniform(0.1)
-			for i := range v {
-				v[i]++
-			}
+			bound, post = 0.1, func(v float64) float64 { return v + 1 }
 		case strings.HasSuffix(name, "_embeddings.weight"):
-			uniform(0.02 * math.Sqrt(3))
+			bound = 0.02 * math.Sqrt(3)
 		case len(t.Shape) == 4: // conv [R,S,C,OutC]
 			fanIn := t.Shape[0] * t.Shape[1] * t.Shape[2]
-			uniform(math.Sqrt(6 / float64(fanIn)))
+			bound = math.Sqrt(6 / float64(fanIn))
 			if resid[name] {
-				for i := range v {
-					v[i] *= 0.25
-				}
+				post = func(v float64) float64 { return v * 0.25 }
 			}
 		case len(t.Shape) == 3: // depthwise [R,S,C]
-			uniform(math.Sqrt(6 / float64(t.Shape[0]*t.Shape[1])))
+			bound = math.Sqrt(6 / float64(t.Shape[0]*t.Shape[1]))
 		case len(t.Shape) == 2: // linear [K,N]
-			uniform(math.Sqrt(6 / float64(t.Shape[0]+t.Shape[1])))
+			bound = math.Sqrt(6 / float64(t.Shape[0]+t.Shape[1]))
 		default:
-			uniform(0.1)
+			bound = 0.1
 		}
-		b.Add(NewData(t.Name, t.DType, t.Shape, v))
+		// Drawn and encoded a chunk at a time: a full-size model's weights
+		// never exist as float64 all at once.
+		d := &Data{Name: name, DType: t.DType, Shape: slices.Clone(t.Shape), Raw: make([]byte, t.Elems()*t.DType.Size())}
+		if bound > 0 {
+			size := t.DType.Size()
+			for i := 0; i < t.Elems(); i += len(chunk) {
+				v := chunk[:min(len(chunk), t.Elems()-i)]
+				fillUniform(v, &rng, bound)
+				if post != nil {
+					for j := range v {
+						v[j] = post(v[j])
+					}
+				}
+				kernels.EncodeTo(d.Raw[i*size:(i+len(v))*size], t.DType, v)
+			}
+		}
+		b.Add(d)
 	}
 	return b
 }
@@ -259,13 +272,46 @@ func convertFloats(g *Graph, b *Bundle) {
 
 // fillUniform sets v to uniform draws from (−bound, bound).
 //
-// It runs unseen by the race detector (go:norace): it touches only v and
-// rng, which its caller owns, and a full-size model's hundreds of millions
-// of stores made every test that builds one ten times slower under -race.
+// It runs unseen by the race detector (go:norace), and draws from pcg
+// rather than through math/rand's methods (whose every call the detector
+// instruments): it touches only v and rng, which its caller owns, and a
+// full-size model's hundreds of millions of draws made every test that
+// builds one ten times slower under -race.
 //
 //go:norace
-func fillUniform(v []float64, rng *rand.Rand, bound float64) {
+func fillUniform(v []float64, rng *pcg, bound float64) {
 	for i := range v {
-		v[i] = (rng.Float64()*2 - 1) * bound
+		v[i] = (rng.float64()*2 - 1) * bound
 	}
 }
+
+// pcg is math/rand/v2's PCG — the same 128-bit state, step and DXSM
+// output — so pcg{s1, s2}'s float64 draws are rand.New(rand.NewPCG(s1,
+// s2)).Float64()'s, one for one (TestPCGIsRandV2s).
+type pcg struct{ hi, lo uint64 }
+
+//go:norace
+func (p *pcg) uint64() uint64 {
+	const (
+		mulHi    = 2549297995355413924
+		mulLo    = 4865540595714422341
+		incHi    = 6364136223846793005
+		incLo    = 1442695040888963407
+		cheapMul = 0xda942042e4dd58b5
+	)
+	hi, lo := bits.Mul64(p.lo, mulLo)
+	hi += p.hi*mulLo + p.lo*mulHi
+	lo, c := bits.Add64(lo, incLo, 0)
+	hi, _ = bits.Add64(hi, incHi, c)
+	p.lo, p.hi = lo, hi
+	hi ^= hi >> 32
+	hi *= cheapMul
+	hi ^= hi >> 48
+	hi *= lo | 1
+	return hi
+}
+
+// float64 is a draw from [0, 1), as rand.Rand.Float64.
+//
+//go:norace
+func (p *pcg) float64() float64 { return float64(p.uint64()<<11>>11) / (1 << 53) }

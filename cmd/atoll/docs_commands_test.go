@@ -161,6 +161,7 @@ func TestDocumentedCommandsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the documented commands on the simulator")
 	}
+	t.Parallel() // mostly waiting on its own processes
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts daemons on the simulator")
 	}
+	t.Parallel() // mostly waiting on its own processes
 	bin := buildAtoll(t)
 	dir := t.TempDir()
 	onnx, err := os.ReadFile("../../models/testdata/onnx/legacy/tiny-cnn.onnx")

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"sort"
@@ -81,14 +82,11 @@ func (m *memory) write(p gpu.Ptr, src []byte) {
 	}
 }
 
-func allZero(b []byte) bool {
-	for _, x := range b {
-		if x != 0 {
-			return false
-		}
-	}
-	return true
-}
+// allZero: b (at most a page) holds only zeros — one vectorized compare
+// against a zero page.
+func allZero(b []byte) bool { return bytes.Equal(b, zeroPage[:len(b)]) }
+
+var zeroPage [pageSize]byte
 
 // Alloc reserves bytes of simulated device memory (bookkeeping only: no
 // host memory is used until data is written).
