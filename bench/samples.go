@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
+
+	"atoll/internal/pcg"
 )
 
 // EncodeSamples packs latencies into a compact string for a report: the
@@ -243,7 +244,7 @@ func newBlockSampler(series []float64, block int) *blockSampler {
 // made the bootstrap tests minutes long under -race.
 //
 //go:norace
-func (s *blockSampler) quantile(rng *rand.Rand, p float64) float64 {
+func (s *blockSampler) quantile(rng *pcg.Source, p float64) float64 {
 	n := len(s.sorted)
 	clear(s.counts)
 	for drawn := 0; drawn < n; {
@@ -310,7 +311,7 @@ func quantileCI(xs []float64, block int, p float64, seed uint64) CI {
 	if len(xs) < 2 {
 		return CI{math.NaN(), math.NaN()}
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	rng := pcg.New(seed, 0x5eed)
 	s := newBlockSampler(xs, block)
 	qs := make([]float64, BootstrapIters)
 	for i := range qs {
@@ -325,7 +326,7 @@ func overheadCI(shared []float64, sb int, base []float64, bb int, p float64, see
 	if len(shared) < 2 || len(base) < 2 {
 		return CI{math.NaN(), math.NaN()}
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x0ead))
+	rng := pcg.New(seed, 0x0ead)
 	a, b := newBlockSampler(shared, sb), newBlockSampler(base, bb)
 	os := make([]float64, BootstrapIters)
 	for i := range os {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"atoll/internal/pcg"
 )
 
 func TestSamplesRoundTrip(t *testing.T) {
@@ -50,8 +52,7 @@ func TestResampleQuantileMatchesNaive(t *testing.T) {
 		slices.Sort(xs)
 		p := rng.Float64()
 		seed := uint64(trial)
-		r1 := rand.New(rand.NewPCG(seed, 1))
-		got := newBlockSampler(xs, 1).quantile(r1, p)
+		got := newBlockSampler(xs, 1).quantile(pcg.New(seed, 1), p)
 		r2 := rand.New(rand.NewPCG(seed, 1))
 		draw := make([]float64, n)
 		for i := range draw {

@@ -6,11 +6,10 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
-	"math/bits"
-	"math/rand/v2"
 	"slices"
 	"strings"
 
+	"atoll/internal/pcg"
 	"atoll/kernels"
 )
 
@@ -97,7 +96,7 @@ func InitWeights(g *Graph, seed uint64) *Bundle {
 	for _, t := range g.Weights() {
 		h := fnv.New64a()
 		io.WriteString(h, t.Name)
-		rng := pcg{seed, h.Sum64()}
+		rng := pcg.New(seed, h.Sum64())
 		name := t.Name
 		bound := 0.0
 		var post func(float64) float64 // after the draw, before rounding
@@ -130,7 +129,7 @@ func InitWeights(g *Graph, seed uint64) *Bundle {
 			size := t.DType.Size()
 			for i := 0; i < t.Elems(); i += len(chunk) {
 				v := chunk[:min(len(chunk), t.Elems()-i)]
-				fillUniform(v, &rng, bound)
+				fillUniform(v, rng, bound)
 				if post != nil {
 					for j := range v {
 						v[j] = post(v[j])
@@ -150,7 +149,7 @@ func InitWeights(g *Graph, seed uint64) *Bundle {
 func InitInputs(g *Graph, seed uint64) *Bundle {
 	b := &Bundle{Metadata: g.metadata()}
 	b.Metadata["seed"] = fmt.Sprint(seed)
-	rng := rand.New(rand.NewPCG(seed, 0x696e70757473)) // "inputs"
+	rng := pcg.New(seed, 0x696e70757473) // "inputs"
 	for _, name := range g.Inputs {
 		t, _ := g.Tensor(name)
 		v := make([]float64, t.Elems())
@@ -272,46 +271,15 @@ func convertFloats(g *Graph, b *Bundle) {
 
 // fillUniform sets v to uniform draws from (−bound, bound).
 //
-// It runs unseen by the race detector (go:norace), and draws from pcg
-// rather than through math/rand's methods (whose every call the detector
-// instruments): it touches only v and rng, which its caller owns, and a
+// It runs unseen by the race detector (go:norace), and draws from
+// internal/pcg rather than through math/rand (whose every call the
+// detector instruments): it touches only v and rng, which its caller owns, and a
 // full-size model's hundreds of millions of draws made every test that
 // builds one ten times slower under -race.
 //
 //go:norace
-func fillUniform(v []float64, rng *pcg, bound float64) {
+func fillUniform(v []float64, rng *pcg.Source, bound float64) {
 	for i := range v {
-		v[i] = (rng.float64()*2 - 1) * bound
+		v[i] = (rng.Float64()*2 - 1) * bound
 	}
 }
-
-// pcg is math/rand/v2's PCG — the same 128-bit state, step and DXSM
-// output — so pcg{s1, s2}'s float64 draws are rand.New(rand.NewPCG(s1,
-// s2)).Float64()'s, one for one (TestPCGIsRandV2s).
-type pcg struct{ hi, lo uint64 }
-
-//go:norace
-func (p *pcg) uint64() uint64 {
-	const (
-		mulHi    = 2549297995355413924
-		mulLo    = 4865540595714422341
-		incHi    = 6364136223846793005
-		incLo    = 1442695040888963407
-		cheapMul = 0xda942042e4dd58b5
-	)
-	hi, lo := bits.Mul64(p.lo, mulLo)
-	hi += p.hi*mulLo + p.lo*mulHi
-	lo, c := bits.Add64(lo, incLo, 0)
-	hi, _ = bits.Add64(hi, incHi, c)
-	p.lo, p.hi = lo, hi
-	hi ^= hi >> 32
-	hi *= cheapMul
-	hi ^= hi >> 48
-	hi *= lo | 1
-	return hi
-}
-
-// float64 is a draw from [0, 1), as rand.Rand.Float64.
-//
-//go:norace
-func (p *pcg) float64() float64 { return float64(p.uint64()<<11>>11) / (1 << 53) }
