@@ -23,6 +23,10 @@ func TestCUDAWorkloadOnSimulator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every policy on two model instances")
 	}
+	// In parallel with the documented-command tests only (the package's
+	// other tests, which read cudaGPUName, have run by then: parallel
+	// tests start after the sequential ones).
+	t.Parallel()
 	defer func(f func() (string, error)) { cudaGPUName = f }(cudaGPUName)
 	cudaGPUName = func() (string, error) { return "NVIDIA H200", nil }
 	w := workloadFlags{hp: "resnet50", hpBatch: 1, be: "mobilenetv2", beBatch: 1,
