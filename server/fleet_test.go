@@ -488,3 +488,66 @@ func TestFleetRoutesAroundBE(t *testing.T) {
 		t.Errorf("the GPU with the BE job got %d requests, the idle one %d: want most on the idle one", nb, ni)
 	}
 }
+
+// TestFleetFourGPUs: four simulated GPUs. tinybert placed on GPUs 1 and 3
+// only runs there; the replicated model spreads over all four; with two
+// GPUs failed for good, every request is answered by the other two.
+func TestFleetFourGPUs(t *testing.T) {
+	leakCheck(t)
+	var failing atomic.Bool
+	var engines []server.Engine
+	for g := range 4 {
+		engines = append(engines, newTestEngine(t, func(c *server.EngineConfig) {
+			c.Virtual = false
+			if g%2 == 0 {
+				c.Models = c.Models[:1] // tiny only: tinybert on GPUs 1 and 3
+				c.Restarts = 0
+				c.WrapDevice = func(d gpu.Device) gpu.Device {
+					fd := faulty.New(d)
+					fd.FailWhen(func(method string, _, nth int) bool { return launching(method) && failing.Load() })
+					return fd
+				}
+			}
+		}))
+	}
+	f := newFleet(t, engines...)
+	launches := func() []uint64 {
+		var l []uint64
+		for _, e := range f.Engines() {
+			l = append(l, e.Stats().Launches)
+		}
+		return l
+	}
+	tiny, _ := request(t, tinyResNet(t), modelInfo(t, f, "tiny"), 1)
+	if n := clients(t, f, tiny, 8, 10); n != 0 {
+		t.Fatalf("%d requests failed with four GPUs up", n)
+	}
+	spread := launches()
+	for g, l := range spread {
+		if l == 0 {
+			t.Errorf("GPU %d launched nothing for 80 requests from 8 clients (launches %v)", g, spread)
+		}
+	}
+	bert, _ := request(t, tinyBERT(t), modelInfo(t, f, "tinybert"), 1)
+	if n := clients(t, f, bert, 4, 5); n != 0 {
+		t.Fatalf("%d tinybert requests failed", n)
+	}
+	after := launches()
+	for _, g := range []int{0, 2} {
+		if after[g] != spread[g] {
+			t.Errorf("GPU %d, which holds no tinybert, launched %d kernels for it", g, after[g]-spread[g])
+		}
+	}
+	failing.Store(true) // GPUs 0 and 2 fail from now on, no restarts
+	if n := clients(t, f, tiny, 8, 10); n != 0 {
+		t.Errorf("%d requests failed with GPUs 0 and 2 down", n)
+	}
+	if !f.Ready() || f.Engines()[0].Ready() || f.Engines()[2].Ready() {
+		t.Errorf("fleet ready %v, GPU 0 ready %v, GPU 2 ready %v: want the fleet up on GPUs 1 and 3",
+			f.Ready(), f.Engines()[0].Ready(), f.Engines()[2].Ready())
+	}
+	t.Logf("launches per GPU: %v after spreading, %v at the end; rerouted %d", spread, launches(), f.Rerouted())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = f.Close(ctx) // names GPUs 0 and 2's failures
+}
