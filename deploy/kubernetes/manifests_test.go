@@ -57,14 +57,13 @@ type servingRuntimeSpec struct {
 
 // objects are the manifests decoded: each file's object by kind.
 type objects struct {
-	namespace  *corev1.Namespace
-	config     *corev1.ConfigMap
-	daemonSet  *appsv1.DaemonSet
-	service    *corev1.Service
-	monitor    *monitoringv1.ServiceMonitor
-	runtime    *clusterServingRuntime
-	jobs       []*batchv1.Job
-	kustomized []string
+	namespace *corev1.Namespace
+	config    *corev1.ConfigMap
+	daemonSet *appsv1.DaemonSet
+	service   *corev1.Service
+	monitor   *monitoringv1.ServiceMonitor
+	runtime   *clusterServingRuntime
+	jobs      []*batchv1.Job
 }
 
 // decode reads one manifest (one object per file) strictly — an unknown or
