@@ -150,7 +150,7 @@ type Breakable interface {
 // step or of closed-loop batch inference.
 type JobSpec struct {
 	Model      string `json:"model"`      // a zoo name, e.g. "resnet50-train" or "resnet50"
-	Batch      int    `json:"batch"`      // batch size
+	Batch      int    `json:"batch,omitempty"` // batch size; 0 or absent: the one configured for the model
 	Iterations int    `json:"iterations"` // > 0
 	// Resume: when the device fails under the job (a kernel fault, the
 	// driver), the job runs its remaining iterations once the engine has

@@ -68,17 +68,24 @@ func (e *engineImpl) SubmitJob(spec JobSpec) (JobStatus, error) {
 	}
 	var jm *engJobModel
 	var known []string
+	matches := 0
 	for _, j := range e.jobsM {
 		known = append(known, fmt.Sprintf("%s (batch %d)", j.zoo, j.batch))
 		if j.zoo == spec.Model && (spec.Batch == 0 || spec.Batch == j.batch) {
 			jm = j
+			matches++
 		}
 	}
-	if jm == nil {
-		if len(known) == 0 {
-			known = []string{"none configured"}
-		}
-		return JobStatus{}, fmt.Errorf("%w: no job model %q at batch %d; configured: %s", ErrBadInput, spec.Model, spec.Batch, strings.Join(known, ", "))
+	if len(known) == 0 {
+		known = []string{"none configured"}
+	}
+	switch {
+	case jm == nil && spec.Batch == 0:
+		return JobStatus{}, fmt.Errorf("%w: no job model %q; configured: %s", ErrBadInput, spec.Model, strings.Join(known, ", "))
+	case jm == nil:
+		return JobStatus{}, fmt.Errorf("%w: no job model %q at batch %d; configured: %s (leave the batch out for the configured one)", ErrBadInput, spec.Model, spec.Batch, strings.Join(known, ", "))
+	case matches > 1:
+		return JobStatus{}, fmt.Errorf("%w: job model %q is configured at several batches; give one: %s", ErrBadInput, spec.Model, strings.Join(known, ", "))
 	}
 	if spec.Iterations <= 0 || spec.Iterations > 1<<30 {
 		return JobStatus{}, fmt.Errorf("%w: iterations %d; give 1 to %d", ErrBadInput, spec.Iterations, 1<<30)

@@ -668,7 +668,7 @@ func (h *Handler) submitJob(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
-		h.writeError(w, r, badInput("the body is not a job spec {\"model\", \"batch\", \"iterations\"}: %s", jsonProblem(err)))
+		h.writeError(w, r, badInput("the body is not a job spec {\"model\", \"iterations\", optional \"batch\", \"resume\"}: %s", jsonProblem(err)))
 		return
 	}
 	if dec.More() {
@@ -678,8 +678,8 @@ func (h *Handler) submitJob(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case spec.Model == "":
 		err = badInput("job spec has no \"model\"; give a zoo model name")
-	case spec.Batch <= 0:
-		err = badInput("job spec \"batch\" is %d; it must be > 0", spec.Batch)
+	case spec.Batch < 0:
+		err = badInput("job spec \"batch\" is %d; give a batch the daemon allows for the model, or leave it out for the configured one", spec.Batch)
 	case spec.Iterations <= 0:
 		err = badInput("job spec \"iterations\" is %d; it must be > 0", spec.Iterations)
 	}

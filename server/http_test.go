@@ -558,6 +558,7 @@ func TestJobsAPI(t *testing.T) {
 		{"POST", "", `{"model":"nope","batch":1,"iterations":1}`, 404, "unknown model"},
 		{"POST", "", `{"model":"echo","batch":1,"iterations":0}`, 400, `"iterations" is 0`},
 		{"POST", "", `{"model":"echo","batch":-2,"iterations":1}`, 400, `"batch" is -2`},
+		{"POST", "", `{"model":"nope","iterations":1}`, 404, "unknown model"}, // no batch: past the handler, to the engine
 		{"POST", "", `{"batch":1,"iterations":1}`, 400, `no "model"`},
 		{"POST", "", `{"model":"echo","batch":1,"iterations":1,"priority":3}`, 400, `unknown field "priority"`},
 		{"POST", "", `{"model":"echo",`, 400, "body ended"},

@@ -26,7 +26,7 @@ iterations of a model (a training step, or closed-loop batch inference)
 on what the latency-critical requests leave of the GPU. The daemon must
 allow the model with --job (or the config's jobs: section).
 
-  atoll jobs submit --model resnet50-train --batch 32 --iterations 1000
+  atoll jobs submit --model resnet50-train --iterations 1000   # at the configured batch
   atoll jobs list
   atoll jobs show job-1 --watch      # progress until the job ends
   atoll jobs cancel job-1
@@ -40,7 +40,7 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "jobs", jobsHelp)
 	base := fs.String("url", "http://127.0.0.1:8000", "the daemon's address")
 	model := fs.String("model", "", "submit: the model the job runs (a zoo name the daemon allows)")
-	batch := fs.Int("batch", 1, "submit: batch size (one the daemon allows for the model)")
+	batch := fs.Int("batch", 0, "submit: batch size (one the daemon allows for the model; 0: the one it is configured with)")
 	iters := fs.Int("iterations", 0, "submit: iterations to run (> 0)")
 	watch := fs.Bool("watch", false, "show: print progress until the job ends")
 	asJSON := fs.Bool("json", false, "print the daemon's JSON instead of a table")

@@ -48,10 +48,11 @@ kernel library cannot run is bound to an equivalent library kernel (e.g. the
 global average pool to an average pool) and named in the profile's notes;
 --substitute=false refuses such a model instead, naming the layer.
 
---backend sim runs the same code on the simulator (for tests): its
-durations are the estimated profile's, it is marked "estimated" with a
-"simulated" note, needs --out (a simulated profile in the store would take
-the place of a measured one), and is never written over a measured profile.
+--backend sim runs the same code on the simulator (no GPU needed): its
+durations are the estimated profile's and it is marked "estimated" with a
+"simulated" note. It prints the profile's summary and writes nothing unless
+given --out (a simulated profile in the store would take the place of a
+measured one), and it is never written over a measured profile.
 
 Nsight Compute: --print-ncu-command prints the ncu command that collects
 one pass of the model; --ncu FILE imports that CSV over the measured
@@ -153,7 +154,8 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		path := *out
-		if path == "" {
+		simulated := info.Backend == "sim"
+		if path == "" && !simulated { // a simulated profile stays out of the store
 			if path = profiles.StorePath(spec.Name, m.Name(), *batch); path == "" {
 				return fmt.Errorf("no profile store (no user cache directory): set %s to a directory, or pass --out", profiles.StoreEnv)
 			}
@@ -161,25 +163,25 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 				return fmt.Errorf("profile store: %w", err)
 			}
 		}
-		simulated := info.Backend == "sim"
-		if err := mayWrite(path, *force, simulated); err != nil {
-			return err
+		if path != "" {
+			if err := mayWrite(path, *force, simulated); err != nil {
+				return err
+			}
 		}
 		start := time.Now()
 		p, err := profiler.Measure(ctx, dev, lib, m.Name(), *batch, o)
 		if err != nil {
 			return err
 		}
-		if err := writeProfile(path, p); err != nil {
-			return err
+		if path != "" {
+			if err := writeProfile(path, p); err != nil {
+				return err
+			}
 		}
 		return summary(e.stdout, p, path, time.Since(start))
 	}
 	switch *backend {
 	case "sim":
-		if *out == "" && !*ncuPass {
-			return errors.New("--backend sim needs --out: a simulated profile must not land in the profile store, where it would take the place of a measured one (e.g. --out /tmp/" + m.Name() + ".json)")
-		}
 		spec, err := gpu.LookupSpec(*simGPU)
 		if err != nil {
 			return err
@@ -266,7 +268,11 @@ func summary(w io.Writer, p *profiles.Profile, path string, took time.Duration) 
 		idx[i] = i
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return p.Kernels[idx[a]].DurationUs > p.Kernels[idx[b]].DurationUs })
-	fmt.Fprintf(w, "wrote %s (%s, source %s) in %.1f s\n", path, p.GPU, p.Source, took.Seconds())
+	if path == "" {
+		fmt.Fprintf(w, "simulated %s (source %s: the simulator's durations are the estimated profile's) in %.1f s; not written: a simulated profile stays out of the profile store, where it would take the place of a measured one (--out FILE keeps it)\n", p.GPU, p.Source, took.Seconds())
+	} else {
+		fmt.Fprintf(w, "wrote %s (%s, source %s) in %.1f s\n", path, p.GPU, p.Source, took.Seconds())
+	}
 	fmt.Fprintf(w, "%s bs%d: %d kernels, %.1f us of kernel time\n", p.Model, p.Batch, len(p.Kernels), total)
 	fmt.Fprintf(w, "classes: compute %d, memory %d, unknown %d\n", classes[profiles.ClassCompute], classes[profiles.ClassMemory], classes[profiles.ClassUnknown])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
