@@ -20,9 +20,9 @@ for i in $(seq 1 240); do curl -sf $U/v2/health/ready > /dev/null && break; kill
 log "ready after ${i}s"
 sample() {
   curl -s $U/metrics | awk -v t=$(date +%s) -v tag=$1 '
-    /^go_goroutines /{g=$2} /^process_resident_memory_bytes /{r=$2}
-    /^atoll_gpu_memory_used_bytes/{m=$2}
-    /^atoll_requests_total.*code="200"/{ok+=$2}
+    /^go_goroutines /{g=$NF} /^process_resident_memory_bytes /{r=$NF}
+    /^atoll_gpu_memory_used_bytes/{m=$NF}
+    /^atoll_requests_total.*code="200"/{ok+=$NF}
     END{printf "%s %d %d %.0f %.0f %d\n", tag, t, g, r, m, ok}' >> $W/samples.txt
 }
 echo "# phase unix_s goroutines rss_bytes gpu_mem_used_bytes requests_ok" > $W/samples.txt
