@@ -11,11 +11,12 @@ import (
 var fastOK = archsimd.X86.AVX512()
 
 // matmulFast: on AVX-512, A's rows converted to float32 once (zero rows
-// up to a multiple of 8) and an 8×32 micro-kernel in assembly (fmaTile8x32: sixteen 16-lane accumulators, 16 fused
-// multiply-adds per step) over B's panels, in K blocks of fastKC. The
-// work is (row block, panel) pairs split across the CPUs: a block's
-// strips stay in L2 while a panel's K block (fastKC·fastNC float32) stays
-// in L1. Sums go to a float32 product, widened into c at the end.
+// up to a multiple of 8) and an 8×32 micro-kernel in assembly
+// (fmaTile8x32: sixteen 16-lane accumulators, 16 fused multiply-adds per
+// step) over B's panels, in K blocks of fastKC. The work is (row block,
+// panel) pairs split across the CPUs: a block's rows stay in L2 while a
+// panel's K block (fastKC·fastNC float32) stays in L1. Sums go to a
+// float32 product, widened into c at the end.
 func matmulFast(c, a []float64, pb *packedB, m int) {
 	k, n := pb.k, pb.n
 	if m == 0 || n == 0 {
