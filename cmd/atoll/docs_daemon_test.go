@@ -22,7 +22,7 @@ import (
 // docs/api.md, written out as the reader would; each load and jobs line
 // runs as written against one daemon serving the models and jobs those
 // lines name, with --url pointed at it and a load's --duration and
-// --timeout cut to 1 s and 2 s (a documented 60 s soak stays a soak in the docs;
+// --timeout cut to 2 s (a documented 60 s soak stays a soak in the docs;
 // here it must start, send and report); each ```sh block that talks to
 // localhost:8000 runs in bash against that daemon (one with the docs'
 // bearer tokens where the block sends one), every curl failing on an HTTP
@@ -139,7 +139,7 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 		args = setFlag(args, "--url", "http://"+addr)
 		if d.cmd == "load" {
 			if !hasFlag(args, "--trace") {
-				args = setFlag(args, "--duration", "1s")
+				args = setFlag(args, "--duration", "2s") // past the default 1 s warm-up
 			}
 			args = setFlag(args, "--timeout", "2s")
 		}
