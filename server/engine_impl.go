@@ -206,6 +206,10 @@ type engRef struct {
 	done chan struct{}
 	out  []float64
 	err  error
+	// abandoned: the request returned without its outputs (its client
+	// gone, an error): a worker that has not started it skips it, so
+	// requests given up on cannot pile up CPU work past max_queue.
+	abandoned atomic.Bool
 }
 
 type engineImpl struct {
@@ -612,6 +616,7 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 			e.refMu.RUnlock()
 			return nil, fmt.Errorf("%w: the CPU output pool is full", ErrQueueFull)
 		}
+		defer ref.abandoned.Store(true) // after its outputs are taken, harmless
 	}
 	var res sched.OnlineResult
 	submitted := time.Now()

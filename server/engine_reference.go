@@ -7,10 +7,18 @@ import (
 func (e *engineImpl) refWorker() {
 	defer e.workers.Done()
 	for r := range e.refQ {
-		r.out, r.err = engReference(r.call)
+		if r.abandoned.Load() {
+			r.err = errAbandoned
+		} else {
+			r.out, r.err = engReference(r.call)
+		}
 		close(r.done)
 	}
 }
+
+// errAbandoned: a request's CPU outputs were not computed because the
+// request had returned without them.
+var errAbandoned = fmt.Errorf("%w: the request was given up before its outputs were computed", ErrInternal)
 
 // engReference computes a request's outputs on the CPU (simulator). It is
 // the only place request inputs become float64 on the raw fast path:

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,8 +22,8 @@ import (
 // become ready; `--config atoll.yaml` is the example configuration of
 // docs/api.md, written out as the reader would; each load and jobs line
 // runs as written against one daemon serving the models and jobs those
-// lines name, with --url pointed at it and a load's --duration and
-// --timeout cut to 2 s (a documented 60 s soak stays a soak in the docs;
+// lines name, with --url pointed at it and a load's --duration cut to
+// 1 s, its --warmup to 0 and its --timeout to 2 s (a documented 60 s soak stays a soak in the docs;
 // here it must start, send and report); each ```sh block that talks to
 // localhost:8000 runs in bash against that daemon (one with the docs'
 // bearer tokens where the block sends one), every curl failing on an HTTP
@@ -60,7 +61,13 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 		}
 		t.Logf("%s:%d: ran in %v: %s", d.file, d.line, time.Since(start).Round(time.Millisecond), d.text)
 	}
+	type server struct {
+		d    docCommand
+		addr string
+		args []string
+	}
 	var clients []docCommand
+	var servers []server
 	served, ran := 0, 0
 	for _, d := range documentedCommands(t) {
 		args := strings.Fields(strings.TrimSuffix(strings.TrimSpace(d.rest), "&"))
@@ -77,18 +84,28 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 			if hasFlag(args, "--config") { // the example config serves gRPC on :8001
 				args = setFlag(args, "--grpc-listen", freeAddr(t))
 			}
-			stop := startDaemon(t, bin, dir, env, append([]string{"serve"}, args...))
-			if err := waitReady(addr, 90*time.Second); err != nil {
-				t.Errorf("%s:%d: %q: %v", d.file, d.line, d.text, err)
-			} else {
-				t.Logf("%s:%d: started and became ready: %s", d.file, d.line, d.text)
-				served++
-			}
-			stop()
+			servers = append(servers, server{d, addr, append([]string{"serve"}, args...)})
 		default:
 			clients = append(clients, d)
 		}
 	}
+	// The serve lines start one after another, beside the client lines.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, sv := range servers {
+			stop := startDaemon(t, bin, dir, env, sv.args)
+			if err := waitReady(sv.addr, 90*time.Second); err != nil {
+				t.Errorf("%s:%d: %q: %v", sv.d.file, sv.d.line, sv.d.text, err)
+			} else {
+				t.Logf("%s:%d: started and became ready: %s", sv.d.file, sv.d.line, sv.d.text)
+				served++
+			}
+			stop()
+		}
+	}()
+	defer wg.Wait()
 	// One daemon for the client lines: every model and job they name.
 	addr := freeAddr(t)
 	// Queues of 2: the simulator computes outputs on the CPU (0.2-0.3 s a
@@ -139,13 +156,15 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 		args = setFlag(args, "--url", "http://"+addr)
 		if d.cmd == "load" {
 			if !hasFlag(args, "--trace") {
-				args = setFlag(args, "--duration", "2s") // past the default 1 s warm-up
+				args = setFlag(args, "--duration", "1s")
 			}
+			args = setFlag(args, "--warmup", "0")
 			args = setFlag(args, "--timeout", "2s")
 		}
 		run(d, append([]string{d.cmd}, args...))
 		ran++
 	}
+	wg.Wait()
 	t.Logf("%d serve lines started, %d load, jobs and print-config lines and %d shell blocks ran", served, ran, blocks)
 	if served < 3 || ran < 5 || blocks < 3 {
 		t.Errorf("only %d serve lines, %d client lines and %d shell blocks: the selection is broken", served, ran, blocks)
