@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,9 +22,10 @@ import (
 type docCommand struct {
 	file string // base name
 	line int
-	text string // the line as written, trimmed
-	cmd  string // e.g. "bench"
-	rest string // the arguments, comment removed
+	text string   // the line as written, trimmed
+	env  []string // VAR=value assignments before the command
+	cmd  string   // e.g. "bench"
+	rest string   // the arguments, comment removed
 }
 
 // documentedCommands lists every atoll command line of the docs' code blocks.
@@ -31,7 +33,7 @@ func documentedCommands(t *testing.T) []docCommand {
 	t.Helper()
 	files, _ := filepath.Glob("../../docs/*.md")
 	files = append(files, "../../README.md")
-	lineRE := regexp.MustCompile(`^\s*(?:\$ )?(?:\./)?(?:bin/|/tmp/)?atoll ([a-z][a-z-]*)(.*)$`)
+	lineRE := regexp.MustCompile(`^\s*(?:\$ )?((?:[A-Z][A-Z0-9_]*=\S+ +)*)(?:\./)?(?:bin/|/tmp/)?atoll ([a-z][a-z-]*)(.*)$`)
 	var out []docCommand
 	for _, f := range files {
 		fh, err := os.Open(f)
@@ -54,11 +56,11 @@ func documentedCommands(t *testing.T) []docCommand {
 			if m == nil {
 				continue
 			}
-			rest := m[2]
+			rest := m[3]
 			if i := strings.Index(rest, "#"); i >= 0 {
 				rest = rest[:i]
 			}
-			out = append(out, docCommand{file: filepath.Base(f), line: n, text: strings.TrimSpace(line), cmd: m[1], rest: rest})
+			out = append(out, docCommand{file: filepath.Base(f), line: n, text: strings.TrimSpace(line), env: strings.Fields(m[1]), cmd: m[2], rest: rest})
 		}
 		fh.Close()
 	}
@@ -196,7 +198,7 @@ func TestDocumentedCommandsRun(t *testing.T) {
 		args := append([]string{d.cmd}, filled(strings.Fields(strings.ReplaceAll(d.rest, "/tmp/", tmp+"/")))...)
 		var out, errb bytes.Buffer
 		c := exec.Command(bin, args...)
-		c.Dir, c.Env, c.Stdout, c.Stderr = dir, env, &out, &errb
+		c.Dir, c.Env, c.Stdout, c.Stderr = dir, append(slices.Clone(env), d.env...), &out, &errb
 		start := time.Now()
 		if err := c.Run(); err != nil {
 			t.Errorf("%s:%d: %q: %v:\n%s%s", d.file, d.line, d.text, err, out.String(), errb.String())

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,7 +54,7 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 	run := func(d docCommand, args []string) {
 		var out, errb bytes.Buffer
 		c := exec.Command(bin, args...)
-		c.Dir, c.Env, c.Stdout, c.Stderr = dir, env, &out, &errb
+		c.Dir, c.Env, c.Stdout, c.Stderr = dir, append(slices.Clone(env), d.env...), &out, &errb
 		start := time.Now()
 		if err := c.Run(); err != nil {
 			t.Errorf("%s:%d: %q: %v:\n%s%s", d.file, d.line, d.text, err, out.String(), errb.String())
