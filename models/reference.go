@@ -385,7 +385,7 @@ func refAttention(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64
 	// order (over d for the scores, over the keys for the context). A
 	// prepared fast run splits the heads across the CPUs (each head writes
 	// its own part of out).
-	heads1 := func(work int, head func(b int, x, y []float64)) {
+	eachHead := func(work int, head func(b int, x, y []float64)) {
 		part := func(lo, hi int) {
 			x, y := make([]float64, seq*d), make([]float64, seq*d)
 			for b := lo; b < hi; b++ {
@@ -402,7 +402,7 @@ func refAttention(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64
 	case GlueAttnScores:
 		scale := 1 / math.Sqrt(float64(d))
 		out := env.make(batch * seq * seq)
-		heads1(batch*seq*seq*d, func(b int, q, kt []float64) {
+		eachHead(batch*seq*seq*d, func(b int, q, kt []float64) {
 			img, head := b/heads, b%heads
 			for i := range seq {
 				for k := range d {
@@ -420,7 +420,7 @@ func refAttention(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64
 	default: // context: P·V, heads merged
 		p := vals[l.In[0]]
 		out := env.make(tokens * h)
-		heads1(batch*seq*seq*d, func(b int, v, c []float64) {
+		eachHead(batch*seq*seq*d, func(b int, v, c []float64) {
 			img, head := b/heads, b%heads
 			for j := range seq {
 				for k := range d {

@@ -149,9 +149,9 @@ type Breakable interface {
 // JobSpec describes a best-effort job: N iterations of a model's training
 // step or of closed-loop batch inference.
 type JobSpec struct {
-	Model      string `json:"model"`      // a zoo name, e.g. "resnet50-train" or "resnet50"
+	Model      string `json:"model"`           // a zoo name, e.g. "resnet50-train" or "resnet50"
 	Batch      int    `json:"batch,omitempty"` // batch size; 0 or absent: the one configured for the model
-	Iterations int    `json:"iterations"` // > 0
+	Iterations int    `json:"iterations"`      // > 0
 	// Resume: when the device fails under the job (a kernel fault, the
 	// driver), the job runs its remaining iterations once the engine has
 	// reopened the device, up to MaxJobResumes times, instead of ending

@@ -196,19 +196,28 @@ func TestDocumentedCommandsRun(t *testing.T) {
 			continue
 		}
 		args := append([]string{d.cmd}, filled(strings.Fields(strings.ReplaceAll(d.rest, "/tmp/", tmp+"/")))...)
-		var out, errb bytes.Buffer
-		c := exec.Command(bin, args...)
-		c.Dir, c.Env, c.Stdout, c.Stderr = dir, append(slices.Clone(env), d.env...), &out, &errb
-		start := time.Now()
-		if err := c.Run(); err != nil {
-			t.Errorf("%s:%d: %q: %v:\n%s%s", d.file, d.line, d.text, err, out.String(), errb.String())
-		}
-		t.Logf("%s:%d: ran in %v: %s", d.file, d.line, time.Since(start).Round(time.Millisecond), d.text)
+		runDocCommand(t, bin, dir, env, d, args)
 		ran++
 	}
 	if ran < 8 {
 		t.Errorf("only %d documented commands ran: the selection is broken", ran)
 	}
+}
+
+// runDocCommand runs bin with args in dir, under env plus the line's own
+// VAR=value prefixes, and fails the test with its output when it exits
+// non-zero.
+func runDocCommand(t *testing.T, bin, dir string, env []string, d docCommand, args []string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	c := exec.Command(bin, args...)
+	c.Dir, c.Env, c.Stdout, c.Stderr = dir, append(slices.Clone(env), d.env...), &out, &errb
+	start := time.Now()
+	if err := c.Run(); err != nil {
+		t.Errorf("%s:%d: %q: %v:\n%s%s", d.file, d.line, d.text, err, out.String(), errb.String())
+		return
+	}
+	t.Logf("%s:%d: ran in %v: %s", d.file, d.line, time.Since(start).Round(time.Millisecond), d.text)
 }
 
 // buildAtoll builds this tree's atoll, without the race detector, and

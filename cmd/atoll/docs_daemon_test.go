@@ -51,17 +51,7 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), "ATOLL_PROFILES="+t.TempDir())
-	run := func(d docCommand, args []string) {
-		var out, errb bytes.Buffer
-		c := exec.Command(bin, args...)
-		c.Dir, c.Env, c.Stdout, c.Stderr = dir, append(slices.Clone(env), d.env...), &out, &errb
-		start := time.Now()
-		if err := c.Run(); err != nil {
-			t.Errorf("%s:%d: %q: %v:\n%s%s", d.file, d.line, d.text, err, out.String(), errb.String())
-			return
-		}
-		t.Logf("%s:%d: ran in %v: %s", d.file, d.line, time.Since(start).Round(time.Millisecond), d.text)
-	}
+	run := func(d docCommand, args []string) { runDocCommand(t, bin, dir, env, d, args) }
 	type server struct {
 		d    docCommand
 		addr string
@@ -96,7 +86,7 @@ func TestDocumentedDaemonCommandsRun(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for _, sv := range servers {
-			stop := startDaemon(t, bin, dir, env, sv.args)
+			stop := startDaemon(t, bin, dir, append(slices.Clone(env), sv.d.env...), sv.args)
 			if err := waitReady(sv.addr, 90*time.Second); err != nil {
 				t.Errorf("%s:%d: %q: %v", sv.d.file, sv.d.line, sv.d.text, err)
 			} else {
