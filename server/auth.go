@@ -127,6 +127,23 @@ func (h *Handler) authorizeHTTP(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// Guard applies the restrictions to an HTTP handler outside the daemon's
+// own (a proxy in front of daemons, such as server/standby's supervisor):
+// a request to a restricted group without its token is answered 401 or 403,
+// exactly as the daemon answers it, and never reaches next.
+func Guard(rs []Restriction, next http.Handler) (http.Handler, error) {
+	g, err := newGuard(rs)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{guard: g}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.authorizeHTTP(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	}), nil
+}
+
 // grpcGroup is the group of a gRPC method ("" for health).
 func grpcGroup(fullMethod string) string {
 	switch fullMethod[strings.LastIndexByte(fullMethod, '/')+1:] {

@@ -27,7 +27,8 @@ var ErrConfig = errors.New("server: bad config")
 // fields the command line may override. The YAML keys are the snake_case
 // names in the struct tags; docs/api.md is the reference.
 type Config struct {
-	// Listen is the HTTP address, host:port (":8000").
+	// Listen is the HTTP address, host:port (":8000"), or unix:PATH for a
+	// Unix socket (what a standby supervisor gives its workers).
 	Listen string `yaml:"listen"`
 	// GRPCListen is the gRPC address (inference.GRPCInferenceService),
 	// host:port; empty serves no gRPC.
@@ -96,6 +97,11 @@ type Config struct {
 	// NoHPGraphs launches each HP request kernel by kernel instead of as
 	// one recorded graph (a CUDA graph on the GPU; sched/graphs.go).
 	NoHPGraphs bool `yaml:"no_hp_graphs,omitempty"`
+	// Standby serves through two worker processes, the serving one and a
+	// warm standby that takes over when the first one's device fails (a BE
+	// kernel fault poisons every CUDA context of its process); package
+	// server/standby. The HTTP API only: no grpc_listen.
+	Standby bool `yaml:"standby,omitempty"`
 }
 
 // ModelConfig is one served model.
@@ -204,13 +210,20 @@ func (c *Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return bad("listen", "%q is not host:port (e.g. \":8000\" or \"127.0.0.1:8000\")", c.Listen)
+	if path, ok := strings.CutPrefix(c.Listen, "unix:"); ok {
+		if path == "" {
+			return bad("listen", "%q names no socket; want unix:PATH", c.Listen)
+		}
+	} else if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return bad("listen", "%q is not host:port (e.g. \":8000\" or \"127.0.0.1:8000\") or unix:PATH", c.Listen)
 	}
 	if c.GRPCListen != "" {
 		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
 			return bad("grpc_listen", "%q is not host:port (e.g. \":8001\"); leave it empty to serve no gRPC", c.GRPCListen)
 		}
+	}
+	if c.Standby && c.GRPCListen != "" {
+		return bad("standby", "the standby supervisor serves the HTTP API only; drop grpc_listen (or standby)")
 	}
 	switch c.Backend {
 	case "sim", "cuda":
@@ -416,9 +429,9 @@ func (p PriorityConfig) ClassOf(priority int64, def Class) (Class, error) {
 	return BE, nil
 }
 
-// maxInflight is max_inflight, or DefaultMaxInflight of the models' queues
+// InflightLimit is max_inflight, or DefaultMaxInflight of the models' queues
 // (Validate has filled in each model's max_queue).
-func (c Config) maxInflight() int {
+func (c Config) InflightLimit() int {
 	if c.MaxInflight > 0 {
 		return c.MaxInflight
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -87,7 +88,7 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	}
 	ln := o.listener
 	if ln == nil {
-		ln, err = net.Listen("tcp", cfg.Listen)
+		ln, err = listen(cfg.Listen)
 		if err != nil {
 			return errors.Join(fmt.Errorf("server: listen on %s: %w (is another daemon running? pick another --listen)", cfg.Listen, err), closeEngine())
 		}
@@ -120,7 +121,7 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}),
 		Logger:         log,
 		Restricted:     restricted,
-		MaxInflight:    cfg.maxInflight(),
+		MaxInflight:    cfg.InflightLimit(),
 	})
 	srv := &http.Server{
 		Handler:           h,
@@ -266,9 +267,24 @@ func openGroups(rs []Restriction) []string {
 	return open
 }
 
+// listen listens on a Config.Listen address: host:port (TCP) or unix:PATH
+// (a Unix socket, replacing a stale socket file at PATH).
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(path)
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
 // isLoopback reports whether a listener's address is reachable only from
-// this host.
+// this host (a loopback TCP address or a Unix socket).
 func isLoopback(a net.Addr) bool {
+	if _, ok := a.(*net.UnixAddr); ok {
+		return true
+	}
 	tcp, ok := a.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
 }

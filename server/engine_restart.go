@@ -76,8 +76,15 @@ func (e *engineImpl) Broken() error {
 	case <-e.stopped:
 		return *p
 	default:
-		return nil
 	}
+	if e.restarts.Load() >= int64(e.maxRestarts) {
+		// No reopen will come (restarts: 0, as standby workers run): the
+		// engine is broken from the failure on, before its loop has
+		// wound down, so every 500 a request gets for it finds the
+		// engine not live.
+		return *p
+	}
+	return nil
 }
 
 // restarting reports whether the device failed and the engine will reopen

@@ -12,6 +12,7 @@ import (
 
 	"atoll/gpu/cuda"
 	"atoll/server"
+	"atoll/server/standby"
 )
 
 const serveHelp = `
@@ -32,6 +33,7 @@ Examples:
   atoll serve --config atoll.yaml --listen 127.0.0.1:9000
   atoll serve --model resnet50 --grpc-listen :8001   # gRPC beside HTTP
   atoll serve --model resnet50 --devices all --backend cuda   # every GPU: a replica on each
+  atoll serve --model resnet50 --job resnet50-train --standby   # a BE fault costs no HP request
   atoll serve --config atoll.yaml --print-config
   curl -s localhost:8000/v2/models/resnet50
 `
@@ -126,6 +128,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		logLevel    = fs.String("log-level", def.Log.Level, "debug, info, warn or error")
 		logFormat   = fs.String("log-format", def.Log.Format, "text or json")
 		devices     = fs.String("devices", def.Devices, "GPUs to serve on: `0`, a list 0,1,3 or all (each gets a scheduler and a replica of every model)")
+		standbyOn   = fs.Bool("standby", def.Standby, "serve through two worker processes, one a warm standby that takes over when the other's device fails (a BE kernel fault): no HP request lost; HTTP only")
 		models      modelFlag
 		jobs        jobFlag
 	)
@@ -179,6 +182,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			cfg.Log.Format = *logFormat
 		case "devices":
 			cfg.Devices = *devices
+		case "standby":
+			cfg.Standby = *standbyOn
 		case "model":
 			cfg.Models = models
 		case "job":
@@ -200,6 +205,16 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	log, err := cfg.Log.NewLogger(e.stderr)
 	if err != nil {
 		return err
+	}
+	if gen := os.Getenv(standby.EnvWorker); gen != "" {
+		log = log.With("worker", gen)
+	}
+	if cfg.Standby {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--standby runs this binary as its workers, and cannot find it: %w", err)
+		}
+		return standby.Serve(ctx, cfg, standby.ServeOptions{Exe: exe, Logger: log, Output: e.stderr})
 	}
 	if newEngine == nil {
 		return errEngineNotBuilt

@@ -1,0 +1,585 @@
+package standby
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Supervisor.
+type Options struct {
+	// Start starts worker processes (Exec, or in-process daemons in tests).
+	Start StartFunc
+	// Logger receives the supervisor's lines (default slog.Default()).
+	Logger *slog.Logger
+	// ReadyTimeout bounds a worker's start-up, kernel compiles included
+	// (default 10 minutes: a fresh GPU machine compiles for about 95 s).
+	ReadyTimeout time.Duration
+	// BodyLimit is the largest request body the supervisor buffers (413
+	// above; default 64 MiB). Requests are buffered whole, so that one
+	// can be sent again to the standby.
+	BodyLimit int64
+	// RequestTimeout bounds one request through the supervisor, the wait
+	// for a worker and resends included (default 60 s).
+	RequestTimeout time.Duration
+	// MaxInflight bounds the requests the supervisor forwards at once (503
+	// with Retry-After beyond it, before the body is read; default 1024).
+	MaxInflight int
+	// StartRetries is how many times in a row a worker may fail to start
+	// before the supervisor gives up (liveness then fails; default 3).
+	StartRetries int
+}
+
+// Supervisor forwards the HTTP API to its serving worker and keeps a warm
+// standby to take over (package doc). Create it with New, start it with
+// Start, stop it with Close.
+type Supervisor struct {
+	opt Options
+	log *slog.Logger
+
+	mu       sync.Mutex
+	active   *Worker
+	standby  *Worker
+	changed  chan struct{} // closed and replaced whenever active changes
+	gen      int
+	starting bool  // a worker is being started
+	gaveUp   error // workers failed to start StartRetries times in a row
+	closed   bool
+	outageAt time.Time // the last failover, until the new worker answers
+
+	jobs   jobTable
+	slots  chan struct{}
+	wg     sync.WaitGroup // background work: watchers, starts, takeovers
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	failovers atomic.Uint64
+	resent    atomic.Uint64
+	lastGap   atomic.Int64 // ns from the last failover to the next answer
+}
+
+// New makes a supervisor; nothing starts before Start.
+func New(opt Options) *Supervisor {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.ReadyTimeout <= 0 {
+		opt.ReadyTimeout = 10 * time.Minute
+	}
+	if opt.BodyLimit <= 0 {
+		opt.BodyLimit = 64 << 20
+	}
+	if opt.RequestTimeout <= 0 {
+		opt.RequestTimeout = 60 * time.Second
+	}
+	if opt.MaxInflight <= 0 {
+		opt.MaxInflight = 1024
+	}
+	if opt.StartRetries <= 0 {
+		opt.StartRetries = 3
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Supervisor{
+		opt: opt, log: opt.Logger, changed: make(chan struct{}),
+		slots: make(chan struct{}, opt.MaxInflight), ctx: ctx, cancel: cancel,
+		jobs: jobTable{byID: map[string]*jobRecord{}},
+	}
+}
+
+// Start starts the first worker and returns once it serves (or failed to
+// start); the standby starts behind it, once the first has filled the
+// kernel cache.
+func (s *Supervisor) Start(ctx context.Context) error {
+	w, err := s.startWorker(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.promote(w)
+	s.mu.Unlock()
+	s.log.Info("standby: worker serving", "worker", w.Gen)
+	s.startStandby()
+	return nil
+}
+
+// startWorker starts the next worker and waits until it is ready; a worker
+// that fails is killed.
+func (s *Supervisor) startWorker(ctx context.Context) (*Worker, error) {
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	s.mu.Unlock()
+	w, err := s.opt.Start(ctx, gen)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.awaitReady(ctx, s.opt.ReadyTimeout); err != nil {
+		w.Kill()
+		return nil, err
+	}
+	return w, nil
+}
+
+// startStandby starts a standby in the background unless one runs or is
+// starting. Once ready it waits, or serves at once if the serving worker
+// has failed meanwhile.
+func (s *Supervisor) startStandby() {
+	s.mu.Lock()
+	if s.closed || s.starting || s.standby != nil || s.gaveUp != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.starting = true
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var failures []error
+		for {
+			w, err := s.startWorker(s.ctx)
+			s.mu.Lock()
+			if err == nil && s.closed {
+				s.mu.Unlock()
+				w.Kill()
+				return
+			}
+			if err == nil {
+				s.starting = false
+				if s.active == nil {
+					s.promote(w)
+					s.log.Warn("standby: a new worker serves (there was no standby when the last one failed)", "worker", w.Gen)
+				} else {
+					s.standby = w
+					s.log.Info("standby: warm standby ready", "worker", w.Gen)
+				}
+				s.mu.Unlock()
+				return
+			}
+			failures = append(failures, err)
+			if s.closed || len(failures) >= s.opt.StartRetries {
+				if !s.closed {
+					s.gaveUp = fmt.Errorf("standby: %d workers in a row failed to start: %w", len(failures), errors.Join(failures...))
+					s.log.Error("standby: giving up starting workers; liveness now fails", "err", s.gaveUp)
+				}
+				s.starting = false
+				close(s.changed)
+				s.changed = make(chan struct{})
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+			s.log.Error("standby: a worker failed to start; starting another", "err", err)
+		}
+	}()
+}
+
+// promote makes w the serving worker and watches it. s.mu is held.
+func (s *Supervisor) promote(w *Worker) {
+	s.active = w
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.wg.Add(1)
+	go s.watch(w)
+}
+
+// watch checks the serving worker's liveness every 100 ms, so that a
+// failure is taken over even when no request finds it.
+func (s *Supervisor) watch(w *Worker) {
+	defer s.wg.Done()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-w.Exited:
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		serving := s.active == w
+		s.mu.Unlock()
+		if !serving {
+			return
+		}
+		if why := s.failed(s.ctx, w); why != "" {
+			s.failover(w, why)
+			return
+		}
+	}
+}
+
+// failed says why w can no longer serve ("" while it can): it exited, its
+// liveness fails (its device failed), or it cannot be reached.
+func (s *Supervisor) failed(ctx context.Context, w *Worker) string {
+	if w.exited() {
+		return "its process exited"
+	}
+	code, body, err := w.get(ctx, "/v2/health/live", 2*time.Second)
+	switch {
+	case ctx.Err() != nil:
+		return ""
+	case err != nil && w.exited():
+		return "its process exited"
+	case err != nil:
+		return "it does not answer: " + err.Error()
+	case code != http.StatusOK:
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(body, &e)
+		return "it is no longer live: " + e.Error
+	}
+	return ""
+}
+
+// failover replaces the failed serving worker w by the standby (when one is
+// ready; otherwise requests wait for the next worker), then takes over w's
+// jobs, kills w and starts a new standby. A failover of a worker that no
+// longer serves does nothing.
+func (s *Supervisor) failover(w *Worker, why string) {
+	s.mu.Lock()
+	if s.active != w || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	next := s.standby
+	s.standby = nil
+	s.active = nil
+	if next != nil {
+		s.promote(next)
+	} else {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	s.outageAt = time.Now()
+	s.failovers.Add(1)
+	s.mu.Unlock()
+	if next != nil {
+		s.log.Error("standby: the serving worker failed; the standby serves", "failed", w.Gen, "why", why, "serving", next.Gen)
+	} else {
+		s.log.Error("standby: the serving worker failed and no standby is ready; requests wait for the next worker", "failed", w.Gen, "why", why)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.jobs.takeOver(s.ctx, w, why, s.serving, s.log)
+		w.Kill()
+		select {
+		case <-w.Exited:
+		case <-time.After(30 * time.Second):
+			s.log.Error("standby: the failed worker did not exit 30 s after SIGKILL", "worker", w.Gen)
+		}
+		s.startStandby()
+	}()
+}
+
+// serving waits for the serving worker (during a failover without a ready
+// standby there is none for a while).
+func (s *Supervisor) serving(ctx context.Context) (*Worker, error) {
+	for {
+		s.mu.Lock()
+		a, ch, closed, gaveUp := s.active, s.changed, s.closed, s.gaveUp
+		s.mu.Unlock()
+		switch {
+		case closed:
+			return nil, errClosed
+		case a != nil:
+			return a, nil
+		case gaveUp != nil:
+			return nil, gaveUp
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no worker serves yet (the last one failed and its replacement is starting): %w", ctx.Err())
+		}
+	}
+}
+
+var errClosed = errors.New("standby: the daemon is shutting down")
+
+// answered notes that w answered a request: the first answer after a
+// failover ends the outage the failover began.
+func (s *Supervisor) answered(w *Worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == w && !s.outageAt.IsZero() {
+		gap := time.Since(s.outageAt)
+		s.lastGap.Store(int64(gap))
+		s.outageAt = time.Time{}
+		s.log.Info("standby: serving again after the failover", "worker", w.Gen, "gap", gap)
+	}
+}
+
+// Close stops the workers (SIGTERM, then SIGKILL after timeout) and waits
+// for the supervisor's background work.
+func (s *Supervisor) Close(timeout time.Duration) {
+	s.mu.Lock()
+	s.closed = true
+	ws := []*Worker{s.active, s.standby}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	s.cancel()
+	for _, w := range ws {
+		if w != nil {
+			w.Stop()
+		}
+	}
+	for _, w := range ws {
+		if w == nil {
+			continue
+		}
+		select {
+		case <-w.Exited:
+		case <-time.After(timeout):
+			s.log.Error("standby: a worker outlived the shutdown timeout; killing it", "worker", w.Gen)
+			w.Kill()
+			<-w.Exited
+		}
+	}
+	s.wg.Wait()
+	// A worker started while closing was killed by its starter.
+}
+
+// ServeHTTP implements http.Handler: health and metrics here, jobs through
+// the job table, everything else forwarded to the serving worker (and sent
+// again to the next one when the first failed under it).
+func (s *Supervisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	switch {
+	case p == "/v2/health/live" && r.Method == http.MethodGet:
+		s.live(w)
+		return
+	case p == "/v2/health/ready" && r.Method == http.MethodGet:
+		s.ready(w, r)
+		return
+	case p == "/v2/jobs" || strings.HasPrefix(p, "/v2/jobs/"):
+		s.jobsAPI(w, r)
+		return
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the daemon is handling %d requests at once, its limit; retry shortly", s.opt.MaxInflight))
+		return
+	}
+	var body []byte
+	if r.Body != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.opt.BodyLimit))
+		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes, the daemon's body_limit", s.opt.BodyLimit))
+				return
+			}
+			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opt.RequestTimeout)
+	defer cancel()
+	if p == "/metrics" {
+		s.metrics(ctx, w, r)
+		return
+	}
+	resp, wk, err := s.forward(ctx, r, body, idempotent(r))
+	if err != nil {
+		s.unreachable(w, err)
+		return
+	}
+	defer resp.Body.Close()
+	relay(w, resp)
+	s.answered(wk)
+}
+
+// idempotent reports whether r may be sent again to another worker:
+// reads, and inference (a model's outputs do not depend on which worker
+// computed them).
+func idempotent(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead ||
+		r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v2/models/") && strings.HasSuffix(r.URL.Path, "/infer")
+}
+
+// maxSends bounds how often one request is sent: to the serving worker and
+// to two successors that failed under it in turn.
+const maxSends = 3
+
+// forward sends r (with body) to the serving worker. When the worker fails
+// under it — no answer, or a 5xx from a worker no longer live — the
+// failover runs and the request goes to the next worker: always when the
+// failed worker answered (a 5xx is a refusal), without an answer only when
+// resend says the request may run twice. It returns the answer to relay and
+// the worker that gave it.
+func (s *Supervisor) forward(ctx context.Context, r *http.Request, body []byte, resend bool) (*http.Response, *Worker, error) {
+	var lastErr error
+	for range maxSends {
+		wk, err := s.serving(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		resp, err := s.send(ctx, wk, r, body)
+		if err == nil && resp.StatusCode < 500 {
+			return resp, wk, nil
+		}
+		if ctx.Err() != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			return nil, nil, ctx.Err()
+		}
+		why := s.failed(ctx, wk)
+		if why == "" {
+			if err != nil {
+				return nil, nil, fmt.Errorf("worker %d: %w", wk.Gen, err)
+			}
+			return resp, wk, nil // the worker's own 5xx (overload, a bug): relayed
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+		s.failover(wk, why)
+		if !resend && err != nil {
+			// No answer: the worker may have acted on it before it failed.
+			return nil, nil, fmt.Errorf("the serving worker failed under the request (%s); it was not sent again, as it may have taken effect: check, then retry", why)
+		}
+		s.resent.Add(1)
+		lastErr = fmt.Errorf("worker %d failed: %s", wk.Gen, why)
+	}
+	return nil, nil, fmt.Errorf("%d workers in a row failed under the request: %w", maxSends, lastErr)
+}
+
+// hopHeaders are the hop-by-hop headers a proxy does not forward.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// send sends one copy of r to wk.
+func (s *Supervisor) send(ctx context.Context, wk *Worker, r *http.Request, body []byte) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, wk.URL+r.URL.RequestURI(), rd)
+	if err != nil {
+		return nil, err
+	}
+	out.Header = r.Header.Clone()
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	out.ContentLength = int64(len(body))
+	return wk.Client.Do(out)
+}
+
+// relay writes a worker's answer to the client.
+func relay(w http.ResponseWriter, resp *http.Response) {
+	for k, vs := range resp.Header {
+		w.Header()[k] = vs
+	}
+	for _, h := range hopHeaders {
+		w.Header().Del(h)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// unreachable answers a request no worker could take.
+func (s *Supervisor) unreachable(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errClosed):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, err.Error())
+	case errors.Is(err, context.Canceled):
+		// The client left.
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}
+
+// live answers liveness: live unless workers stopped starting.
+func (s *Supervisor) live(w http.ResponseWriter) {
+	s.mu.Lock()
+	gaveUp := s.gaveUp
+	s.mu.Unlock()
+	if gaveUp != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"live": false, "error": gaveUp.Error() + "; restart the daemon"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"live": true})
+}
+
+// ready relays the serving worker's readiness; with no serving worker (the
+// first starting, or a failover waiting for the next) it is not ready.
+func (s *Supervisor) ready(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	wk := s.active
+	s.mu.Unlock()
+	if wk == nil {
+		writeError(w, http.StatusServiceUnavailable, "no worker serves yet (starting, or replacing one that failed); retry later")
+		return
+	}
+	code, body, err := wk.get(r.Context(), "/v2/health/ready", 2*time.Second)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the serving worker does not answer (%v); retry later", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// metrics relays the serving worker's /metrics (the text format) and adds
+// the supervisor's series.
+func (s *Supervisor) metrics(ctx context.Context, w http.ResponseWriter, r *http.Request) {
+	r = r.Clone(ctx)
+	r.Header.Del("Accept") // the text format, to which the series below append
+	r.Header.Del("Accept-Encoding")
+	resp, _, err := s.forward(ctx, r, nil, true)
+	if err != nil {
+		s.unreachable(w, err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		relay(w, resp)
+		return
+	}
+	s.mu.Lock()
+	ready := s.standby != nil
+	gen := 0
+	if s.active != nil {
+		gen = s.active.Gen
+	}
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, resp.Body)
+	b2f := map[bool]int{false: 0, true: 1}
+	fmt.Fprintf(w, "# HELP atoll_standby_failovers_total Serving workers replaced after their device failed or their process exited.\n# TYPE atoll_standby_failovers_total counter\natoll_standby_failovers_total %d\n", s.failovers.Load())
+	fmt.Fprintf(w, "# HELP atoll_standby_resent_requests_total Requests sent again to the next worker after the one serving them failed.\n# TYPE atoll_standby_resent_requests_total counter\natoll_standby_resent_requests_total %d\n", s.resent.Load())
+	fmt.Fprintf(w, "# HELP atoll_standby_ready Whether a warm standby is ready to take over.\n# TYPE atoll_standby_ready gauge\natoll_standby_ready %d\n", b2f[ready])
+	fmt.Fprintf(w, "# HELP atoll_standby_serving_worker The serving worker's number (1 for the first, one more per worker started).\n# TYPE atoll_standby_serving_worker gauge\natoll_standby_serving_worker %d\n", gen)
+	fmt.Fprintf(w, "# HELP atoll_standby_last_gap_seconds From the last failover to the next answer the new worker gave.\n# TYPE atoll_standby_last_gap_seconds gauge\natoll_standby_last_gap_seconds %g\n", time.Duration(s.lastGap.Load()).Seconds())
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
