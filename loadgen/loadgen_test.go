@@ -188,6 +188,9 @@ func TestSLOAndGoodputMatchNaive(t *testing.T) {
 			if len(cr.Errors) != len(n.errs) {
 				t.Fatalf("seed %d: errors %v, naive %v", seed, cr.Errors, n.errs)
 			}
+			if g := naiveGap(recs, class); math.Abs(cr.MaxGapUs-g) > 1e-9 {
+				t.Fatalf("seed %d class %d: longest gap %vµs, naive %vµs", seed, class, cr.MaxGapUs, g)
+			}
 			if math.Abs(cr.Throughput-float64(n.ok)/window) > 1e-9 {
 				t.Fatalf("seed %d: throughput %v, naive %v", seed, cr.Throughput, float64(n.ok)/window)
 			}
@@ -549,4 +552,31 @@ func TestTableAndJSON(t *testing.T) {
 	if back.Total.OK != 2 || back.Total.WithinSLO != 1 || *back.Total.SLOAttainment != 0.25 || len(back.Classes) != 2 || back.Valid {
 		t.Errorf("JSON round trip: %+v", back.Total)
 	}
+}
+
+// naiveGap is the longest time between two successful measured completions
+// of class (-1: all) with no other between them, by comparing every pair.
+func naiveGap(recs []Record, class int) float64 {
+	var ok []time.Duration
+	for _, r := range recs {
+		if r.Measured && r.Kind == KindOK && (class < 0 || r.Class == class) {
+			ok = append(ok, r.Done)
+		}
+	}
+	longest := 0.0
+	for _, a := range ok {
+		for _, b := range ok {
+			if b <= a {
+				continue
+			}
+			between := false
+			for _, c := range ok {
+				between = between || c > a && c < b
+			}
+			if g := float64(b-a) / float64(time.Microsecond); !between && g > longest {
+				longest = g
+			}
+		}
+	}
+	return longest
 }

@@ -46,6 +46,12 @@ type ClassReport struct {
 	// Goodput is WithinSLO per second of the measured window; nil
 	// without an SLO.
 	Goodput *float64 `json:"goodputPerSec"`
+	// MaxGapUs is the longest time between two successive successful
+	// completions, and MaxGapAtSec when (from the run's start) it ended:
+	// how long clients saw nothing served (a failover's outage, beside the
+	// gaps the arrivals themselves leave).
+	MaxGapUs    float64 `json:"maxCompletionGapUs"`
+	MaxGapAtSec float64 `json:"maxCompletionGapAtSec"`
 }
 
 // Report is a load run's summary.
@@ -149,7 +155,7 @@ func classReport(res *Result, class int, window time.Duration) ClassReport {
 	} else if len(cfg.Classes) == 1 {
 		cr.Priority = cfg.Classes[0].Priority
 	}
-	var lat []time.Duration
+	var lat, done []time.Duration
 	for _, rec := range res.Records {
 		if !rec.Measured || rec.Kind == "" || (class >= 0 && rec.Class != class) {
 			continue
@@ -162,6 +168,7 @@ func classReport(res *Result, class int, window time.Duration) ClassReport {
 			cr.Sent++
 			cr.OK++
 			lat = append(lat, rec.Latency())
+			done = append(done, rec.Done)
 			if cfg.SLO > 0 && rec.Latency() <= cfg.SLO {
 				cr.WithinSLO++
 			}
@@ -171,6 +178,12 @@ func classReport(res *Result, class int, window time.Duration) ClassReport {
 		}
 	}
 	cr.Latency = bench.Summarize(lat)
+	slices.Sort(done)
+	for i := 1; i < len(done); i++ {
+		if gap := done[i] - done[i-1]; us(gap) > cr.MaxGapUs {
+			cr.MaxGapUs, cr.MaxGapAtSec = us(gap), done[i].Seconds()
+		}
+	}
 	if window > 0 {
 		cr.Throughput = float64(cr.OK) / window.Seconds()
 	}
@@ -244,6 +257,7 @@ func Table(w io.Writer, r *Report) error {
 	for _, k := range kinds {
 		fmt.Fprintf(w, "%s: %s\n", k, r.ErrorMessages[k])
 	}
+	fmt.Fprintf(w, "longest gap between completions: %.1fms (ending %.2fs into the run)\n", r.Total.MaxGapUs/1000, r.Total.MaxGapAtSec)
 	fmt.Fprintf(w, "send lag (sent − scheduled): p50 %.0fµs p99 %.0fµs max %.0fµs; %d sends later than %v\n",
 		r.SendLag.P50, r.SendLag.P99, r.SendLag.Max, r.LateSends, time.Duration(r.LateThreshUs*float64(time.Microsecond)))
 	if r.Valid {

@@ -27,6 +27,7 @@ on what the latency-critical requests leave of the GPU. The daemon must
 allow the model with --job (or the config's jobs: section).
 
   atoll jobs submit --model resnet50-train --iterations 1000   # at the configured batch
+  atoll jobs submit --model resnet50-train --iterations 1000 --resume   # outlives a device failure
   atoll jobs list
   atoll jobs show job-1 --watch      # progress until the job ends
   atoll jobs cancel job-1
@@ -41,6 +42,7 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 	base := fs.String("url", "http://127.0.0.1:8000", "the daemon's address")
 	model := fs.String("model", "", "submit: the model the job runs (a zoo name the daemon allows)")
 	batch := fs.Int("batch", 0, "submit: batch size (one the daemon allows for the model; 0: the one it is configured with)")
+	resume := fs.Bool("resume", false, "submit: when the device fails under the job, run its remaining iterations once the daemon serves again (a reopened device, or --standby's next worker) instead of ending failed")
 	iters := fs.Int("iterations", 0, "submit: iterations to run (> 0)")
 	watch := fs.Bool("watch", false, "show: print progress until the job ends")
 	asJSON := fs.Bool("json", false, "print the daemon's JSON instead of a table")
@@ -75,7 +77,7 @@ func runJobs(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("submit needs --model and --iterations > 0")
 		}
 		var st server.JobStatus
-		if err := c.do(ctx, http.MethodPost, "/v2/jobs", server.JobSpec{Model: *model, Batch: *batch, Iterations: *iters}, &st); err != nil {
+		if err := c.do(ctx, http.MethodPost, "/v2/jobs", server.JobSpec{Model: *model, Batch: *batch, Iterations: *iters, Resume: *resume}, &st); err != nil {
 			return err
 		}
 		return printJobs(e, *asJSON, st)
@@ -186,7 +188,11 @@ func printJobs(e *env, asJSON bool, jobs ...server.JobStatus) error {
 	t := tablewriter.NewTable(e.stdout, tablewriter.WithRenderer(renderer.NewBlueprint()), tablewriter.WithHeaderAutoFormat(tw.Off))
 	t.Header([]string{"id", "model", "batch", "state", "done", "iterations/s", "error"})
 	for _, j := range jobs {
-		if err := t.Append([]string{j.ID, j.Spec.Model, fmt.Sprint(j.Spec.Batch), j.State,
+		state := j.State
+		if j.Resumed > 0 {
+			state += fmt.Sprintf(" (resumed %d×)", j.Resumed)
+		}
+		if err := t.Append([]string{j.ID, j.Spec.Model, fmt.Sprint(j.Spec.Batch), state,
 			fmt.Sprintf("%d/%d", j.Done, j.Spec.Iterations), fmt.Sprintf("%.1f", j.Throughput), j.Error}); err != nil {
 			return err
 		}

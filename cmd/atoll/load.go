@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -69,6 +71,7 @@ func runLoad(ctx context.Context, e *env, args []string) error {
 	batch := fs.Int("batch", 1, "size of each input's variable (-1) dimension")
 	data := fs.String("data", string(loadgen.DataBinary), "tensor data format: binary (the binary tensor data extension; inputs and outputs as raw bytes) or json (JSON numbers: milliseconds per large tensor on both ends)")
 	out := fs.String("out", "", "also write the report as JSON here")
+	records := fs.String("records", "", "also write every request's record here, one JSON object per line (scheduledNs, sentNs, doneNs from the run's start; kind: ok or the error)")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -175,6 +178,11 @@ func runLoad(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	if *records != "" {
+		if err := writeRecords(*records, res.Records); err != nil {
+			return err
+		}
+	}
 	if res.Interrupted {
 		return errors.New("interrupted: the report above covers the requests sent before the signal")
 	}
@@ -187,6 +195,27 @@ func writeLoadReport(path string, rep *loadgen.Report) error {
 		return err
 	}
 	if err := loadgen.WriteJSON(f, rep); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeRecords writes one JSON line per request record.
+func writeRecords(path string, recs []loadgen.Record) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, r := range recs {
+		if err := enc.Encode(r); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
 		f.Close()
 		return err
 	}

@@ -127,7 +127,7 @@ func (s *Supervisor) submitJob(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	// A submission is not sent again after a failure under it (it may
 	// have been accepted): the client is told to check and retry.
-	resp, wk, err := s.forward(ctx, r, body, false)
+	resp, wk, err := s.forward(ctx, r, &reqBody{buf: body, size: len(body)}, false)
 	if err != nil {
 		s.unreachable(w, err)
 		return

@@ -1,7 +1,6 @@
 package standby
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -344,7 +343,11 @@ func (s *Supervisor) Close(timeout time.Duration) {
 		case <-time.After(timeout):
 			s.log.Error("standby: a worker outlived the shutdown timeout; killing it", "worker", w.Gen)
 			w.Kill()
-			<-w.Exited
+			select {
+			case <-w.Exited:
+			case <-time.After(10 * time.Second):
+				s.log.Error("standby: a worker is still there 10 s after SIGKILL", "worker", w.Gen)
+			}
 		}
 	}
 	s.wg.Wait()
@@ -375,19 +378,16 @@ func (s *Supervisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the daemon is handling %d requests at once, its limit; retry shortly", s.opt.MaxInflight))
 		return
 	}
-	var body []byte
-	if r.Body != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.opt.BodyLimit))
-		if err != nil {
-			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes, the daemon's body_limit", s.opt.BodyLimit))
-				return
-			}
-			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-			return
-		}
+	body, err := newReqBody(w, r, s.opt.BodyLimit)
+	switch {
+	case errors.Is(err, errTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes, the daemon's body_limit", s.opt.BodyLimit))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
 	}
+	defer body.release()
 	ctx, cancel := context.WithTimeout(r.Context(), s.opt.RequestTimeout)
 	defer cancel()
 	if p == "/metrics" {
@@ -422,7 +422,7 @@ const maxSends = 3
 // failed worker answered (a 5xx is a refusal), without an answer only when
 // resend says the request may run twice. It returns the answer to relay and
 // the worker that gave it.
-func (s *Supervisor) forward(ctx context.Context, r *http.Request, body []byte, resend bool) (*http.Response, *Worker, error) {
+func (s *Supervisor) forward(ctx context.Context, r *http.Request, body *reqBody, resend bool) (*http.Response, *Worker, error) {
 	var lastErr error
 	for range maxSends {
 		wk, err := s.serving(ctx)
@@ -464,20 +464,24 @@ func (s *Supervisor) forward(ctx context.Context, r *http.Request, body []byte, 
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // send sends one copy of r to wk.
-func (s *Supervisor) send(ctx context.Context, wk *Worker, r *http.Request, body []byte) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+func (s *Supervisor) send(ctx context.Context, wk *Worker, r *http.Request, body *reqBody) (*http.Response, error) {
+	rd, n, err := body.reader(ctx)
+	if err != nil {
+		return nil, err
 	}
 	out, err := http.NewRequestWithContext(ctx, r.Method, wk.URL+r.URL.RequestURI(), rd)
 	if err != nil {
+		rd.Close()
 		return nil, err
 	}
 	out.Header = r.Header.Clone()
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
 	}
-	out.ContentLength = int64(len(body))
+	out.ContentLength = n
+	if n == 0 {
+		out.Body = nil
+	}
 	return wk.Client.Do(out)
 }
 
