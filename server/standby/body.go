@@ -22,7 +22,9 @@ type reqBody struct {
 	size int       // the whole body's length
 	pool bool      // buf comes from bufPools
 	// sent is closed when the transport has closed the last send's
-	// reader: until then it may still read buf.
+	// reader: until then it may still read buf. mu orders the sends
+	// (a hedged request has two).
+	mu   sync.Mutex
 	sent chan struct{}
 }
 
@@ -59,6 +61,8 @@ func (b *reqBody) reader(ctx context.Context) (io.ReadCloser, int64, error) {
 	if b == nil {
 		return http.NoBody, 0, nil
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	first := b.sent == nil
 	if !first {
 		select {
@@ -88,6 +92,8 @@ func (b *reqBody) release() {
 	if b == nil || !b.pool {
 		return
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.sent != nil {
 		select {
 		case <-b.sent:

@@ -256,6 +256,7 @@ func TestFaultFailsOverWithoutLosingHP(t *testing.T) {
 type fakeWorker struct {
 	gen    int
 	hang   bool
+	pause  atomic.Pointer[chan struct{}] // when set, infer waits for it to close, then answers
 	killed chan struct{}
 	once   sync.Once
 	srv    *http.Server
@@ -271,11 +272,19 @@ func startFake(t *testing.T, dir string, gen int, hang bool) (*standby.Worker, *
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v2/health/{what}", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) })
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "fake_worker %d\n", gen) })
 	mux.HandleFunc("POST /v2/models/m/infer", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if f.hang {
 			<-f.killed
 			panic(http.ErrAbortHandler) // the connection drops, as when a process dies
+		}
+		if p := f.pause.Load(); p != nil {
+			select {
+			case <-*p:
+			case <-f.killed:
+				panic(http.ErrAbortHandler)
+			}
 		}
 		fmt.Fprintf(w, "worker %d: %s", gen, b)
 	})
@@ -473,5 +482,74 @@ func TestGuardAndLimits(t *testing.T) {
 	}
 	if code, msg := call(t, http.MethodPost, base+"/v2/models/m/infer", []byte("z"), nil); code != http.StatusOK || msg != "worker 1: z" {
 		t.Errorf("inference (not restricted): %d %q", code, msg)
+	}
+}
+
+// TestStallHedgesToTheStandby: a serving worker that holds requests and
+// answers none for StallAfter (as a GPU worker does between a kernel's
+// fault and its report) has them answered by the standby, and new requests
+// go there directly; once it answers again, requests go back to it.
+func TestStallHedgesToTheStandby(t *testing.T) {
+	dir := t.TempDir()
+	fakes := make(chan *fakeWorker, 4)
+	sup := standby.New(standby.Options{Logger: slog.New(slog.DiscardHandler), StallAfter: 50 * time.Millisecond,
+		Start: func(ctx context.Context, gen int) (*standby.Worker, error) {
+			w, f := startFake(t, dir, gen, false)
+			fakes <- f
+			return w, nil
+		}})
+	if err := sup.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(time.Second)
+	srv := httptest.NewServer(sup)
+	defer srv.Close()
+	first := <-fakes
+	<-fakes // the standby started
+	// Wait until the standby is ready.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, m := call(t, http.MethodGet, srv.URL+"/metrics", nil, nil)
+		if strings.Contains(m, "atoll_standby_ready 1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no standby within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	pause := make(chan struct{})
+	first.pause.Store(&pause)
+	start := time.Now()
+	got := make(chan string, 6)
+	for i := range 6 {
+		go func() {
+			if i >= 3 {
+				time.Sleep(150 * time.Millisecond) // after the stall was declared
+			}
+			code, msg := call(t, http.MethodPost, srv.URL+"/v2/models/m/infer", []byte(fmt.Sprint("q", i)), nil)
+			got <- fmt.Sprint(code, " ", msg)
+		}()
+	}
+	for range 6 {
+		a := <-got
+		if !strings.HasPrefix(a, "200 worker 2: q") {
+			t.Errorf("answer %q during the stall, want the standby's", a)
+		}
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("the stalled worker's requests took %v to be answered", el)
+	}
+	first.pause.Store(nil)
+	close(pause) // worker 1 answers its held requests: it recovered
+	time.Sleep(50 * time.Millisecond)
+	if code, msg := call(t, http.MethodPost, srv.URL+"/v2/models/m/infer", []byte("after"), nil); code != http.StatusOK || msg != "worker 1: after" {
+		t.Errorf("after the stall: %d %q, want worker 1 again", code, msg)
+	}
+	_, m := call(t, http.MethodGet, srv.URL+"/metrics", nil, nil)
+	for _, want := range []string{"atoll_standby_stalls_total 1", "atoll_standby_hedged_requests_total 6", "atoll_standby_failovers_total 0"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

@@ -36,6 +36,10 @@ type Options struct {
 	// StartRetries is how many times in a row a worker may fail to start
 	// before the supervisor gives up (liveness then fails; default 3).
 	StartRetries int
+	// StallAfter: a serving worker that holds requests and answers none
+	// for this long is stalled, and its requests go to the standby too
+	// (stall.go; default 100 ms).
+	StallAfter time.Duration
 }
 
 // Supervisor forwards the HTTP API to its serving worker and keeps a warm
@@ -63,6 +67,8 @@ type Supervisor struct {
 
 	failovers atomic.Uint64
 	resent    atomic.Uint64
+	hedged    atomic.Uint64 // sends to the standby while the serving worker stalled
+	stalls    atomic.Uint64
 	lastGap   atomic.Int64 // ns from the last failover to the next answer
 }
 
@@ -85,6 +91,9 @@ func New(opt Options) *Supervisor {
 	}
 	if opt.StartRetries <= 0 {
 		opt.StartRetries = 3
+	}
+	if opt.StallAfter <= 0 {
+		opt.StallAfter = 100 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{
@@ -190,18 +199,26 @@ func (s *Supervisor) promote(w *Worker) {
 	go s.watch(w)
 }
 
-// watch checks the serving worker's liveness every 100 ms, so that a
-// failure is taken over even when no request finds it.
+// watch checks the serving worker for a stall every 10 ms and its liveness
+// every 100 ms, so that a failure is taken over even when no request finds
+// it.
 func (s *Supervisor) watch(w *Worker) {
 	defer s.wg.Done()
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-w.Exited:
-		case <-tick.C:
+		case now := <-tick.C:
+			if w.checkStall(now, s.opt.StallAfter) {
+				s.stalls.Add(1)
+				s.log.Warn("standby: the serving worker holds requests and answered none; they go to the standby too until it answers or fails", "worker", w.Gen, "after", s.opt.StallAfter)
+			}
+			if n%10 != 0 {
+				continue
+			}
 		}
 		s.mu.Lock()
 		serving := s.active == w
@@ -429,10 +446,16 @@ func (s *Supervisor) forward(ctx context.Context, r *http.Request, body *reqBody
 		if err != nil {
 			return nil, nil, err
 		}
-		resp, err := s.send(ctx, wk, r, body)
-		if err == nil && resp.StatusCode < 500 {
-			return resp, wk, nil
+		var a answer
+		if resend {
+			a = s.sendHedged(ctx, wk, r, body)
+		} else {
+			a = s.sendTo(ctx, wk, r, body)
 		}
+		if a.good() {
+			return a.resp, a.wk, nil
+		}
+		resp, err := a.resp, a.err
 		if ctx.Err() != nil {
 			if resp != nil {
 				resp.Body.Close()
@@ -573,6 +596,8 @@ func (s *Supervisor) metrics(ctx context.Context, w http.ResponseWriter, r *http
 	b2f := map[bool]int{false: 0, true: 1}
 	fmt.Fprintf(w, "# HELP atoll_standby_failovers_total Serving workers replaced after their device failed or their process exited.\n# TYPE atoll_standby_failovers_total counter\natoll_standby_failovers_total %d\n", s.failovers.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_resent_requests_total Requests sent again to the next worker after the one serving them failed.\n# TYPE atoll_standby_resent_requests_total counter\natoll_standby_resent_requests_total %d\n", s.resent.Load())
+	fmt.Fprintf(w, "# HELP atoll_standby_stalls_total Times the serving worker held requests and answered none for the stall bound.\n# TYPE atoll_standby_stalls_total counter\natoll_standby_stalls_total %d\n", s.stalls.Load())
+	fmt.Fprintf(w, "# HELP atoll_standby_hedged_requests_total Requests sent to the standby while the serving worker stalled.\n# TYPE atoll_standby_hedged_requests_total counter\natoll_standby_hedged_requests_total %d\n", s.hedged.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_ready Whether a warm standby is ready to take over.\n# TYPE atoll_standby_ready gauge\natoll_standby_ready %d\n", b2f[ready])
 	fmt.Fprintf(w, "# HELP atoll_standby_serving_worker The serving worker's number (1 for the first, one more per worker started).\n# TYPE atoll_standby_serving_worker gauge\natoll_standby_serving_worker %d\n", gen)
 	fmt.Fprintf(w, "# HELP atoll_standby_last_gap_seconds From the last failover to the next answer the new worker gave.\n# TYPE atoll_standby_last_gap_seconds gauge\natoll_standby_last_gap_seconds %g\n", time.Duration(s.lastGap.Load()).Seconds())

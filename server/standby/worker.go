@@ -29,6 +29,8 @@ type Worker struct {
 	// Both return without waiting for Exited.
 	Stop func()
 	Kill func()
+
+	prog progress // what it did lately (stall.go)
 }
 
 // StartFunc starts worker gen and returns as soon as it runs (not when it
