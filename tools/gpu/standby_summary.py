@@ -6,10 +6,18 @@ failover counters and the GPU memory of the daemon's processes.
     python3 tools/gpu/standby_summary.py OUT
 """
 import glob
+import gzip
 import json
 import os
 import re
 import sys
+
+
+def opened(path):
+    """path, or path.gz as the results/ copies keep it."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        return gzip.open(path + ".gz", "rt")
+    return open(path)
 
 
 def metric(text, name):
@@ -76,7 +84,7 @@ def timeline(d, total):
     supervisor's and workers' log lines there, in seconds of the load run."""
     try:
         t0 = float(open(os.path.join(d, "load-start.txt")).read())
-        recs = [json.loads(l) for l in open(os.path.join(d, "records.jsonl"))]
+        recs = [json.loads(l) for l in opened(os.path.join(d, "records.jsonl"))]
     except (OSError, ValueError):
         return
     at = total.get("maxCompletionGapAtSec", 0)
@@ -94,7 +102,7 @@ def timeline(d, total):
     for k in sorted(bins):
         print("      %7.2f  %s" % (lo + k * 0.05, " ".join("%s=%d" % kv for kv in sorted(bins[k].items()))))
     try:
-        for line in open(os.path.join(d, "serve.log")):
+        for line in opened(os.path.join(d, "serve.log")):
             try:
                 e = json.loads(line)
             except ValueError:
