@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// Stalls. On the GPU a kernel fault is not reported at once: an H200 went
-// 0.4–0.7 s from a BE kernel's trap to the first CUDA error, completing
-// nothing meanwhile (docs/daemon.md). A serving worker that holds requests
+// Stalls. On the GPU a kernel fault is not reported at once: on an H200
+// 0.4–1.3 s passed from a worker's last HP completion before a BE kernel's
+// trap to its first CUDA error, with nothing completed meanwhile
+// (docs/daemon.md). A serving worker that holds requests
 // and answers none for StallAfter is stalled: until it answers again (a
 // false alarm) or fails (the failover), the requests it holds are also sent
 // to the standby, and new ones go to the standby only; each request takes

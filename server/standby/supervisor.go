@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// Options configure a Supervisor.
+// Options configure a Supervisor. The zero value of each field is its
+// default.
 type Options struct {
 	// Start starts worker processes (Exec, or in-process daemons in tests).
 	Start StartFunc
