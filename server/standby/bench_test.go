@@ -57,7 +57,7 @@ func BenchmarkProxy(b *testing.B) {
 	dln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go direct.Serve(dln)
 	defer direct.Close()
-	body := make([]byte, 602112)
+	body := make([]byte, benchBody)
 	for _, c := range []struct{ name, url string }{{"direct", "http://" + dln.Addr().String()}, {"supervisor", front.URL}} {
 		b.Run(c.name, func(b *testing.B) {
 			client := &http.Client{}
@@ -85,3 +85,5 @@ func BenchmarkProxy(b *testing.B) {
 }
 
 var dbgBench = false
+
+var benchBody = 602112

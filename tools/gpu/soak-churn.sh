@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The daemon's long soak on the GPU with BE jobs churning: ResNet-50 bs1
 # served by `atoll serve --backend cuda` at 250 req/s (Poisson, binary
-# inputs) for SOAK seconds (default 420: a call may last 10 minutes), while
+# inputs) for SOAK seconds (default 420, which fits one 10-minute device
+# call; for SOAK=600 start it with `setsid nohup ... &` and collect OUT in
+# later calls on the same machine), while
 # every 5 s a job is submitted (ResNet-50 training bs32 and VGG-19 bs1
 # inference in turn, 10^6 iterations each) and the one submitted before is
 # cancelled. Every 20 s: the daemon's goroutines, RSS and GPU memory in use
