@@ -7,7 +7,8 @@
 #   plain    atoll serve --backend cuda                     (no standby, no fault)
 #   standby  the same with --standby                        (no fault)
 #   drill    --standby, and BE kernel launch BE_LAUNCH (default 30000,
-#            several seconds into the jobs) runs kernels.Fault (trap)
+#            several seconds into the jobs) runs kernels.Fault (KIND:
+#            trap, the default, or address)
 # A run starts its own daemon and waits until it (and, with --standby, the
 # warm standby) is ready, so the kernel cache is warm after the first.
 #
@@ -22,16 +23,17 @@
 set -u
 OUT=${1:?usage: tools/gpu/standby-drill.sh OUT MODE...}; shift
 R=$(cd "$(dirname "$0")/../.." && pwd); A=$R/bin/atoll; U=http://127.0.0.1:8000
-N=${START:-1}; LAUNCH=${BE_LAUNCH:-30000}; RATE=${RATE:-300}; BACKEND=${BACKEND:-cuda}
+N=${START:-1}; LAUNCH=${BE_LAUNCH:-30000}; KIND=${KIND:-trap}; RATE=${RATE:-300}; BACKEND=${BACKEND:-cuda}
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 for mode in "$@"; do
-  d=$OUT/run-$(printf %02d $N)-$mode; mkdir -p "$d"; N=$((N + 1))
+  name=$mode; [ "$mode" = drill ] && [ "$KIND" != trap ] && name=drill-$KIND
+  d=$OUT/run-$(printf %02d $N)-$name; mkdir -p "$d"; N=$((N + 1))
   { echo "listen: 127.0.0.1:8000"; echo "backend: $BACKEND"
     echo "models: [{name: resnet50, batch: 1, default_class: HP, max_queue: 64}]"
     echo "jobs: [{model: resnet50-train, batch: 32}, {model: bert-base-train, batch: 8}]"
     [ "$mode" != plain ] && echo "standby: true"
-    [ "$mode" = drill ] && printf 'fault_drill:\n  be_launch: %s\n  kind: trap\n' "$LAUNCH"
+    [ "$mode" = drill ] && printf 'fault_drill:\n  be_launch: %s\n  kind: %s\n' "$LAUNCH" "$KIND"
   } > "$d/config.yaml"
   $A serve --config "$d/config.yaml" --log-format json > "$d/serve.log" 2>&1 &
   SP=$!
