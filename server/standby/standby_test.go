@@ -257,6 +257,7 @@ type fakeWorker struct {
 	gen    int
 	hang   bool
 	pause  atomic.Pointer[chan struct{}] // when set, infer waits for it to close, then answers
+	refuse atomic.Bool                   // infer answers 503, as a full queue does
 	killed chan struct{}
 	once   sync.Once
 	srv    *http.Server
@@ -278,6 +279,11 @@ func startFake(t *testing.T, dir string, gen int, hang bool) (*standby.Worker, *
 		if f.hang {
 			<-f.killed
 			panic(http.ErrAbortHandler) // the connection drops, as when a process dies
+		}
+		if f.refuse.Load() {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":"server: queue full"}`, http.StatusServiceUnavailable)
+			return
 		}
 		if p := f.pause.Load(); p != nil {
 			select {
@@ -551,5 +557,57 @@ func TestStallHedgesToTheStandby(t *testing.T) {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestRefusalOverflowsToTheStandby: a request the serving worker refuses
+// with 503 (a full queue — which a fault also causes, before it shows) is
+// answered by the idle standby; with no standby the 503 is the answer.
+func TestRefusalOverflowsToTheStandby(t *testing.T) {
+	dir := t.TempDir()
+	fakes := make(chan *fakeWorker, 4)
+	release := make(chan struct{})
+	sup := standby.New(standby.Options{Logger: slog.New(slog.DiscardHandler),
+		Start: func(ctx context.Context, gen int) (*standby.Worker, error) {
+			if gen == 2 {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			w, f := startFake(t, dir, gen, false)
+			fakes <- f
+			return w, nil
+		}})
+	if err := sup.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(time.Second)
+	srv := httptest.NewServer(sup)
+	defer srv.Close()
+	first := <-fakes
+	first.refuse.Store(true)
+	if code, _ := call(t, http.MethodPost, srv.URL+"/v2/models/m/infer", []byte("a"), nil); code != http.StatusServiceUnavailable {
+		t.Errorf("a refusal with no standby: %d, want the worker's 503", code)
+	}
+	close(release)
+	<-fakes
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, m := call(t, http.MethodGet, srv.URL+"/metrics", nil, nil)
+		if strings.Contains(m, "atoll_standby_ready 1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no standby within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, msg := call(t, http.MethodPost, srv.URL+"/v2/models/m/infer", []byte("b"), nil); code != http.StatusOK || msg != "worker 2: b" {
+		t.Errorf("a refusal with a standby: %d %q, want the standby's answer", code, msg)
+	}
+	if _, m := call(t, http.MethodGet, srv.URL+"/metrics", nil, nil); !strings.Contains(m, "atoll_standby_overflow_requests_total 1") {
+		t.Errorf("the overflow is not counted")
 	}
 }

@@ -69,6 +69,7 @@ type Supervisor struct {
 	failovers atomic.Uint64
 	resent    atomic.Uint64
 	hedged    atomic.Uint64 // sends to the standby while the serving worker stalled
+	overflow  atomic.Uint64 // requests the serving worker refused (503), sent to the standby
 	stalls    atomic.Uint64
 	lastGap   atomic.Int64 // ns from the last failover to the next answer
 }
@@ -456,6 +457,21 @@ func (s *Supervisor) forward(ctx context.Context, r *http.Request, body *reqBody
 		if a.good() {
 			return a.resp, a.wk, nil
 		}
+		if resend && a.err == nil && a.resp.StatusCode == http.StatusServiceUnavailable && a.wk == wk {
+			// The serving worker refused it (a full queue, its predicted
+			// delay): the standby, idle, takes it. A fault makes these
+			// too, before the stall or failure shows: a worker holding
+			// requests it cannot finish predicts long queues.
+			if sb := s.readyStandby(); sb != nil {
+				discard(a)
+				s.overflow.Add(1)
+				a = s.sendTo(ctx, sb, r, body)
+				if a.err == nil {
+					return a.resp, a.wk, nil
+				}
+				return nil, nil, fmt.Errorf("the serving worker refused the request and the standby failed it: %w", a.err)
+			}
+		}
 		resp, err := a.resp, a.err
 		if ctx.Err() != nil {
 			if resp != nil {
@@ -599,6 +615,7 @@ func (s *Supervisor) metrics(ctx context.Context, w http.ResponseWriter, r *http
 	fmt.Fprintf(w, "# HELP atoll_standby_resent_requests_total Requests sent again to the next worker after the one serving them failed.\n# TYPE atoll_standby_resent_requests_total counter\natoll_standby_resent_requests_total %d\n", s.resent.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_stalls_total Times the serving worker held requests and answered none for the stall bound.\n# TYPE atoll_standby_stalls_total counter\natoll_standby_stalls_total %d\n", s.stalls.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_hedged_requests_total Requests sent to the standby while the serving worker stalled.\n# TYPE atoll_standby_hedged_requests_total counter\natoll_standby_hedged_requests_total %d\n", s.hedged.Load())
+	fmt.Fprintf(w, "# HELP atoll_standby_overflow_requests_total Requests the serving worker refused with 503, sent to the standby.\n# TYPE atoll_standby_overflow_requests_total counter\natoll_standby_overflow_requests_total %d\n", s.overflow.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_ready Whether a warm standby is ready to take over.\n# TYPE atoll_standby_ready gauge\natoll_standby_ready %d\n", b2f[ready])
 	fmt.Fprintf(w, "# HELP atoll_standby_serving_worker The serving worker's number (1 for the first, one more per worker started).\n# TYPE atoll_standby_serving_worker gauge\natoll_standby_serving_worker %d\n", gen)
 	fmt.Fprintf(w, "# HELP atoll_standby_last_gap_seconds From the last failover to the next answer the new worker gave.\n# TYPE atoll_standby_last_gap_seconds gauge\natoll_standby_last_gap_seconds %g\n", time.Duration(s.lastGap.Load()).Seconds())
