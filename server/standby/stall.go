@@ -151,21 +151,22 @@ func (s *Supervisor) sendHedged(ctx context.Context, wk *Worker, r *http.Request
 		stop1()
 		return s.keep(first, cancel2, func() { discard(<-answers); cancel1() })
 	}
+	if first.wk == sb {
+		// The standby refused or failed it: forward decides (a
+		// takeover's burst is sent again), and the stalled worker's
+		// send runs on, as above.
+		stop1()
+		return s.keep(first, cancel2, func() { discard(<-answers); cancel1() })
+	}
+	// first is the serving worker's, and bad: the standby's decides,
+	// unless it is bad too (then the serving worker's: a failover).
 	second := <-answers
 	if second.good() {
 		discard(first)
-		if second.wk == wk {
-			return s.keep(second, cancel1, cancel2)
-		}
 		return s.keep(second, cancel2, cancel1)
 	}
-	// Neither is good: the serving worker's answer decides (a failover).
-	if first.wk == wk {
-		discard(second)
-		return s.keep(first, cancel1, cancel2)
-	}
-	discard(first)
-	return s.keep(second, cancel1, cancel2)
+	discard(second)
+	return s.keep(first, cancel1, cancel2)
 }
 
 // keep returns a, arranging that its context (cancel) ends once its body

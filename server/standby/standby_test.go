@@ -254,13 +254,14 @@ func TestFaultFailsOverWithoutLosingHP(t *testing.T) {
 // fakeWorker is a worker with a scripted HTTP API: live and ready until
 // killed; infer answers with its name, or blocks until killed when hang.
 type fakeWorker struct {
-	gen    int
-	hang   bool
-	pause  atomic.Pointer[chan struct{}] // when set, infer waits for it to close, then answers
-	refuse atomic.Bool                   // infer answers 503, as a full queue does
-	killed chan struct{}
-	once   sync.Once
-	srv    *http.Server
+	gen     int
+	hang    bool
+	pause   atomic.Pointer[chan struct{}] // when set, infer waits for it to close, then answers
+	refuse  atomic.Bool                   // infer answers 503, as a full queue does
+	refuseN atomic.Int32                  // the next N infer requests are answered 503
+	killed  chan struct{}
+	once    sync.Once
+	srv     *http.Server
 }
 
 func startFake(t *testing.T, dir string, gen int, hang bool) (*standby.Worker, *fakeWorker) {
@@ -280,7 +281,7 @@ func startFake(t *testing.T, dir string, gen int, hang bool) (*standby.Worker, *
 			<-f.killed
 			panic(http.ErrAbortHandler) // the connection drops, as when a process dies
 		}
-		if f.refuse.Load() {
+		if f.refuse.Load() || f.refuseN.Add(-1) >= 0 {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, `{"error":"server: queue full"}`, http.StatusServiceUnavailable)
 			return
@@ -609,5 +610,56 @@ func TestRefusalOverflowsToTheStandby(t *testing.T) {
 	}
 	if _, m := call(t, http.MethodGet, srv.URL+"/metrics", nil, nil); !strings.Contains(m, "atoll_standby_overflow_requests_total 1") {
 		t.Errorf("the overflow is not counted")
+	}
+}
+
+// TestTakeoverBurstIsRetried: the standby taking over from a stalled worker
+// gets its held requests at once and refuses some (503, a full queue); the
+// supervisor sends those again as it drains, so every request is answered
+// 200.
+func TestTakeoverBurstIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	fakes := make(chan *fakeWorker, 4)
+	sup := standby.New(standby.Options{Logger: slog.New(slog.DiscardHandler), StallAfter: 50 * time.Millisecond,
+		Start: func(ctx context.Context, gen int) (*standby.Worker, error) {
+			w, f := startFake(t, dir, gen, false)
+			fakes <- f
+			return w, nil
+		}})
+	if err := sup.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Close(time.Second)
+	srv := httptest.NewServer(sup)
+	defer srv.Close()
+	first, second := <-fakes, <-fakes
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, m := call(t, http.MethodGet, srv.URL+"/metrics", nil, nil); strings.Contains(m, "atoll_standby_ready 1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no standby within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	pause := make(chan struct{})
+	defer close(pause)
+	first.pause.Store(&pause)
+	second.refuseN.Store(3)
+	got := make(chan string, 5)
+	for i := range 5 {
+		go func() {
+			code, msg := call(t, http.MethodPost, srv.URL+"/v2/models/m/infer", []byte(fmt.Sprint("r", i)), nil)
+			got <- fmt.Sprint(code, " ", msg)
+		}()
+	}
+	for range 5 {
+		if a := <-got; !strings.HasPrefix(a, "200 worker 2: r") {
+			t.Errorf("answer %q, want the standby's 200", a)
+		}
+	}
+	if _, m := call(t, http.MethodGet, srv.URL+"/metrics", nil, nil); !strings.Contains(m, "atoll_standby_takeover_retries_total 3") {
+		t.Errorf("metrics do not count 3 takeover retries")
 	}
 }

@@ -70,8 +70,11 @@ type Supervisor struct {
 	resent    atomic.Uint64
 	hedged    atomic.Uint64 // sends to the standby while the serving worker stalled
 	overflow  atomic.Uint64 // requests the serving worker refused (503), sent to the standby
-	stalls    atomic.Uint64
-	lastGap   atomic.Int64 // ns from the last failover to the next answer
+	burst     atomic.Uint64 // refusals during a takeover, sent again
+	// takeoverAt is the last stall or failover (unix ns; 0: none yet).
+	takeoverAt atomic.Int64
+	stalls     atomic.Uint64
+	lastGap    atomic.Int64 // ns from the last failover to the next answer
 }
 
 // New makes a supervisor; nothing starts before Start.
@@ -216,6 +219,7 @@ func (s *Supervisor) watch(w *Worker) {
 		case now := <-tick.C:
 			if w.checkStall(now, s.opt.StallAfter) {
 				s.stalls.Add(1)
+				s.takeoverAt.Store(now.UnixNano())
 				s.log.Warn("standby: the serving worker holds requests and answered none; they go to the standby too until it answers or fails", "worker", w.Gen, "after", s.opt.StallAfter)
 			}
 			if n%10 != 0 {
@@ -279,6 +283,7 @@ func (s *Supervisor) failover(w *Worker, why string) {
 		s.changed = make(chan struct{})
 	}
 	s.outageAt = time.Now()
+	s.takeoverAt.Store(s.outageAt.UnixNano())
 	s.failovers.Add(1)
 	s.mu.Unlock()
 	if next != nil {
@@ -442,6 +447,38 @@ const maxSends = 3
 // resend says the request may run twice. It returns the answer to relay and
 // the worker that gave it.
 func (s *Supervisor) forward(ctx context.Context, r *http.Request, body *reqBody, resend bool) (*http.Response, *Worker, error) {
+	for {
+		resp, wk, err := s.forwardOnce(ctx, r, body, resend)
+		if err != nil || !resend || resp.StatusCode != http.StatusServiceUnavailable || !s.inTakeover() {
+			return resp, wk, err
+		}
+		// A takeover's burst: the worker taking over got every request
+		// the failing one held at once, and refused some (a full queue,
+		// or a queue delay predicted from requests the fault slowed).
+		// They are sent again as it drains, within the request's deadline.
+		resp.Body.Close()
+		s.burst.Add(1)
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// takeoverWindow is how long after a stall or failover a refusal counts as
+// the takeover's burst (forward).
+const takeoverWindow = 2 * time.Second
+
+// inTakeover reports whether a stall or failover happened within the
+// takeover window.
+func (s *Supervisor) inTakeover() bool {
+	t := s.takeoverAt.Load()
+	return t != 0 && time.Since(time.Unix(0, t)) < takeoverWindow
+}
+
+// forwardOnce is one pass of forward: the serving worker, its failover.
+func (s *Supervisor) forwardOnce(ctx context.Context, r *http.Request, body *reqBody, resend bool) (*http.Response, *Worker, error) {
 	var lastErr error
 	for range maxSends {
 		wk, err := s.serving(ctx)
@@ -616,6 +653,7 @@ func (s *Supervisor) metrics(ctx context.Context, w http.ResponseWriter, r *http
 	fmt.Fprintf(w, "# HELP atoll_standby_stalls_total Times the serving worker held requests and answered none for the stall bound.\n# TYPE atoll_standby_stalls_total counter\natoll_standby_stalls_total %d\n", s.stalls.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_hedged_requests_total Requests sent to the standby while the serving worker stalled.\n# TYPE atoll_standby_hedged_requests_total counter\natoll_standby_hedged_requests_total %d\n", s.hedged.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_overflow_requests_total Requests the serving worker refused with 503, sent to the standby.\n# TYPE atoll_standby_overflow_requests_total counter\natoll_standby_overflow_requests_total %d\n", s.overflow.Load())
+	fmt.Fprintf(w, "# HELP atoll_standby_takeover_retries_total Refusals (503) within 2 s of a stall or failover, sent again as the worker taking over drains.\n# TYPE atoll_standby_takeover_retries_total counter\natoll_standby_takeover_retries_total %d\n", s.burst.Load())
 	fmt.Fprintf(w, "# HELP atoll_standby_ready Whether a warm standby is ready to take over.\n# TYPE atoll_standby_ready gauge\natoll_standby_ready %d\n", b2f[ready])
 	fmt.Fprintf(w, "# HELP atoll_standby_serving_worker The serving worker's number (1 for the first, one more per worker started).\n# TYPE atoll_standby_serving_worker gauge\natoll_standby_serving_worker %d\n", gen)
 	fmt.Fprintf(w, "# HELP atoll_standby_last_gap_seconds From the last failover to the next answer the new worker gave.\n# TYPE atoll_standby_last_gap_seconds gauge\natoll_standby_last_gap_seconds %g\n", time.Duration(s.lastGap.Load()).Seconds())
