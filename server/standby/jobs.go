@@ -198,26 +198,34 @@ func (s *Supervisor) listJobs(ctx context.Context, w http.ResponseWriter, r *htt
 	writeJSON(w, http.StatusOK, map[string][]server.JobStatus{"jobs": out})
 }
 
+// jobAt is a job's record and, read under the lock, where it runs and its
+// last status.
+type jobAt struct {
+	rec  *jobRecord
+	on   *Worker
+	onID string
+	last server.JobStatus
+}
+
 // lookup finds a job by the supervisor's id, answering 404 when there is
 // none.
-func (s *Supervisor) lookup(w http.ResponseWriter, id string) (*jobRecord, bool) {
+func (s *Supervisor) lookup(w http.ResponseWriter, id string) (jobAt, bool) {
 	s.jobs.mu.Lock()
+	defer s.jobs.mu.Unlock()
 	rec, ok := s.jobs.byID[id]
-	s.jobs.mu.Unlock()
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("%v %q; GET /v2/jobs lists the jobs", server.ErrUnknownJob, id))
+		return jobAt{}, false
 	}
-	return rec, ok
+	return jobAt{rec: rec, on: rec.on, onID: rec.onID, last: rec.last}, true
 }
 
 func (s *Supervisor) getJob(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) {
-	rec, ok := s.lookup(w, id)
+	j, ok := s.lookup(w, id)
 	if !ok {
 		return
 	}
-	s.jobs.mu.Lock()
-	on, onID, last := rec.on, rec.onID, rec.last
-	s.jobs.mu.Unlock()
+	rec, on, onID, last := j.rec, j.on, j.onID, j.last
 	if on == nil || on.exited() {
 		writeJSON(w, http.StatusOK, last)
 		return
@@ -239,13 +247,11 @@ func (s *Supervisor) getJob(ctx context.Context, w http.ResponseWriter, r *http.
 }
 
 func (s *Supervisor) cancelJob(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) {
-	rec, ok := s.lookup(w, id)
+	j, ok := s.lookup(w, id)
 	if !ok {
 		return
 	}
-	s.jobs.mu.Lock()
-	on, onID, last := rec.on, rec.onID, rec.last
-	s.jobs.mu.Unlock()
+	rec, on, onID, last := j.rec, j.on, j.onID, j.last
 	if on == nil {
 		writeError(w, http.StatusConflict, fmt.Sprintf("%v: job %s has ended (%s)", server.ErrJobConflict, id, last.State))
 		return
