@@ -193,6 +193,69 @@ func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
 	}
 }
 
+// TestEngineBEFaultSweepCostsNoHPRequest sweeps the failure over the
+// device calls around one BE launch: the k-th counted call from the 16th
+// weight-gradient launch on (k = 1..6: the launch, its event, the HP and BE
+// calls interleaved with them), failing alone or poisoning the device from
+// there on. Every HP request across it is answered successfully.
+func TestEngineBEFaultSweepCostsNoHPRequest(t *testing.T) {
+	for k := 1; k <= 6; k++ {
+		for _, sticky := range []bool{false, true} {
+			t.Run(fmt.Sprintf("k=%d/sticky=%v", k, sticky), func(t *testing.T) {
+				leakCheck(t)
+				var opened atomic.Int32
+				var first atomic.Pointer[faulty.Device]
+				e := newTestEngine(t, func(c *server.EngineConfig) {
+					c.Virtual = false
+					c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
+					c.WrapDevice = func(d gpu.Device) gpu.Device {
+						if opened.Add(1) > 1 {
+							return d
+						}
+						fd := faulty.New(d)
+						first.Store(fd)
+						var grads, after atomic.Int32
+						var armed atomic.Bool
+						_ = fd.FailLaunch(func(l *gpu.Launch) bool {
+							if strings.Contains(l.Name, "grad") && grads.Add(1) == 16 {
+								armed.Store(true)
+							}
+							return false
+						}, 0)
+						var poisoned atomic.Bool
+						fd.FailWhen(func(method string, call, nth int) bool {
+							if poisoned.Load() {
+								return true
+							}
+							if !armed.Load() || after.Add(1) != int32(k) {
+								return false
+							}
+							poisoned.Store(sticky)
+							return true
+						})
+						return fd
+					}
+				})
+				job, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+				served, failed := hpAcrossJob(t, e, req, job.ID)
+				if failed != 0 || served == 0 {
+					t.Errorf("%d HP requests failed, %d served", failed, served)
+				}
+				if fd := first.Load(); fd == nil || len(fd.Injected()) == 0 {
+					t.Errorf("no failure was injected")
+				}
+				if _, err := e.Infer(context.Background(), req); err != nil {
+					t.Errorf("after the fault: %v", err)
+				}
+			})
+		}
+	}
+}
+
 // TestFaultDrill: with fault_drill, the chosen BE launch runs the fault
 // kernel, which poisons the simulated device as a kernel fault poisons a
 // CUDA context; the job ends failed naming it, no HP request fails, the
