@@ -143,31 +143,16 @@ func TestEngineBEFaultCostsNoHPRequest(t *testing.T) {
 		nth := tc.nth
 		t.Run(fmt.Sprintf("nth=%d/sticky=%v", nth, tc.sticky), func(t *testing.T) {
 			leakCheck(t)
-			var opened atomic.Int32
-			e := newTestEngine(t, func(c *server.EngineConfig) {
-				c.Virtual = false
-				c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
-				c.WrapDevice = func(d gpu.Device) gpu.Device {
-					if opened.Add(1) > 1 {
-						return d
-					}
-					fd := faulty.New(d)
-					grad := func(l *gpu.Launch) bool { return strings.Contains(l.Name, "grad") }
-					if tc.sticky {
-						_ = fd.Poison(grad, nth)
-					} else {
-						_ = fd.FailLaunch(grad, nth)
-					}
-					return fd
+			e, job, _, req, opened := faultyEngine(t, func(fd *faulty.Device) {
+				grad := func(l *gpu.Launch) bool { return strings.Contains(l.Name, "grad") }
+				if tc.sticky {
+					_ = fd.Poison(grad, nth)
+				} else {
+					_ = fd.FailLaunch(grad, nth)
 				}
 			})
-			job, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
-			served, failed := hpAcrossJob(t, e, req, job.ID)
-			st := waitJob(t, e, job.ID, func(s server.JobStatus) bool { return !s.Ended.IsZero() })
+			served, failed := hpAcrossJob(t, e, req, job)
+			st := waitJob(t, e, job, func(s server.JobStatus) bool { return !s.Ended.IsZero() })
 			if st.State != server.JobFailed || !strings.Contains(st.Error, "injected") {
 				t.Errorf("the faulting job: %+v, want failed with the injected error", st)
 			}
@@ -203,49 +188,31 @@ func TestEngineBEFaultSweepCostsNoHPRequest(t *testing.T) {
 		for _, sticky := range []bool{false, true} {
 			t.Run(fmt.Sprintf("k=%d/sticky=%v", k, sticky), func(t *testing.T) {
 				leakCheck(t)
-				var opened atomic.Int32
-				var first atomic.Pointer[faulty.Device]
-				e := newTestEngine(t, func(c *server.EngineConfig) {
-					c.Virtual = false
-					c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
-					c.WrapDevice = func(d gpu.Device) gpu.Device {
-						if opened.Add(1) > 1 {
-							return d
+				e, job, fd, req, _ := faultyEngine(t, func(fd *faulty.Device) {
+					var grads, after atomic.Int32
+					var armed, poisoned atomic.Bool
+					_ = fd.FailLaunch(func(l *gpu.Launch) bool {
+						if strings.Contains(l.Name, "grad") && grads.Add(1) == 16 {
+							armed.Store(true)
 						}
-						fd := faulty.New(d)
-						first.Store(fd)
-						var grads, after atomic.Int32
-						var armed atomic.Bool
-						_ = fd.FailLaunch(func(l *gpu.Launch) bool {
-							if strings.Contains(l.Name, "grad") && grads.Add(1) == 16 {
-								armed.Store(true)
-							}
-							return false
-						}, 0)
-						var poisoned atomic.Bool
-						fd.FailWhen(func(method string, call, nth int) bool {
-							if poisoned.Load() {
-								return true
-							}
-							if !armed.Load() || after.Add(1) != int32(k) {
-								return false
-							}
-							poisoned.Store(sticky)
+						return false
+					}, 0)
+					fd.FailWhen(func(method string, call, nth int) bool {
+						if poisoned.Load() {
 							return true
-						})
-						return fd
-					}
+						}
+						if !armed.Load() || after.Add(1) != int32(k) {
+							return false
+						}
+						poisoned.Store(sticky)
+						return true
+					})
 				})
-				job, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
-				if err != nil {
-					t.Fatal(err)
-				}
-				req, _ := request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
-				served, failed := hpAcrossJob(t, e, req, job.ID)
+				served, failed := hpAcrossJob(t, e, req, job)
 				if failed != 0 || served == 0 {
 					t.Errorf("%d HP requests failed, %d served", failed, served)
 				}
-				if fd := first.Load(); fd == nil || len(fd.Injected()) == 0 {
+				if len(fd.Injected()) == 0 {
 					t.Errorf("no failure was injected")
 				}
 				if _, err := e.Infer(context.Background(), req); err != nil {
@@ -254,6 +221,33 @@ func TestEngineBEFaultSweepCostsNoHPRequest(t *testing.T) {
 			})
 		}
 	}
+}
+
+// faultyEngine starts a test engine whose first device is wrapped in a
+// faulty.Device that arm sets up (later devices, after reopens, are not),
+// submits a long training job, and returns the engine, the job's id, the
+// faulty device, an HP request, and how many devices were opened.
+func faultyEngine(t *testing.T, arm func(*faulty.Device)) (e server.Engine, job string, fd *faulty.Device, req *server.InferRequest, opened *atomic.Int32) {
+	t.Helper()
+	opened = new(atomic.Int32)
+	e = newTestEngine(t, func(c *server.EngineConfig) {
+		c.Virtual = false
+		c.Restarts, c.RestartBackoff = 2, 5*time.Millisecond
+		c.WrapDevice = func(d gpu.Device) gpu.Device {
+			if opened.Add(1) > 1 {
+				return d
+			}
+			fd = faulty.New(d)
+			arm(fd)
+			return fd
+		}
+	})
+	st, err := e.SubmitJob(server.JobSpec{Model: "resnet50-train", Iterations: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = request(t, tinyResNet(t), modelInfo(t, e, "tiny"), 1)
+	return e, st.ID, fd, req, opened
 }
 
 // TestFaultDrill: with fault_drill, the chosen BE launch runs the fault
