@@ -144,6 +144,24 @@ func Guard(rs []Restriction, next http.Handler) (http.Handler, error) {
 	}), nil
 }
 
+// GuardGRPC is Guard for a gRPC server outside the daemon's (a proxy in
+// front of daemons): a stream interceptor that refuses a call to a
+// restricted group without its token, Unauthenticated or PermissionDenied,
+// exactly as the daemon does.
+func GuardGRPC(rs []Restriction) (grpc.StreamServerInterceptor, error) {
+	g, err := newGuard(rs)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{guard: g}
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+		_, err := h.grpcAuth(ss.Context(), nil, &grpc.UnaryServerInfo{FullMethod: info.FullMethod}, func(context.Context, any) (any, error) {
+			return nil, next(srv, ss)
+		})
+		return err
+	}, nil
+}
+
 // grpcGroup is the group of a gRPC method ("" for health).
 func grpcGroup(fullMethod string) string {
 	switch fullMethod[strings.LastIndexByte(fullMethod, '/')+1:] {

@@ -100,7 +100,7 @@ type Config struct {
 	// Standby serves through two worker processes, the serving one and a
 	// warm standby that takes over when the first one's device fails (a BE
 	// kernel fault poisons every CUDA context of its process); package
-	// server/standby. The HTTP API only: no grpc_listen.
+	// server/standby.
 	Standby bool `yaml:"standby,omitempty"`
 }
 
@@ -217,13 +217,14 @@ func (c *Config) Validate() error {
 	} else if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return bad("listen", "%q is not host:port (e.g. \":8000\" or \"127.0.0.1:8000\") or unix:PATH", c.Listen)
 	}
-	if c.GRPCListen != "" {
+	if path, ok := strings.CutPrefix(c.GRPCListen, "unix:"); ok {
+		if path == "" {
+			return bad("grpc_listen", "%q names no socket; want unix:PATH", c.GRPCListen)
+		}
+	} else if c.GRPCListen != "" {
 		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
 			return bad("grpc_listen", "%q is not host:port (e.g. \":8001\"); leave it empty to serve no gRPC", c.GRPCListen)
 		}
-	}
-	if c.Standby && c.GRPCListen != "" {
-		return bad("standby", "the standby supervisor serves the HTTP API only; drop grpc_listen (or standby)")
 	}
 	switch c.Backend {
 	case "sim", "cuda":

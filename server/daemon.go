@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 	}
 	gln := o.grpcLn
 	if gln == nil && cfg.GRPCListen != "" {
-		gln, err = net.Listen("tcp", cfg.GRPCListen)
+		gln, err = listen(cfg.GRPCListen)
 		if err != nil {
 			ln.Close()
 			return errors.Join(fmt.Errorf("server: listen on %s: %w (is another daemon running? pick another --grpc-listen)", cfg.GRPCListen, err), closeEngine())

@@ -128,7 +128,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		logLevel    = fs.String("log-level", def.Log.Level, "debug, info, warn or error")
 		logFormat   = fs.String("log-format", def.Log.Format, "text or json")
 		devices     = fs.String("devices", def.Devices, "GPUs to serve on: `0`, a list 0,1,3 or all (each gets a scheduler and a replica of every model)")
-		standbyOn   = fs.Bool("standby", def.Standby, "serve through two worker processes, one a warm standby that takes over when the other's device fails (a BE kernel fault): no HP request lost; HTTP only")
+		standbyOn   = fs.Bool("standby", def.Standby, "serve through two worker processes, one a warm standby that takes over when the other's device fails (a BE kernel fault): no HP request lost")
 		models      modelFlag
 		jobs        jobFlag
 	)

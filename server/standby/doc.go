@@ -7,7 +7,8 @@
 // recovers (docs/daemon.md has the measurements). Another process on the
 // same GPU keeps running. So the supervisor, which never touches the GPU,
 // runs two workers — each a whole `atoll serve` on a Unix socket in a
-// private directory — and forwards every request to the serving one while
+// private directory — and forwards every request (HTTP, and gRPC calls
+// when the configuration serves gRPC) to the serving one while
 // the other waits warm (models loaded and bound, nothing launched):
 //
 //   - an inference request the serving worker answers with a 5xx while it is

@@ -12,6 +12,9 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"atoll/server"
 )
 
@@ -25,8 +28,10 @@ type ServeOptions struct {
 	Output io.Writer
 	// Start, when set, starts workers instead of Exe (tests).
 	Start StartFunc
-	// Listener, when set, is served instead of listening on cfg.Listen.
-	Listener net.Listener
+	// Listener, when set, is served instead of listening on cfg.Listen;
+	// GRPCListener likewise for cfg.GRPCListen (it serves gRPC).
+	Listener     net.Listener
+	GRPCListener net.Listener
 	// Started is called with the address once the API is served.
 	Started func(net.Addr)
 }
@@ -70,6 +75,10 @@ func Serve(ctx context.Context, cfg server.Config, opt ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	gguard, err := server.GuardGRPC(restricted)
+	if err != nil {
+		return err
+	}
 	ln := opt.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -85,17 +94,39 @@ func Serve(ctx context.Context, cfg server.Config, opt ServeOptions) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	serveErr := make(chan error, 1)
+	gln := opt.GRPCListener
+	if gln == nil && cfg.GRPCListen != "" {
+		if gln, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("standby: listen on %s: %w (is another daemon running? pick another --grpc-listen)", cfg.GRPCListen, err)
+		}
+	}
+	var gopts []grpc.ServerOption
+	serveErr := make(chan error, 2)
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
 			ln.Close()
+			if gln != nil {
+				gln.Close()
+			}
 			return fmt.Errorf("%w: tls_cert/tls_key: %v", server.ErrConfig, err)
 		}
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(srv.TLSConfig)))
 		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
 	} else {
 		go func() { serveErr <- srv.Serve(ln) }()
+	}
+	var gs *grpc.Server
+	if gln != nil {
+		gs = sup.grpcServer(gguard, gopts...)
+		go func() {
+			if err := gs.Serve(gln); err != nil {
+				serveErr <- err
+			}
+		}()
+		log.Info("standby: serving gRPC through workers", "addr", gln.Addr().String())
 	}
 	log.Info("standby: serving through workers", "addr", ln.Addr().String(), "tls", cfg.TLSCert != "", "backend", cfg.Backend, "policy", cfg.Policy)
 	if opt.Started != nil {
@@ -104,6 +135,15 @@ func Serve(ctx context.Context, cfg server.Config, opt ServeOptions) error {
 	stop := func() error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 		defer cancel()
+		if gs != nil {
+			stopped := make(chan struct{})
+			go func() { gs.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-sctx.Done():
+				gs.Stop()
+			}
+		}
 		err := srv.Shutdown(sctx)
 		// Each worker drains in two phases of shutdown_timeout.
 		sup.Close(2*cfg.ShutdownTimeout + 5*time.Second)
@@ -126,6 +166,10 @@ func Serve(ctx context.Context, cfg server.Config, opt ServeOptions) error {
 		log.Info("stopped")
 		return nil
 	case err := <-serveErr:
+		if gs != nil {
+			gs.Stop()
+		}
+		srv.Close()
 		sup.Close(2*cfg.ShutdownTimeout + 5*time.Second)
 		return fmt.Errorf("standby: serving: %w", err)
 	}

@@ -16,8 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"atoll/models"
 	"atoll/server"
+	pb "atoll/server/inferencepb"
 	"atoll/server/standby"
 )
 
@@ -53,7 +59,11 @@ func daemonWorkers(t *testing.T, cfg server.Config, dir string) standby.StartFun
 				t.Logf("worker %d: %v", gen, err)
 			}
 		}()
-		return &standby.Worker{Gen: gen, URL: "http://worker", Client: standby.UnixClient(path), Exited: exited, Stop: stop, Kill: stop}, nil
+		w := &standby.Worker{Gen: gen, URL: "http://worker", Client: standby.UnixClient(path), Exited: exited, Stop: stop, Kill: stop}
+		if g, ok := strings.CutPrefix(wc.GRPCListen, "unix:"); ok {
+			w.GRPCTarget = "unix://" + g
+		}
+		return w, nil
 	}
 }
 
@@ -649,5 +659,104 @@ func waitStandby(t *testing.T, url string) {
 			t.Fatal("no standby within 5 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestGRPCFailsOver: the drill through the supervisor's gRPC API — every
+// ModelInfer across the fault answered OK, ServerLive true throughout, and
+// a call to a restricted group refused without its token.
+func TestGRPCFailsOver(t *testing.T) {
+	t.Setenv("STANDBY_GRPC_TOKEN", "tok")
+	cfg := drillConfig()
+	cfg.GRPCListen = "127.0.0.1:0"
+	cfg.Restricted = []server.RestrictedConfig{{Groups: []string{server.GroupJobs}, TokenEnv: "STANDBY_GRPC_TOKEN"}}
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	dir := t.TempDir()
+	go func() {
+		done <- standby.Serve(ctx, cfg, standby.ServeOptions{Start: daemonWorkers(t, cfg, dir), Listener: ln, GRPCListener: gln, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if code, _ := call(t, http.MethodGet, base+"/v2/health/ready", nil, nil); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not ready in 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	meta, err := c.ModelMetadata(context.Background(), &pb.ModelMetadataRequest{Name: "tiny"})
+	if err != nil {
+		t.Fatalf("ModelMetadata through the supervisor: %v", err)
+	}
+	in := meta.GetInputs()[0]
+	n := int64(1)
+	shape := make([]int64, len(in.GetShape()))
+	for i, d := range in.GetShape() {
+		shape[i] = max(d, 1)
+		n *= shape[i]
+	}
+	size := map[string]int64{"BF16": 2, "FP16": 2, "FP32": 4, "INT32": 4}[in.GetDatatype()]
+	req := &pb.ModelInferRequest{ModelName: "tiny", Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+		Name: in.GetName(), Datatype: in.GetDatatype(), Shape: shape}}, RawInputContents: [][]byte{make([]byte, n*size)}}
+	if _, err := c.ModelInfer(context.Background(), req); err != nil {
+		t.Fatalf("ModelInfer: %v", err)
+	}
+	// The job that faults, then HP calls until the failover is done.
+	if code, msg := call(t, http.MethodPost, base+"/v2/jobs", []byte(`{"model":"resnet50-train","iterations":1000000}`), nil); code != http.StatusUnauthorized {
+		t.Fatalf("a job without the token: %d %s, want 401", code, msg)
+	}
+	jreq, _ := http.NewRequest(http.MethodPost, base+"/v2/jobs", strings.NewReader(`{"model":"resnet50-train","iterations":1000000}`))
+	jreq.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(jreq)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("submit: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	var failed int
+	for i := 0; ; i++ {
+		if _, err := c.ModelInfer(context.Background(), req); err != nil {
+			failed++
+			t.Errorf("ModelInfer across the fault: %v", err)
+		}
+		if live, err := c.ServerLive(context.Background(), &pb.ServerLiveRequest{}); err != nil || !live.GetLive() {
+			t.Errorf("ServerLive: %v %v", live, err)
+		}
+		_, m := call(t, http.MethodGet, base+"/metrics", nil, nil)
+		if strings.Contains(m, "atoll_standby_failovers_total 1") {
+			break
+		}
+		if i > 2000 {
+			t.Fatal("no failover after 2,000 calls")
+		}
+	}
+	for range 5 {
+		if _, err := c.ModelInfer(context.Background(), req); err != nil {
+			t.Errorf("ModelInfer after the failover: %v", err)
+		}
+	}
+	if _, err := pb.NewGRPCInferenceServiceClient(conn).ModelInfer(context.Background(), &pb.ModelInferRequest{ModelName: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("an unknown model through the supervisor: %v, want NotFound", err)
 	}
 }

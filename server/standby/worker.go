@@ -10,8 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"atoll/server"
 )
@@ -30,7 +33,14 @@ type Worker struct {
 	Stop func()
 	Kill func()
 
-	prog progress // what it did lately (stall.go)
+	// GRPCTarget is the worker's gRPC address for grpc.NewClient
+	// ("unix:///…"); empty when it serves no gRPC.
+	GRPCTarget string
+
+	prog     progress // what it did lately (stall.go)
+	grpcOnce sync.Once
+	grpcConn *grpc.ClientConn
+	grpcErr  error
 }
 
 // StartFunc starts worker gen and returns as soon as it runs (not when it
@@ -42,14 +52,16 @@ type StartFunc func(ctx context.Context, gen int) (*Worker, error)
 const EnvWorker = "ATOLL_STANDBY_WORKER"
 
 // WorkerConfig is the configuration worker gen serves with: cfg's models,
-// jobs, policy and limits, on a Unix socket in dir; no gRPC, TLS or
-// restrictions (the supervisor applies those); no device reopen (restarts
+// jobs, policy and limits, on Unix sockets in dir (gRPC's too when cfg
+// serves gRPC); no TLS or restrictions (the supervisor applies those); no device reopen (restarts
 // 0: after a device failure the standby serves); the fault drill only in
 // the first worker, so that a drill fires once.
 func WorkerConfig(cfg server.Config, gen int, dir string) server.Config {
 	w := cfg
 	w.Listen = "unix:" + socketPath(dir, gen)
-	w.GRPCListen = ""
+	if cfg.GRPCListen != "" {
+		w.GRPCListen = "unix:" + grpcSocketPath(dir, gen)
+	}
 	w.TLSCert, w.TLSKey = "", ""
 	w.Restricted = nil
 	w.Standby = false
@@ -62,6 +74,19 @@ func WorkerConfig(cfg server.Config, gen int, dir string) server.Config {
 
 func socketPath(dir string, gen int) string {
 	return filepath.Join(dir, "worker-"+strconv.Itoa(gen)+".sock")
+}
+
+func grpcSocketPath(dir string, gen int) string {
+	return filepath.Join(dir, "worker-"+strconv.Itoa(gen)+".grpc.sock")
+}
+
+// grpcTarget is worker gen's gRPC address for grpc.NewClient, or "" when
+// cfg serves no gRPC.
+func grpcTarget(cfg server.Config, dir string, gen int) string {
+	if cfg.GRPCListen == "" {
+		return ""
+	}
+	return "unix://" + grpcSocketPath(dir, gen)
 }
 
 // Exec starts workers as processes: exe (the atoll binary) with `serve
@@ -96,6 +121,7 @@ func Exec(exe string, cfg server.Config, dir string, out io.Writer) StartFunc {
 		return &Worker{
 			Gen: gen, URL: "http://worker-" + strconv.Itoa(gen), Client: UnixClient(socketPath(dir, gen)),
 			Exited: exited, Stop: signal(syscall.SIGTERM), Kill: signal(syscall.SIGKILL),
+			GRPCTarget: grpcTarget(cfg, dir, gen),
 		}, nil
 	}
 }
