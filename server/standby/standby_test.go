@@ -760,3 +760,21 @@ func TestGRPCFailsOver(t *testing.T) {
 		t.Errorf("an unknown model through the supervisor: %v, want NotFound", err)
 	}
 }
+
+// TestDeadStandbyIsReplaced: a standby whose process exits while it waits
+// is replaced by a new one, so that a failover finds a live worker.
+func TestDeadStandbyIsReplaced(t *testing.T) {
+	url, fakes := fakeSupervisor(t, 0, nil)
+	<-fakes
+	second := <-fakes
+	waitStandby(t, url)
+	second.kill()
+	third := <-fakes
+	if third.gen != 3 {
+		t.Fatalf("the replacement is worker %d, want 3", third.gen)
+	}
+	waitStandby(t, url)
+	if code, msg := call(t, http.MethodPost, url+"/v2/models/m/infer", []byte("x"), nil); code != http.StatusOK || msg != "worker 1: x" {
+		t.Errorf("serving after the standby was replaced: %d %q", code, msg)
+	}
+}

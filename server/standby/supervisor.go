@@ -173,6 +173,8 @@ func (s *Supervisor) startStandby() {
 				} else {
 					s.standby = w
 					s.log.Info("standby: warm standby ready", "worker", w.Gen)
+					s.wg.Add(1)
+					go s.watchStandby(w)
 				}
 				s.mu.Unlock()
 				return
@@ -236,6 +238,28 @@ func (s *Supervisor) watch(w *Worker) {
 			s.failover(w, why)
 			return
 		}
+	}
+}
+
+// watchStandby replaces the standby w if its process exits while it waits
+// (its device, or the machine, failed under it), so that a failover never
+// promotes a dead worker.
+func (s *Supervisor) watchStandby(w *Worker) {
+	defer s.wg.Done()
+	select {
+	case <-s.ctx.Done():
+		return
+	case <-w.Exited:
+	}
+	s.mu.Lock()
+	waiting := s.standby == w
+	if waiting {
+		s.standby = nil
+	}
+	s.mu.Unlock()
+	if waiting {
+		s.log.Error("standby: the warm standby exited; starting another", "worker", w.Gen)
+		s.startStandby()
 	}
 }
 
