@@ -68,19 +68,24 @@ func daemonWorkers(t *testing.T, cfg server.Config, dir string) standby.StartFun
 }
 
 // serve runs standby.Serve with start until the test ends and returns the
-// API's base URL.
-func serve(t *testing.T, cfg server.Config, start func(dir string) standby.StartFunc) string {
+// API's base URL, and its gRPC address when cfg serves gRPC.
+func serve(t *testing.T, cfg server.Config, start func(dir string) standby.StartFunc) (base, grpcAddr string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	opt := standby.ServeOptions{Listener: ln, Logger: slog.New(slog.DiscardHandler)}
+	if cfg.GRPCListen != "" {
+		if opt.GRPCListener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		grpcAddr = opt.GRPCListener.Addr().String()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	dir := t.TempDir()
-	go func() {
-		done <- standby.Serve(ctx, cfg, standby.ServeOptions{Start: start(dir), Listener: ln, Logger: slog.New(slog.DiscardHandler)})
-	}()
+	opt.Start = start(t.TempDir())
+	go func() { done <- standby.Serve(ctx, cfg, opt) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -92,11 +97,11 @@ func serve(t *testing.T, cfg server.Config, start func(dir string) standby.Start
 			t.Error("Serve did not return 60 s after its context ended")
 		}
 	})
-	base := "http://" + ln.Addr().String()
+	base = "http://" + ln.Addr().String()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if code, _ := call(t, http.MethodGet, base+"/v2/health/ready", nil, nil); code == http.StatusOK {
-			return base
+			return base, grpcAddr
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the supervisor was not ready within 30 s")
@@ -169,7 +174,7 @@ func inferBody(t *testing.T, base string) []byte {
 // iterations under its id, and a new standby starts.
 func TestFaultFailsOverWithoutLosingHP(t *testing.T) {
 	cfg := drillConfig()
-	base := serve(t, cfg, func(dir string) standby.StartFunc { return daemonWorkers(t, cfg, dir) })
+	base, _ := serve(t, cfg, func(dir string) standby.StartFunc { return daemonWorkers(t, cfg, dir) })
 	body := inferBody(t, base)
 
 	var faulty, resumed server.JobStatus
@@ -332,7 +337,7 @@ func TestWorkerExitResendsInference(t *testing.T) {
 	fakes := map[int]*fakeWorker{}
 	cfg := server.DefaultConfig()
 	cfg.Models = []server.ModelConfig{{Name: "m", Zoo: "resnet50"}}
-	base := serve(t, cfg, func(dir string) standby.StartFunc {
+	base, _ := serve(t, cfg, func(dir string) standby.StartFunc {
 		return func(ctx context.Context, gen int) (*standby.Worker, error) {
 			w, f := startFake(t, dir, gen, gen == 1)
 			mu.Lock()
@@ -402,7 +407,7 @@ func TestNoStandbyWaitsForTheNext(t *testing.T) {
 	first := make(chan *fakeWorker, 1)
 	cfg := server.DefaultConfig()
 	cfg.Models = []server.ModelConfig{{Name: "m", Zoo: "resnet50"}}
-	base := serve(t, cfg, func(dir string) standby.StartFunc {
+	base, _ := serve(t, cfg, func(dir string) standby.StartFunc {
 		return func(ctx context.Context, gen int) (*standby.Worker, error) {
 			if gen == 2 {
 				select { // the standby's start is slow
@@ -494,7 +499,7 @@ func TestGuardAndLimits(t *testing.T) {
 	cfg.Models = []server.ModelConfig{{Name: "m", Zoo: "resnet50"}}
 	cfg.Restricted = []server.RestrictedConfig{{Groups: []string{server.GroupJobs}, TokenEnv: "STANDBY_TEST_TOKEN"}}
 	cfg.BodyLimit = 1 << 10
-	base := serve(t, cfg, func(dir string) standby.StartFunc {
+	base, _ := serve(t, cfg, func(dir string) standby.StartFunc {
 		return func(ctx context.Context, gen int) (*standby.Worker, error) {
 			w, _ := startFake(t, dir, gen, false)
 			return w, nil
@@ -670,37 +675,8 @@ func TestGRPCFailsOver(t *testing.T) {
 	cfg := drillConfig()
 	cfg.GRPCListen = "127.0.0.1:0"
 	cfg.Restricted = []server.RestrictedConfig{{Groups: []string{server.GroupJobs}, TokenEnv: "STANDBY_GRPC_TOKEN"}}
-	gln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	dir := t.TempDir()
-	go func() {
-		done <- standby.Serve(ctx, cfg, standby.ServeOptions{Start: daemonWorkers(t, cfg, dir), Listener: ln, GRPCListener: gln, Logger: slog.New(slog.DiscardHandler)})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	base := "http://" + ln.Addr().String()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if code, _ := call(t, http.MethodGet, base+"/v2/health/ready", nil, nil); code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not ready in 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	base, grpcAddr := serve(t, cfg, func(dir string) standby.StartFunc { return daemonWorkers(t, cfg, dir) })
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
