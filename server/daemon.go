@@ -123,15 +123,7 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		Restricted:     restricted,
 		MaxInflight:    cfg.InflightLimit(),
 	})
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      cfg.RequestTimeout + 10*time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := HTTPServer(cfg, h, log)
 
 	serveErr := make(chan error, 1)
 	if tlsCfg != nil {
@@ -287,4 +279,20 @@ func isLoopback(a net.Addr) bool {
 	}
 	tcp, ok := a.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// HTTPServer is the http.Server the daemon's API runs on: header, body,
+// write and idle timeouts for cfg (the write timeout outlasts
+// request_timeout), a 64 KiB header bound, errors logged at warn. A proxy
+// in front of daemons (server/standby) serves with the same.
+func HTTPServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      cfg.RequestTimeout + 10*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }

@@ -284,8 +284,8 @@ func TestFaultDrill(t *testing.T) {
 }
 
 // hpAcrossJob runs three HP clients from before a BE job's fault until ten
-// requests each after the job ended and the engine is ready again (at most
-// 200 each), failing the test on each failed request.
+// requests each after the job ended and the engine is ready again (for at
+// most 20 s), failing the test on each failed request.
 func hpAcrossJob(t *testing.T, e server.Engine, req *server.InferRequest, job string) (served, failed int32) {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -295,7 +295,7 @@ func hpAcrossJob(t *testing.T, e server.Engine, req *server.InferRequest, job st
 		go func() {
 			defer wg.Done()
 			after := 0
-			for i := 0; i < 200 && after < 10; i++ {
+			for deadline := time.Now().Add(20 * time.Second); after < 10 && time.Now().Before(deadline); {
 				if st, _ := e.Job(job); !st.Ended.IsZero() && e.Ready() {
 					after++
 				}

@@ -3,7 +3,6 @@ package standby
 import (
 	"context"
 	"errors"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -101,7 +100,7 @@ func (s *Supervisor) grpcForward(_ any, ss grpc.ServerStream) error {
 			}
 		}
 		out, hdr, trl, err := s.invoke(ctx, target, method, &in)
-		if err != nil && target == wk && status.Code(err) == codes.Unavailable && ctx.Err() == nil && s.failed(ctx, wk) == "" {
+		if status.Code(err) == codes.Unavailable && target == wk {
 			// A refusal by the serving worker: the idle standby takes it.
 			if sb := s.readyStandby(); sb != nil {
 				s.overflow.Add(1)
@@ -116,30 +115,18 @@ func (s *Supervisor) grpcForward(_ any, ss grpc.ServerStream) error {
 			return ss.SendMsg(out)
 		}
 		lastErr = err
-		if ctx.Err() != nil {
-			return err
-		}
 		switch status.Code(err) {
 		case codes.Unavailable, codes.Internal, codes.Unknown:
 		default:
 			return err // the worker's answer (bad input, unknown model…)
 		}
-		if why := s.failed(ctx, wk); why != "" {
-			s.failover(wk, why)
-			s.resent.Add(1)
+		again, why := s.again(ctx, wk, status.Code(err) == codes.Unavailable)
+		if !again {
+			return err
+		}
+		if why != "" {
 			sends++
-			continue
 		}
-		if status.Code(err) == codes.Unavailable && s.inTakeover() {
-			s.burst.Add(1)
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				return err
-			}
-			continue
-		}
-		return err
 	}
 	return lastErr
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -85,15 +84,7 @@ func Serve(ctx context.Context, cfg server.Config, opt ServeOptions) error {
 			return fmt.Errorf("standby: listen on %s: %w (is another daemon running? pick another --listen)", cfg.Listen, err)
 		}
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      cfg.RequestTimeout + 10*time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := server.HTTPServer(cfg, h, log)
 	gln := opt.GRPCListener
 	if gln == nil && cfg.GRPCListen != "" {
 		if gln, err = net.Listen("tcp", cfg.GRPCListen); err != nil {

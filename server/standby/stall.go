@@ -107,6 +107,11 @@ type answer struct {
 
 func (a answer) good() bool { return a.err == nil && a.resp.StatusCode < 500 }
 
+// refused reports whether a worker refused the request (503).
+func (a answer) refused() bool {
+	return a.err == nil && a.resp.StatusCode == http.StatusServiceUnavailable
+}
+
 // sendHedged sends r to wk, the serving worker, unless it is stalled and a
 // standby is ready (then to the standby). When wk stalls while it holds the
 // request, the request also goes to the standby, and the first good answer

@@ -24,9 +24,9 @@ type Options struct {
 	// ReadyTimeout bounds a worker's start-up, kernel compiles included
 	// (default 10 minutes: a fresh GPU machine compiles for about 95 s).
 	ReadyTimeout time.Duration
-	// BodyLimit is the largest request body the supervisor buffers (413
-	// above; default 64 MiB). Requests are buffered whole, so that one
-	// can be sent again to the standby.
+	// BodyLimit is the largest request body the supervisor takes (413
+	// above; default 64 MiB). It keeps each body whole while it streams it
+	// to the worker, so that the request can be sent again.
 	BodyLimit int64
 	// RequestTimeout bounds one request through the supervisor, the wait
 	// for a worker and resends included (default 60 s).
@@ -186,8 +186,7 @@ func (s *Supervisor) startStandby() {
 					s.log.Error("standby: giving up starting workers; liveness now fails", "err", s.gaveUp)
 				}
 				s.starting = false
-				close(s.changed)
-				s.changed = make(chan struct{})
+				s.notify()
 				s.mu.Unlock()
 				return
 			}
@@ -200,10 +199,16 @@ func (s *Supervisor) startStandby() {
 // promote makes w the serving worker and watches it. s.mu is held.
 func (s *Supervisor) promote(w *Worker) {
 	s.active = w
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.notify()
 	s.wg.Add(1)
 	go s.watch(w)
+}
+
+// notify wakes the requests waiting for a serving worker (serving). s.mu is
+// held.
+func (s *Supervisor) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // watch checks the serving worker for a stall every 10 ms and its liveness
@@ -303,8 +308,7 @@ func (s *Supervisor) failover(w *Worker, why string) {
 	if next != nil {
 		s.promote(next)
 	} else {
-		close(s.changed)
-		s.changed = make(chan struct{})
+		s.notify()
 	}
 	s.outageAt = time.Now()
 	s.takeoverAt.Store(s.outageAt.UnixNano())
@@ -373,8 +377,7 @@ func (s *Supervisor) Close(timeout time.Duration) {
 	s.mu.Lock()
 	s.closed = true
 	ws := []*Worker{s.active, s.standby}
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.notify()
 	s.mu.Unlock()
 	s.cancel()
 	for _, w := range ws {
@@ -464,34 +467,70 @@ func idempotent(r *http.Request) bool {
 // to two successors that failed under it in turn.
 const maxSends = 3
 
-// forward sends r (with body) to the serving worker. When the worker fails
-// under it — no answer, or a 5xx from a worker no longer live — the
-// failover runs and the request goes to the next worker: always when the
-// failed worker answered (a 5xx is a refusal), without an answer only when
-// resend says the request may run twice. It returns the answer to relay and
-// the worker that gave it.
+// forward sends r (with body) to the serving worker and returns the answer
+// to relay and the worker that gave it. A refusal (503) by the serving
+// worker goes to the idle standby; a request the serving worker failed
+// under — no answer, or a 5xx from a worker no longer live — goes to the
+// next worker after the failover: always when the failed worker answered (a
+// 5xx is a refusal), without an answer only when resend says the request
+// may run twice. Resendable requests also go to the standby while the
+// serving worker stalls (stall.go), and are sent again when refused within
+// a takeover (again).
 func (s *Supervisor) forward(ctx context.Context, r *http.Request, body *reqBody, resend bool) (*http.Response, *Worker, error) {
-	for {
-		resp, wk, err := s.forwardOnce(ctx, r, body, resend)
-		if err != nil || !resend || resp.StatusCode != http.StatusServiceUnavailable || !s.inTakeover() {
-			return resp, wk, err
+	var lastErr error
+	for sends := 0; sends < maxSends; {
+		wk, err := s.serving(ctx)
+		if err != nil {
+			return nil, nil, err
 		}
-		// A takeover's burst: the worker taking over got every request
-		// the failing one held at once, and refused some (a full queue,
-		// or a queue delay predicted from requests the fault slowed).
-		// They are sent again as it drains, within the request's deadline.
-		resp.Body.Close()
-		s.burst.Add(1)
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+		var a answer
+		if resend {
+			a = s.sendHedged(ctx, wk, r, body)
+			if a.refused() && a.wk == wk {
+				// The serving worker refused it (a full queue, its
+				// predicted delay): the standby, idle, takes it. A
+				// fault makes these too, before the stall or failure
+				// shows: a worker holding requests it cannot finish
+				// predicts long queues.
+				if sb := s.readyStandby(); sb != nil {
+					discard(a)
+					s.overflow.Add(1)
+					a = s.sendTo(ctx, sb, r, body)
+				}
+			}
+		} else {
+			a = s.sendTo(ctx, wk, r, body)
 		}
+		if a.good() {
+			return a.resp, a.wk, nil
+		}
+		again, why := s.again(ctx, wk, resend && a.refused())
+		if !again {
+			switch {
+			case ctx.Err() != nil:
+				discard(a)
+				return nil, nil, ctx.Err()
+			case a.err != nil:
+				return nil, nil, fmt.Errorf("worker %d: %w", a.wk.Gen, a.err)
+			}
+			return a.resp, a.wk, nil // a worker's own 5xx (overload, a bug): relayed
+		}
+		discard(a)
+		if why == "" {
+			continue // a takeover's refusal, sent again
+		}
+		if !resend && a.err != nil {
+			// No answer: the worker may have acted on it before it failed.
+			return nil, nil, fmt.Errorf("the serving worker failed under the request (%s); it was not sent again, as it may have taken effect: check, then retry", why)
+		}
+		sends++
+		lastErr = fmt.Errorf("worker %d failed: %s", wk.Gen, why)
 	}
+	return nil, nil, fmt.Errorf("%d workers in a row failed under the request: %w", maxSends, lastErr)
 }
 
 // takeoverWindow is how long after a stall or failover a refusal counts as
-// the takeover's burst (forward).
+// the takeover's burst (again).
 const takeoverWindow = 2 * time.Second
 
 // inTakeover reports whether a stall or failover happened within the
@@ -501,64 +540,34 @@ func (s *Supervisor) inTakeover() bool {
 	return t != 0 && time.Since(time.Unix(0, t)) < takeoverWindow
 }
 
-// forwardOnce is one pass of forward: the serving worker, its failover.
-func (s *Supervisor) forwardOnce(ctx context.Context, r *http.Request, body *reqBody, resend bool) (*http.Response, *Worker, error) {
-	var lastErr error
-	for range maxSends {
-		wk, err := s.serving(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		var a answer
-		if resend {
-			a = s.sendHedged(ctx, wk, r, body)
-		} else {
-			a = s.sendTo(ctx, wk, r, body)
-		}
-		if a.good() {
-			return a.resp, a.wk, nil
-		}
-		if resend && a.err == nil && a.resp.StatusCode == http.StatusServiceUnavailable && a.wk == wk {
-			// The serving worker refused it (a full queue, its predicted
-			// delay): the standby, idle, takes it. A fault makes these
-			// too, before the stall or failure shows: a worker holding
-			// requests it cannot finish predicts long queues.
-			if sb := s.readyStandby(); sb != nil {
-				discard(a)
-				s.overflow.Add(1)
-				a = s.sendTo(ctx, sb, r, body)
-				if a.err == nil {
-					return a.resp, a.wk, nil
-				}
-				return nil, nil, fmt.Errorf("the serving worker refused the request and the standby failed it: %w", a.err)
-			}
-		}
-		resp, err := a.resp, a.err
-		if ctx.Err() != nil {
-			if resp != nil {
-				resp.Body.Close()
-			}
-			return nil, nil, ctx.Err()
-		}
-		why := s.failed(ctx, wk)
-		if why == "" {
-			if err != nil {
-				return nil, nil, fmt.Errorf("worker %d: %w", wk.Gen, err)
-			}
-			return resp, wk, nil // the worker's own 5xx (overload, a bug): relayed
-		}
-		if resp != nil {
-			resp.Body.Close()
-		}
-		s.failover(wk, why)
-		if !resend && err != nil {
-			// No answer: the worker may have acted on it before it failed.
-			return nil, nil, fmt.Errorf("the serving worker failed under the request (%s); it was not sent again, as it may have taken effect: check, then retry", why)
-		}
-		s.resent.Add(1)
-		lastErr = fmt.Errorf("worker %d failed: %s", wk.Gen, why)
+// again decides, for HTTP and gRPC alike, whether a request that got no
+// good answer is sent again. When the serving worker wk failed, the
+// failover runs and the request goes to the next worker (why says how wk
+// failed; the resend is counted). A refusal (refused: 503 or Unavailable,
+// of a request that may be resent) within a takeover is sent again after
+// 10 ms: the worker taking over got every request the failing one held at
+// once and refused some (a full queue, or a queue delay predicted from
+// requests the fault slowed); it drains meanwhile. Anything else, or the
+// request's deadline, is the client's answer.
+func (s *Supervisor) again(ctx context.Context, wk *Worker, refused bool) (again bool, why string) {
+	if ctx.Err() != nil {
+		return false, ""
 	}
-	return nil, nil, fmt.Errorf("%d workers in a row failed under the request: %w", maxSends, lastErr)
+	if why = s.failed(ctx, wk); why != "" {
+		s.failover(wk, why)
+		s.resent.Add(1)
+		return true, why
+	}
+	if !refused || !s.inTakeover() {
+		return false, ""
+	}
+	s.burst.Add(1)
+	select {
+	case <-time.After(10 * time.Millisecond):
+		return true, ""
+	case <-ctx.Done():
+		return false, ""
+	}
 }
 
 // hopHeaders are the hop-by-hop headers a proxy does not forward.
@@ -671,16 +680,22 @@ func (s *Supervisor) metrics(ctx context.Context, w http.ResponseWriter, r *http
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, resp.Body)
-	b2f := map[bool]int{false: 0, true: 1}
-	fmt.Fprintf(w, "# HELP atoll_standby_failovers_total Serving workers replaced after their device failed or their process exited.\n# TYPE atoll_standby_failovers_total counter\natoll_standby_failovers_total %d\n", s.failovers.Load())
-	fmt.Fprintf(w, "# HELP atoll_standby_resent_requests_total Requests sent again to the next worker after the one serving them failed.\n# TYPE atoll_standby_resent_requests_total counter\natoll_standby_resent_requests_total %d\n", s.resent.Load())
-	fmt.Fprintf(w, "# HELP atoll_standby_stalls_total Times the serving worker held requests and answered none for the stall bound.\n# TYPE atoll_standby_stalls_total counter\natoll_standby_stalls_total %d\n", s.stalls.Load())
-	fmt.Fprintf(w, "# HELP atoll_standby_hedged_requests_total Requests sent to the standby while the serving worker stalled.\n# TYPE atoll_standby_hedged_requests_total counter\natoll_standby_hedged_requests_total %d\n", s.hedged.Load())
-	fmt.Fprintf(w, "# HELP atoll_standby_overflow_requests_total Requests the serving worker refused with 503, sent to the standby.\n# TYPE atoll_standby_overflow_requests_total counter\natoll_standby_overflow_requests_total %d\n", s.overflow.Load())
-	fmt.Fprintf(w, "# HELP atoll_standby_takeover_retries_total Refusals (503) within 2 s of a stall or failover, sent again as the worker taking over drains.\n# TYPE atoll_standby_takeover_retries_total counter\natoll_standby_takeover_retries_total %d\n", s.burst.Load())
-	fmt.Fprintf(w, "# HELP atoll_standby_ready Whether a warm standby is ready to take over.\n# TYPE atoll_standby_ready gauge\natoll_standby_ready %d\n", b2f[ready])
-	fmt.Fprintf(w, "# HELP atoll_standby_serving_worker The serving worker's number (1 for the first, one more per worker started).\n# TYPE atoll_standby_serving_worker gauge\natoll_standby_serving_worker %d\n", gen)
-	fmt.Fprintf(w, "# HELP atoll_standby_last_gap_seconds From the last failover to the next answer the new worker gave.\n# TYPE atoll_standby_last_gap_seconds gauge\natoll_standby_last_gap_seconds %g\n", time.Duration(s.lastGap.Load()).Seconds())
+	for _, m := range []struct {
+		name, kind, help string
+		v                float64
+	}{
+		{"failovers_total", "counter", "Serving workers replaced after their device failed or their process exited.", float64(s.failovers.Load())},
+		{"resent_requests_total", "counter", "Requests sent again to the next worker after the one serving them failed.", float64(s.resent.Load())},
+		{"stalls_total", "counter", "Times the serving worker held requests and answered none for the stall bound.", float64(s.stalls.Load())},
+		{"hedged_requests_total", "counter", "Requests sent to the standby while the serving worker stalled.", float64(s.hedged.Load())},
+		{"overflow_requests_total", "counter", "Requests the serving worker refused with 503, sent to the standby.", float64(s.overflow.Load())},
+		{"takeover_retries_total", "counter", "Refusals (503) within 2 s of a stall or failover, sent again as the worker taking over drains.", float64(s.burst.Load())},
+		{"ready", "gauge", "Whether a warm standby is ready to take over.", map[bool]float64{false: 0, true: 1}[ready]},
+		{"serving_worker", "gauge", "The serving worker's number (1 for the first, one more per worker started).", float64(gen)},
+		{"last_gap_seconds", "gauge", "From the last failover to the next answer the new worker gave.", time.Duration(s.lastGap.Load()).Seconds()},
+	} {
+		fmt.Fprintf(w, "# HELP atoll_standby_%s %s\n# TYPE atoll_standby_%s %s\natoll_standby_%s %g\n", m.name, m.help, m.name, m.kind, m.name, m.v)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
