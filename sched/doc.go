@@ -1,5 +1,6 @@
 // Package sched is atoll's scheduler: a pure state machine (Core) that
-// policies plug into, and a driver (Run) that feeds it from a gpu.Device.
+// policies plug into, and one loop that feeds it from a gpu.Device, over a
+// timeline (Run) or over submissions (Online).
 //
 // # Core
 //
@@ -25,25 +26,35 @@
 // bodies sharing one progress counter, a kernel with saved progress in a
 // form that would restart it.
 //
-// # Driver
+// # The loop
 //
-// Run makes one stream per client with the policy's StreamPlan (priorities
-// clamped to the device's range; a separate gpu.Context per class when the
-// plan asks), a flag HostWord and a progress counter per BE client, a done
-// HostWord per resumable or padded launch, binds each launch decision to a
-// gpu.Launch through a Binder (ProfileBinder for gpu/sim), records an event
-// after it, and loops: poll events → feed completions and due arrivals in
-// time order → tick → Wait until the next arrival, wake or completion. A
-// Reset launch counts as cut when its flag was raised before it completed;
-// a Resumable or padded launch as finished when its done word is 1.
+// One loop (loop.go) drives a Core on a gpu.Device, for Run and for
+// Online alike. Each round polls the device for completions, feeds the
+// core the completions and the due inputs in time order, hands each HP
+// client with room in the core its next waiting request and each idle BE
+// client its next run, ticks the policy when its wake is due, and then
+// waits for the device until the next input, wake or quantum. The driver
+// (driver.go) is its device side: one stream per client with the
+// policy's StreamPlan (priorities clamped to the device's range; a
+// separate gpu.Context or SM partition per class when the plan asks), a
+// flag HostWord and a progress counter per BE client, a done HostWord per
+// resumable or padded launch; it binds each launch decision to a
+// gpu.Launch through a Binder (ProfileBinder for gpu/sim), records an
+// event after it (or submits a whole HP request as one graph: graphs.go)
+// and turns completed events into EvComplete. A Reset launch counts as
+// cut when its flag was raised before it completed; a Resumable or
+// padded launch as finished when its done word is 1.
 //
-// # Online driver
-//
-// Online is Run's long-lived sibling for the daemon: requests are submitted
-// while it runs (from any goroutine, through bounded per-client queues), BE
-// runs of N iterations start and stop on demand, and hooks run in the owner
-// goroutine around each request (upload inputs, read outputs). On the
-// simulator it can pace virtual time to the wall clock.
+// Run gives the loop a timeline known in advance: every HP arrival
+// enters the core at its time, each BE client starts one run without an
+// iteration budget, the stop comes at Options.Duration, and Run returns
+// the Trace once the stop has drained. Online is the long-lived form for
+// the daemon: requests are submitted while it runs (from any goroutine,
+// through bounded per-client queues), each HP client has one request in
+// the core at a time (a model instance's buffers are in use until it
+// ends), BE runs of N iterations start and stop on demand, and hooks run
+// in the owner goroutine around each request (upload inputs, read
+// outputs). On the simulator it can pace virtual time to the wall clock.
 //
 // One goroutine owns a Core and the Device under Run or Online.Run. This
 // package must never start goroutines or touch hardware except through the

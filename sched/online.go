@@ -158,22 +158,13 @@ type Online struct {
 		runErr   error
 		startErr error
 		seq      uint64
-		inbox    []*onReq
+		inbox    []*request
 		ctl      []beCtl
 		depth    []int // per HP client: accepted, not finished
 		stats    OnlineStats
 		beWork   []time.Duration
 		preempts []time.Duration
 	}
-}
-
-type onReq struct {
-	client  int
-	id      uint64
-	tag     any
-	out     chan OnlineResult
-	arrival time.Duration
-	input   time.Duration // host time of its BeforeRequest hook
 }
 
 type beCtl struct {
@@ -270,7 +261,7 @@ func (o *Online) Submit(client int, tag any) (<-chan OnlineResult, error) {
 	}
 	o.mu.depth[client]++
 	o.mu.seq++
-	r := &onReq{client: client, id: o.mu.seq, tag: tag, out: make(chan OnlineResult, 1)}
+	r := &request{client: client, id: o.mu.seq, tag: tag, out: make(chan OnlineResult, 1)}
 	o.mu.inbox = append(o.mu.inbox, r)
 	o.mu.Unlock()
 	o.wake()
@@ -388,7 +379,7 @@ func (o *Online) Run(ctx context.Context) (err error) {
 	return err
 }
 
-func (o *Online) setup() (*onlineLoop, gpu.Device, error) {
+func (o *Online) setup() (*loop, gpu.Device, error) {
 	dev, err := o.open()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: open: %w", ErrDevice, err)
@@ -417,11 +408,7 @@ func (o *Online) setup() (*onlineLoop, gpu.Device, error) {
 		_ = dev.Close()
 		return nil, nil, err
 	}
-	l := &onlineLoop{o: o, d: d,
-		hpPend: make([][]*onReq, len(o.cfg.HP)), hpCur: make([]*onReq, len(o.cfg.HP)),
-		beCur: make([]*beRun, len(o.cfg.BE)), beQ: make([][]*beRun, len(o.cfg.BE)),
-		wallStart: time.Now(), devStart: dev.Now(), timer: time.NewTimer(time.Hour)}
-	l.timer.Stop()
+	l := newLoop(d, o)
 	o.mu.Lock()
 	o.mu.stats.Backend, o.mu.stats.Device = dev.Info().Backend, dev.Info().Name
 	o.mu.Unlock()
