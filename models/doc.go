@@ -43,7 +43,7 @@
 // cost-only layers itself. tools/torchref/ref.py builds the same networks
 // in PyTorch from a weights file's metadata (Model.Arch); the tests compare
 // the two. Reduced configurations (NewResNet, NewBERT, NewVGG) keep tests
-// fast. Package models/run executes graphs on a gpu.Device.
+// fast. Package models/exec executes graphs on a gpu.Device.
 //
 // This package must never launch, allocate device memory or time anything,
 // and must not depend on profiles or the scheduler: it describes models,

@@ -138,7 +138,7 @@ func (p *Prepared) run(inputs *Bundle, env *refEnv) (Activations, error) {
 // ReferenceLayer computes one layer of g on the CPU from vals (which must
 // hold every tensor the layer reads) and returns its outputs in the order
 // of l.Out, rounded to their types. Reference runs it layer by layer; a
-// device runner uses it for layers the device cannot run (run.Instance's
+// device runner uses it for layers the device cannot run (exec.Instance's
 // host glue).
 func ReferenceLayer(g *Graph, l Layer, vals Activations) ([][]float64, error) {
 	return referenceLayer(g, l, vals, nil)

@@ -8,7 +8,7 @@
 //     committed estimated profiles under profiles/ are regenerated, and
 //     checked for drift, by `go test ./profiler -run TestGolden [-update]`.
 //   - Measure: runs a model alone on a gpu.Device through the kernel
-//     library (models/run) and times every kernel with CUDA events, measures
+//     library (models/exec) and times every kernel with CUDA events, measures
 //     the GPU's peaks first, reads registers and shared memory from the
 //     driver and times each kernel confined to SM shares; Source =
 //     "measured" (`atoll profile`). On gpu/sim the same code replays the

@@ -14,12 +14,12 @@ import (
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 	"atoll/profiles"
 )
 
 // ErrMeasure wraps every error of Measure. A model with a layer the kernel
-// library cannot run also wraps run.ErrNotRunnable (errors.Is works for
+// library cannot run also wraps exec.ErrNotRunnable (errors.Is works for
 // both), and the message names the layer.
 var ErrMeasure = errors.New("profiler: cannot measure")
 
@@ -48,7 +48,7 @@ type MeasureOptions struct {
 	Scaling     []int
 	ScalingRuns int
 	// Substitute binds layers the kernel library lacks to an equivalent
-	// library kernel (run.Options.Substitute); each substitution is
+	// library kernel (exec.Options.Substitute); each substitution is
 	// recorded in the profile's notes and the kernel tagged "substituted".
 	Substitute bool
 	// Seed of the weights and inputs (models.InitWeights, InitInputs).
@@ -116,7 +116,7 @@ type funcAttributer interface {
 // Source "estimated" with a "simulated" note, never "measured".
 //
 // A model with a layer the library cannot run is refused with an error
-// naming the layer (wrapping run.ErrNotRunnable); there are no partial
+// naming the layer (wrapping exec.ErrNotRunnable); there are no partial
 // profiles. The result passes profiles.Check against the model's ops.
 //
 // Measure belongs to the goroutine that owns dev.
@@ -153,7 +153,7 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMeasure, err)
 	}
-	in, err := run.NewWith(dev, lib, g, models.InitWeights(g, opt.Seed), models.InitInputs(g, opt.Seed+1), run.Options{Substitute: opt.Substitute})
+	in, err := exec.NewWith(dev, lib, g, models.InitWeights(g, opt.Seed), models.InitInputs(g, opt.Seed+1), exec.Options{Substitute: opt.Substitute})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s bs%d: %w", ErrMeasure, m.Name(), batch, err)
 	}
@@ -262,7 +262,7 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 // expectations are the instance's plain launches as Nsight Compute sees
 // them: the CUDA function (the library names it kernel_plain; a launch's
 // Name is kernel/plain), total blocks and threads per block.
-func expectations(in *run.Instance) ([]NCUExpect, error) {
+func expectations(in *exec.Instance) ([]NCUExpect, error) {
 	out := make([]NCUExpect, len(in.Graph().Layers))
 	for i := range out {
 		l, err := in.Launch(i, gpu.Plain, kernels.Control{})
@@ -289,7 +289,7 @@ func RunPasses(ctx context.Context, dev gpu.Device, lib *kernels.Library, model 
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMeasure, err)
 	}
-	in, err := run.NewWith(dev, lib, g, models.InitWeights(g, seed), models.InitInputs(g, seed+1), run.Options{Substitute: substitute})
+	in, err := exec.NewWith(dev, lib, g, models.InitWeights(g, seed), models.InitInputs(g, seed+1), exec.Options{Substitute: substitute})
 	if err != nil {
 		return fmt.Errorf("%w: %s bs%d: %w", ErrMeasure, m.Name(), batch, err)
 	}
@@ -307,7 +307,7 @@ type meter struct {
 	ctx  context.Context
 	dev  gpu.Device
 	lib  *kernels.Library
-	in   *run.Instance
+	in   *exec.Instance
 	spec gpu.Spec // the device's limits (occupancy)
 	opt  MeasureOptions
 	fill bool // fill the peak kernels' inputs with random data (not on the simulator)

@@ -12,7 +12,7 @@ import (
 	"atoll/gpu/sim"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 	"atoll/profiler"
 	"atoll/profiles"
 )
@@ -172,7 +172,7 @@ func TestMeasureRefuses(t *testing.T) {
 	ctx := context.Background()
 	// A layer the library lacks: refused, naming it; no partial profile.
 	p, err := profiler.Measure(ctx, dev, lib, "resnet50", 1, profiler.MeasureOptions{})
-	if !errors.Is(err, run.ErrNotRunnable) || !errors.Is(err, profiler.ErrMeasure) || !strings.Contains(err.Error(), "avgpool") || p != nil {
+	if !errors.Is(err, exec.ErrNotRunnable) || !errors.Is(err, profiler.ErrMeasure) || !strings.Contains(err.Error(), "avgpool") || p != nil {
 		t.Errorf("resnet50 without substitution: %v, %v; want ErrNotRunnable naming avgpool", p, err)
 	}
 	if !strings.Contains(err.Error(), "--substitute") {

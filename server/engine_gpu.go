@@ -9,7 +9,7 @@ import (
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 	"atoll/profiles"
 	"atoll/sched"
 )
@@ -47,16 +47,16 @@ func cudaUUIDs() []string {
 // loads an instance per client (HP and BE request instances of each
 // served model, and one per job model) and binds them. Layers the kernel
 // library runs only through a substitute (ResNet's NHWC global average
-// pool) are bound to it (run.Options.Substitute); a model with a layer no
+// pool) are bound to it (exec.Options.Substitute); a model with a layer no
 // kernel runs is refused, naming the layer.
 func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, error) {
 	lib := kernels.New(dev)
-	load := func(g *models.Graph, own *models.Bundle) (*run.Instance, error) {
+	load := func(g *models.Graph, own *models.Bundle) (*exec.Instance, error) {
 		w := own
 		if w == nil {
 			w = models.InitWeights(g, seed)
 		}
-		in, err := run.NewWith(dev, lib, g, w, models.InitInputs(g, seed), run.Options{Substitute: true})
+		in, err := exec.NewWith(dev, lib, g, w, models.InitInputs(g, seed), exec.Options{Substitute: true})
 		if err != nil {
 			return nil, fmt.Errorf("load %s bs%d: %w", g.Model, g.Batch, err)
 		}
@@ -67,8 +67,8 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 		}
 		return in, nil
 	}
-	hp := make([]*run.Instance, e.hpClients)
-	var be []*run.Instance
+	hp := make([]*exec.Instance, e.hpClients)
+	var be []*exec.Instance
 	for _, m := range e.models {
 		var err error
 		if m.hpInst, err = load(m.graph, m.own); err != nil {
@@ -95,12 +95,12 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 		}
 		be[j.be] = j.inst
 	}
-	return run.NewBinder(lib, hp, be)
+	return exec.NewInstanceBinder(lib, hp, be)
 }
 
 func (e *engineImpl) releaseCUDA() {
 	for _, m := range e.models {
-		for _, in := range []*run.Instance{m.hpInst, m.beInst} {
+		for _, in := range []*exec.Instance{m.hpInst, m.beInst} {
 			if in != nil {
 				_ = in.Close()
 			}

@@ -16,7 +16,7 @@ import (
 	"atoll/gpu/backend"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 	"atoll/policies"
 	"atoll/profiler"
 	"atoll/profiles"
@@ -69,8 +69,8 @@ type EngineConfig struct {
 	// arriving while the device reopens, fail at once with ErrUnavailable
 	// instead of waiting for the reopen: a Fleet runs them on another GPU.
 	NoWaitOnFailure bool
-	// Instances, on the simulator, runs the models through models/run
-	// instances and run.Binder exactly as on the GPU (inputs uploaded and
+	// Instances, on the simulator, runs the models through models/exec
+	// instances and exec.InstanceBinder exactly as on the GPU (inputs uploaded and
 	// outputs read back in the scheduler's hooks) instead of computing
 	// outputs with the CPU reference. The simulator computes nothing, so
 	// the outputs are whatever the output buffer holds (NaN): this mode
@@ -166,15 +166,15 @@ type engModel struct {
 	// to finish after its deadline (0: nothing measured yet).
 	svc    atomic.Int64
 	intMax map[string]int // integer inputs: exclusive bound
-	hpInst *run.Instance  // cuda
-	beInst *run.Instance  // cuda
+	hpInst *exec.Instance  // cuda
+	beInst *exec.Instance  // cuda
 }
 
 type engJobModel struct {
 	zoo   string
 	batch int
 	be    int
-	inst  *run.Instance
+	inst  *exec.Instance
 }
 
 type engJob struct {

@@ -433,7 +433,7 @@ func TestNewEngineConfigErrors(t *testing.T) {
 	}
 }
 
-// Instances mode runs the GPU path's wiring (model instances, run.Binder,
+// Instances mode runs the GPU path's wiring (model instances, exec.InstanceBinder,
 // input upload and output read-back in the scheduler's hooks) on the
 // simulator.
 func TestEngineInstancesOnSim(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
-	modelrun "atoll/models/run"
+	"atoll/models/exec"
 	"atoll/profiles"
 	"atoll/sched"
 )
@@ -22,12 +22,12 @@ import (
 // launches to them.
 func cudaBinder(dev gpu.Device, w sched.Workload) (sched.Binder, error) {
 	lib := kernels.New(dev)
-	return bindInstances(lib, w, func(p *profiles.Profile) (*modelrun.Instance, error) { return buildInstance(dev, lib, p) })
+	return bindInstances(lib, w, func(p *profiles.Profile) (*exec.Instance, error) { return buildInstance(dev, lib, p) })
 }
 
 // bindInstances binds w's clients to the instances get returns.
-func bindInstances(lib *kernels.Library, w sched.Workload, get func(*profiles.Profile) (*modelrun.Instance, error)) (sched.Binder, error) {
-	var hp, be []*modelrun.Instance
+func bindInstances(lib *kernels.Library, w sched.Workload, get func(*profiles.Profile) (*exec.Instance, error)) (sched.Binder, error) {
+	var hp, be []*exec.Instance
 	for _, c := range w.HP {
 		in, err := get(c.Profile)
 		if err != nil {
@@ -42,11 +42,11 @@ func bindInstances(lib *kernels.Library, w sched.Workload, get func(*profiles.Pr
 		}
 		be = append(be, in)
 	}
-	return modelrun.NewBinder(lib, hp, be)
+	return exec.NewInstanceBinder(lib, hp, be)
 }
 
 // buildInstance makes p's zoo model on dev with seeded weights and inputs.
-func buildInstance(dev gpu.Device, lib *kernels.Library, p *profiles.Profile) (*modelrun.Instance, error) {
+func buildInstance(dev gpu.Device, lib *kernels.Library, p *profiles.Profile) (*exec.Instance, error) {
 	m, err := models.Get(p.Model)
 	if err != nil {
 		return nil, err
@@ -55,7 +55,7 @@ func buildInstance(dev gpu.Device, lib *kernels.Library, p *profiles.Profile) (*
 	if err != nil {
 		return nil, err
 	}
-	in, err := modelrun.NewWith(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 1), modelrun.Options{Substitute: true})
+	in, err := exec.NewWith(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 1), exec.Options{Substitute: true})
 	if err != nil {
 		return nil, fmt.Errorf("%s bs%d on the GPU: %w", p.Model, p.Batch, err)
 	}
@@ -80,7 +80,7 @@ var openCUDA = backend.Opener(backend.Config{Backend: "cuda"})
 type cudaSession struct {
 	dev gpu.Device
 	lib *kernels.Library
-	ins map[string]*modelrun.Instance
+	ins map[string]*exec.Instance
 }
 
 // sharedDevice is the session's device handed to one run: closing it
@@ -148,13 +148,13 @@ func (s *cudaSession) device() (gpu.Device, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.dev, s.lib, s.ins = d, kernels.New(d), map[string]*modelrun.Instance{}
+		s.dev, s.lib, s.ins = d, kernels.New(d), map[string]*exec.Instance{}
 	}
 	return sharedDevice{s.dev}, nil
 }
 
 func (s *cudaSession) binder(_ gpu.Device, w sched.Workload) (sched.Binder, error) {
-	return bindInstances(s.lib, w, func(p *profiles.Profile) (*modelrun.Instance, error) {
+	return bindInstances(s.lib, w, func(p *profiles.Profile) (*exec.Instance, error) {
 		key := fmt.Sprintf("%s/bs%d", p.Model, p.Batch)
 		if in, ok := s.ins[key]; ok {
 			return in, nil

@@ -4,7 +4,7 @@
 # binaries built beforehand (on any machine with Go):
 #
 #   GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go test -c -o bin/kernels.test ./kernels
-#   GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go test -c -o bin/run.test ./models/run
+#   GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go test -c -o bin/exec.test ./models/exec
 #   GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go build -o bin/atoll ./cmd/atoll
 #
 # Steps (about 4-5 minutes; each step has a time limit, and later steps are
@@ -33,7 +33,7 @@ budget() { # step name: skip when the session's time is spent
   if (( SECONDS - START > 330 )); then say "SKIPPED $1: $((SECONDS - START)) s used"; return 1; fi
   say "== $(date -u +%T) $1 (t=$((SECONDS - START)) s)"
 }
-for b in bin/kernels.test bin/run.test bin/atoll; do
+for b in bin/kernels.test bin/exec.test bin/atoll; do
   [ -x "$b" ] || { say "missing $b: build it first (see the header of $0)"; exit 2; }
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader >> "$S" 2>&1
@@ -60,7 +60,7 @@ if budget "kernels self-test (quick)"; then
 fi
 
 if budget "TestGPUModels: BERTs whole on the GPU vs CPU reference and PyTorch eager"; then
-  OUT=$W timeout 200 ./bin/run.test -test.run 'TestGPUModels$' -test.v \
+  OUT=$W timeout 200 ./bin/exec.test -test.run 'TestGPUModels$' -test.v \
     -models.only '^(tiny-bert|bert-base|bert-base-384|distilbert)$' -models.runs 30 > "$OUT/models.log" 2>&1
   r=$?
   grep -q -- "--- SKIP" "$OUT/models.log" && { r=3; say "models skipped: no GPU seen"; }

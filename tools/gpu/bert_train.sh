@@ -2,7 +2,7 @@
 # Runs on the GPU machine (repo root; no Go there). Needs, built here by the
 # lead:
 #   GOOS=linux GOARCH=amd64 go test -c -o bin/kernels.test ./kernels
-#   GOOS=linux GOARCH=amd64 go test -c -o bin/run.test ./models/run
+#   GOOS=linux GOARCH=amd64 go test -c -o bin/exec.test ./models/exec
 #
 # 1. the BERT training kernels' GPU self-test (every form against the CPU
 #    references; bit identity after preemption for softmax/layernorm
@@ -36,7 +36,7 @@ log "kernels self-test (BERT training kernels)"
 echo "selftest rc=$?" >> $W/steps.log
 
 log "BERT training steps on the GPU"
-( cd $R/models/run && OUT=$W timeout 130 $R/bin/run.test -test.run 'TestGPUBERTTrainStep$' -test.v -test.timeout 125s \
+( cd $R/models/exec && OUT=$W timeout 130 $R/bin/exec.test -test.run 'TestGPUBERTTrainStep$' -test.v -test.timeout 125s \
     -bert.model bert-base-train -bert.batch 8 -bert.runs 10 ) > $W/trainstep.txt 2>&1
 echo "trainstep rc=$?" >> $W/steps.log
 log done

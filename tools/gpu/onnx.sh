@@ -3,7 +3,7 @@
 # and Hugging Face BERT-base, DistilBERT with torch.onnx.export (random
 # weights, tools/onnx/export.py, which also writes onnxruntime's outputs),
 # run each on the GPU with the file's weights and compare with onnxruntime
-# (run.test -test.run TestGPUONNX: relative error, whole-pass time beside
+# (exec.test -test.run TestGPUONNX: relative error, whole-pass time beside
 # the zoo model's), profile each export and its zoo model into one store,
 # then each model as HP at load 0.5 beside a training step (ResNet-50's for
 # the CNNs, BERT-base's for the encoders), imported and zoo (atoll policy).
@@ -18,7 +18,7 @@
 #
 # Writes OUT/onnx_gpu.txt (the table), OUT/export.log, OUT/profiles/<gpu>/
 # and OUT/bench-<model>-{0,1}.json (1: the export). Needs bin/atoll and
-# bin/run.test (go test -c -o bin/run.test ./models/run), python3 with
+# bin/exec.test (go test -c -o bin/exec.test ./models/exec), python3 with
 # torch, torchvision, transformers, onnx and onnxruntime.
 set -uo pipefail
 out=${1:?usage: tools/gpu/onnx.sh OUT}
@@ -30,7 +30,7 @@ if [ ! -f "$onnx/distilbert.ref.safetensors" ]; then
 	timeout 300 python3 "$root/tools/onnx/export.py" "$onnx" --models resnet50,mobilenetv2,vgg19,bert-base,distilbert >"$out/export.log" 2>&1 || { tail "$out/export.log"; exit 1; }
 fi
 if [ ! -f "$out/onnx_gpu.txt" ]; then
-	(cd "$root/models/run" && OUT=$out timeout 300 "$root/bin/run.test" -test.run TestGPUONNX -models.onnx "$onnx" -test.v >"$out/onnx_gpu.log" 2>&1)
+	(cd "$root/models/exec" && OUT=$out timeout 300 "$root/bin/exec.test" -test.run TestGPUONNX -models.onnx "$onnx" -test.v >"$out/onnx_gpu.log" 2>&1)
 fi
 export ATOLL_PROFILES=$out/profiles
 gpu=$(ls "$out/profiles" 2>/dev/null | head -1)

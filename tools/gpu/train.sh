@@ -2,7 +2,7 @@
 # Runs on the GPU machine (repo root; no Go there). Needs, built here by the
 # lead:
 #   GOOS=linux GOARCH=amd64 go test -c -o bin/kernels.test ./kernels
-#   GOOS=linux GOARCH=amd64 go test -c -o bin/run.test ./models/run
+#   GOOS=linux GOARCH=amd64 go test -c -o bin/exec.test ./models/exec
 #
 # 1. the training kernels' GPU self-test (every form against the CPU
 #    references, bit identity after preemption; no latency measurements);
@@ -38,7 +38,7 @@ log "kernels self-test (training kernels)"
 echo "selftest rc=$?" >> $W/steps.log
 
 log "training steps on the GPU"
-( cd $R/models/run && OUT=$W timeout 165 $R/bin/run.test -test.run 'TestGPUTrainStep$' -test.v -test.timeout 160s \
+( cd $R/models/exec && OUT=$W timeout 165 $R/bin/exec.test -test.run 'TestGPUTrainStep$' -test.v -test.timeout 160s \
     -train.model resnet50-train -train.batch 32 -train.runs 10 ) > $W/trainstep.txt 2>&1
 echo "trainstep rc=$?" >> $W/steps.log
 log done

@@ -1,4 +1,4 @@
-package run
+package exec
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"atoll/sched"
 )
 
-// Binder implements sched.Binder over model instances: client HP i is
+// InstanceBinder implements sched.Binder over model instances: client HP i is
 // hp[i] and BE i is be[i], kernel k of a client is layer k of its
 // instance. Every launch is the real kernel of kernels.Library over the
 // instance's buffers, with the request's preemption state (flag, progress
@@ -17,17 +17,17 @@ import (
 // HP layer with the BE layer through Library.LaunchPadded, whose launch
 // every backend runs as gpu.Launch documents (HP grid plus Pad's workers).
 // Launches carry the instances' profile costs where UseProfile gave them.
-// A Binder belongs to the goroutine that owns the device.
-type Binder struct {
+// An InstanceBinder belongs to the goroutine that owns the device.
+type InstanceBinder struct {
 	lib    *kernels.Library
 	hp, be []*Instance
 }
 
-var _ sched.Binder = (*Binder)(nil)
+var _ sched.Binder = (*InstanceBinder)(nil)
 
-// NewBinder binds the clients of a sched.Workload to instances (in the
+// NewInstanceBinder binds the clients of a sched.Workload to instances (in the
 // workload's order). All instances must live on lib's device.
-func NewBinder(lib *kernels.Library, hp, be []*Instance) (*Binder, error) {
+func NewInstanceBinder(lib *kernels.Library, hp, be []*Instance) (*InstanceBinder, error) {
 	for _, list := range [][]*Instance{hp, be} {
 		for i, in := range list {
 			if in == nil || in.dev != lib.Device() {
@@ -63,7 +63,7 @@ func NewBinder(lib *kernels.Library, hp, be []*Instance) (*Binder, error) {
 		}
 	}
 	lib.AsyncPairs = true
-	return &Binder{lib: lib, hp: hp, be: be}, nil
+	return &InstanceBinder{lib: lib, hp: hp, be: be}, nil
 }
 
 // prepare compiles the kernels of in's runnable layers in forms.
@@ -74,7 +74,7 @@ func (in *Instance) prepare(lib *kernels.Library, forms []gpu.Form) error {
 		}
 		for _, f := range forms {
 			if _, err := lib.Func(l.op, f); err != nil {
-				return fmt.Errorf("run: compiling %s layer %d (%s) %s: %w", in.g.Model, i, in.g.Layers[i].Name, f, err)
+				return fmt.Errorf("exec: compiling %s layer %d (%s) %s: %w", in.g.Model, i, in.g.Layers[i].Name, f, err)
 			}
 		}
 	}
@@ -83,9 +83,9 @@ func (in *Instance) prepare(lib *kernels.Library, forms []gpu.Form) error {
 
 // ProgressBytes implements sched.Binder: the kernel library's control
 // block.
-func (b *Binder) ProgressBytes() int { return kernels.CounterBytes }
+func (b *InstanceBinder) ProgressBytes() int { return kernels.CounterBytes }
 
-func (b *Binder) instance(c sched.ClientID, kernel int) (*Instance, error) {
+func (b *InstanceBinder) instance(c sched.ClientID, kernel int) (*Instance, error) {
 	list := b.hp
 	if c.Class == sched.BE {
 		list = b.be
@@ -101,7 +101,7 @@ func (b *Binder) instance(c sched.ClientID, kernel int) (*Instance, error) {
 }
 
 // Bind implements sched.Binder.
-func (b *Binder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
+func (b *InstanceBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 	in, err := b.instance(r.Client, r.Kernel)
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func (b *Binder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 			if errors.Is(err, kernels.ErrCompiling) {
 				err = fmt.Errorf("%w: %w", sched.ErrNotReady, err)
 			}
-			return nil, fmt.Errorf("run: %s layer %d (%s) padded with %s layer %d (%s): %w", in.g.Model, r.Kernel, in.g.Layers[r.Kernel].Name,
+			return nil, fmt.Errorf("exec: %s layer %d (%s) padded with %s layer %d (%s): %w", in.g.Model, r.Kernel, in.g.Layers[r.Kernel].Name,
 				be.g.Model, r.Pad.Kernel, be.g.Layers[r.Pad.Kernel].Name, err)
 		}
 		if c, ok := in.cost(r.Kernel); ok {

@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 	"atoll/gpu"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 // addressOnly is the simulator with copies that check their addresses but
@@ -43,7 +43,7 @@ func TestBERTZooRunnable(t *testing.T) {
 				w = models.InitWeights(g, 1) // the same tensors at every batch
 			}
 			dev := addressOnly{newSim(t)}
-			in, err := run.NewWith(dev, kernels.New(dev), g, w, models.InitInputs(g, 2), run.Options{Substitute: true})
+			in, err := exec.NewWith(dev, kernels.New(dev), g, w, models.InitInputs(g, 2), exec.Options{Substitute: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestEmulatedBERT(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dev := newSim(t)
 			m, err := models.NewBERT("tiny-bert", c.cfg)
-			in := instanceWith(t, dev, kernels.New(dev), m, err, c.batch, run.Options{Substitute: true})
+			in := instanceWith(t, dev, kernels.New(dev), m, err, c.batch, exec.Options{Substitute: true})
 			g := in.Graph()
 			if in.Runnable() != len(g.Layers) {
 				t.Fatalf("runnable %d of %d: %v", in.Runnable(), len(g.Layers), in.Err(in.Runnable()))
@@ -183,13 +183,13 @@ func TestBERTGlueBadShapes(t *testing.T) {
 			c.edit(&op)
 			g.Layers[i].Op = op
 			dev := newSim(t)
-			in, err := run.NewWith(dev, kernels.New(dev), &g, models.InitWeights(g0, 1), models.InitInputs(g0, 2), run.Options{Substitute: true})
+			in, err := exec.NewWith(dev, kernels.New(dev), &g, models.InitWeights(g0, 1), models.InitInputs(g0, 2), exec.Options{Substitute: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer in.Close()
 			e := in.Err(i)
-			if !errors.Is(e, run.ErrNotRunnable) || !errors.Is(e, kernels.ErrShape) || !strings.Contains(e.Error(), c.want) {
+			if !errors.Is(e, exec.ErrNotRunnable) || !errors.Is(e, kernels.ErrShape) || !strings.Contains(e.Error(), c.want) {
 				t.Errorf("layer %s: err = %v, want ErrNotRunnable and kernels.ErrShape mentioning %q", g.Layers[i].Name, e, c.want)
 			}
 			if in.Runnable() != i {

@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 // tinyTrain is a reduced ResNet training step (a stage of two blocks, a
@@ -148,7 +148,7 @@ func TestTrainingBadLabels(t *testing.T) {
 			}
 			bad.Add(d)
 		}
-		if _, err := run.New(dev, kernels.New(dev), g, models.InitWeights(g, 1), bad); !errors.Is(err, models.ErrLabels) {
+		if _, err := exec.New(dev, kernels.New(dev), g, models.InitWeights(g, 1), bad); !errors.Is(err, models.ErrLabels) {
 			t.Errorf("New with label %v: %v, want models.ErrLabels", label, err)
 		}
 		in := instance(t, dev, kernels.New(dev), m, nil, 2)
@@ -223,7 +223,7 @@ func TestCheckedTrainingStep(t *testing.T) {
 	}
 	for _, bad := range []bool{false, true} {
 		in := instance(t, dev, kernels.New(dev), m, nil, 4)
-		exec := func(i int) error {
+		step := func(i int) error {
 			emulateLayer(t, dev, in, i)
 			f := corrupt[g.Layers[i].Name]
 			if !bad || f == nil {
@@ -241,7 +241,7 @@ func TestCheckedTrainingStep(t *testing.T) {
 			f(v)
 			return dev.CopyToDevice(o.Ptr, kernels.Encode(o.DType, v))
 		}
-		errs, err := checkedStep(dev, in, exec, pick)
+		errs, err := checkedStep(dev, in, step, pick)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,14 +327,14 @@ func TestTrainingULPSpread(t *testing.T) {
 func TestTinyTrainCheckEmulated(t *testing.T) {
 	dev := newSim(t)
 	var b strings.Builder
-	emu := func(in *run.Instance) func(int) error {
+	emu := func(in *exec.Instance) func(int) error {
 		return func(i int) error { emulateLayer(t, dev, in, i); return nil }
 	}
 	if err := tinyTrainCheck(dev, kernels.New(dev), &b, emu); err != nil {
 		t.Errorf("emulated: %v", err)
 	}
 	t.Logf("\n%s", b.String())
-	lost := func(in *run.Instance) func(int) error {
+	lost := func(in *exec.Instance) func(int) error {
 		return func(i int) error {
 			emulateLayer(t, dev, in, i)
 			c, ok := in.Op(i).(kernels.Conv2D)

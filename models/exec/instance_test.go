@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"atoll/gpu/sim"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 	"atoll/policies"
 	"atoll/profiler"
 	"atoll/profiles"
@@ -38,12 +38,12 @@ func newSim(t *testing.T) gpu.Device {
 	return dev
 }
 
-func instance(t *testing.T, dev gpu.Device, lib *kernels.Library, m models.Model, err error, batch int) *run.Instance {
+func instance(t *testing.T, dev gpu.Device, lib *kernels.Library, m models.Model, err error, batch int) *exec.Instance {
 	t.Helper()
-	return instanceWith(t, dev, lib, m, err, batch, run.Options{})
+	return instanceWith(t, dev, lib, m, err, batch, exec.Options{})
 }
 
-func instanceWith(t *testing.T, dev gpu.Device, lib *kernels.Library, m models.Model, err error, batch int, opt run.Options) *run.Instance {
+func instanceWith(t *testing.T, dev gpu.Device, lib *kernels.Library, m models.Model, err error, batch int, opt exec.Options) *exec.Instance {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func instanceWith(t *testing.T, dev gpu.Device, lib *kernels.Library, m models.M
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := run.NewWith(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 2), opt)
+	in, err := exec.NewWith(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 2), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestInstanceWiring(t *testing.T) {
 	if in.Runnable() != avg {
 		t.Fatalf("Runnable() = %d, want %d (the average pool needs glue)", in.Runnable(), avg)
 	}
-	if err := in.Err(avg); !errors.Is(err, run.ErrNotRunnable) || !strings.Contains(err.Error(), "nhwc_mean") {
+	if err := in.Err(avg); !errors.Is(err, exec.ErrNotRunnable) || !strings.Contains(err.Error(), "nhwc_mean") {
 		t.Errorf("Err(avgpool) = %v", err)
 	}
 	if err := in.Err(avg + 1); err != nil {
@@ -162,7 +162,7 @@ func TestInstanceWiring(t *testing.T) {
 	}
 	// A whole pass is refused up front; the runnable prefix runs.
 	ctx := context.Background()
-	if err := in.Run(ctx); !errors.Is(err, run.ErrNotRunnable) {
+	if err := in.Run(ctx); !errors.Is(err, exec.ErrNotRunnable) {
 		t.Errorf("Run = %v, want ErrNotRunnable", err)
 	}
 	if err := in.RunLayers(ctx, 0, in.Runnable()); err != nil {
@@ -182,7 +182,7 @@ func TestInstanceWiring(t *testing.T) {
 	if out, err := in.Output(); err != nil || !math.IsNaN(out[0]) {
 		t.Errorf("Output on the simulator = %v, %v; want NaN (never computed)", out[:1], err)
 	}
-	if _, err := in.Read("nope"); !errors.Is(err, run.ErrInstance) {
+	if _, err := in.Read("nope"); !errors.Is(err, exec.ErrInstance) {
 		t.Errorf("Read(nope) = %v", err)
 	}
 }
@@ -207,7 +207,7 @@ func TestInstanceRunAndGaps(t *testing.T) {
 	missing := map[string]bool{}
 	for i, l := range bert.Graph().Layers {
 		if e := bert.Err(i); e != nil {
-			if !errors.Is(e, run.ErrNotRunnable) {
+			if !errors.Is(e, exec.ErrNotRunnable) {
 				t.Errorf("%s: %v does not wrap ErrNotRunnable", l.Name, e)
 			}
 			missing[l.Name[strings.LastIndexByte(l.Name, '.')+1:]] = true
@@ -247,7 +247,7 @@ func TestDepthwiseBias(t *testing.T) {
 	v := d.Values()
 	v[3] = 0.5
 	w.Add(models.NewData(d.Name, d.DType, d.Shape, v))
-	in, err := run.New(dev, kernels.New(dev), g, w, models.InitInputs(g, 1))
+	in, err := exec.New(dev, kernels.New(dev), g, w, models.InitInputs(g, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestDepthwiseBias(t *testing.T) {
 		e := in.Err(i)
 		switch {
 		case l.Name == "features.2.depthwise":
-			if !errors.Is(e, run.ErrNotRunnable) || !strings.Contains(e.Error(), "features.2.depthwise.bias") {
+			if !errors.Is(e, exec.ErrNotRunnable) || !strings.Contains(e.Error(), "features.2.depthwise.bias") {
 				t.Errorf("nonzero depthwise bias: %v", e)
 			}
 		case strings.HasSuffix(l.Name, ".depthwise") && e != nil:
@@ -265,7 +265,7 @@ func TestDepthwiseBias(t *testing.T) {
 	}
 }
 
-// The Binder serves every form with the request's preemption state in the
+// The InstanceBinder serves every form with the request's preemption state in the
 // arguments, pairs HP and BE layers for padding, and refuses what it
 // cannot bind.
 func TestBinderForms(t *testing.T) {
@@ -275,7 +275,7 @@ func TestBinderForms(t *testing.T) {
 	hp := instance(t, dev, lib, m, err, 1)
 	mr, err := models.NewResNet("tiny-resnet", tinyResNet)
 	be := instance(t, dev, lib, mr, err, 4)
-	b, err := run.NewBinder(lib, []*run.Instance{hp}, []*run.Instance{be})
+	b, err := exec.NewInstanceBinder(lib, []*exec.Instance{hp}, []*exec.Instance{be})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,13 +328,13 @@ func TestBinderForms(t *testing.T) {
 			t.Errorf("%s: Bind succeeded", name)
 		}
 	}
-	if _, err := hp.Launch(0, gpu.Padded, kernels.Control{}); !errors.Is(err, run.ErrInstance) {
-		t.Errorf("Instance.Launch(Padded) = %v, want a pointer to the Binder", err)
+	if _, err := hp.Launch(0, gpu.Padded, kernels.Control{}); !errors.Is(err, exec.ErrInstance) {
+		t.Errorf("Instance.Launch(Padded) = %v, want a pointer to the InstanceBinder", err)
 	}
 
 	// With substitution the average pool binds, in every form, as a pool.
-	sub := instanceWith(t, dev, lib, mr, nil, 4, run.Options{Substitute: true})
-	sb, err := run.NewBinder(lib, []*run.Instance{hp}, []*run.Instance{sub})
+	sub := instanceWith(t, dev, lib, mr, nil, 4, exec.Options{Substitute: true})
+	sb, err := exec.NewInstanceBinder(lib, []*exec.Instance{hp}, []*exec.Instance{sub})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestBinderForms(t *testing.T) {
 }
 
 // The scheduler runs two model instances end to end on the simulator
-// through the Binder (the atoll policy uses resumable and padded forms),
+// through the InstanceBinder (the atoll policy uses resumable and padded forms),
 // with profile costs checked against the instances.
 func TestBinderUnderScheduler(t *testing.T) {
 	dev := newSim(t)
@@ -360,7 +360,7 @@ func TestBinderUnderScheduler(t *testing.T) {
 	m, err := models.NewVGG("tiny-vgg", tinyVGG)
 	hp := instance(t, dev, lib, m, err, 1)
 	be := instance(t, dev, lib, m, err, 8)
-	prof := func(in *run.Instance) *profiles.Profile {
+	prof := func(in *exec.Instance) *profiles.Profile {
 		p, err := profiler.Estimate(spec, in.Graph().Model, in.Graph().Batch, in.Graph().Layers)
 		if err != nil {
 			t.Fatal(err)
@@ -377,7 +377,7 @@ func TestBinderUnderScheduler(t *testing.T) {
 	if err := be.UseProfile(beP); err != nil {
 		t.Fatal(err)
 	}
-	b, err := run.NewBinder(lib, []*run.Instance{hp}, []*run.Instance{be})
+	b, err := exec.NewInstanceBinder(lib, []*exec.Instance{hp}, []*exec.Instance{be})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,13 +408,13 @@ func TestBinderUnderScheduler(t *testing.T) {
 }
 
 type countingBinder struct {
-	*run.Binder
+	*exec.InstanceBinder
 	forms map[gpu.Form]int
 }
 
 func (c countingBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 	c.forms[r.Form]++
-	return c.Binder.Bind(r)
+	return c.InstanceBinder.Bind(r)
 }
 
 // A measured profile whose kernels ran on the device's BLAS is refused for
@@ -426,7 +426,7 @@ func TestUseProfileRefusesABLASProfileWithoutTheBLAS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	profileFor := func(in *run.Instance, spec gpu.Spec) *profiles.Profile {
+	profileFor := func(in *exec.Instance, spec gpu.Spec) *profiles.Profile {
 		p, err := profiler.Estimate(spec, in.Graph().Model, in.Graph().Batch, in.Graph().Layers)
 		if err != nil {
 			t.Fatal(err)

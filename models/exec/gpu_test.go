@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
+	osexec "os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -19,7 +19,7 @@ import (
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 var (
@@ -28,7 +28,7 @@ var (
 	gpuRuns     = flag.Int("models.runs", 20, "TestGPUModels: timed forward passes per model (median reported)")
 	gpuTorchRef = flag.String("models.torchref", "", "TestGPUModels: path of tools/torchref/ref.py (default: found from the working directory)")
 	gpuPython   = flag.String("models.python", "", "TestGPUModels: Python with torch for ref.py (default $ATOLL_PYTHON, then python3)")
-	gpuSubst    = flag.Bool("models.subst", true, "TestGPUModels: bind layers the library lacks to equivalent kernels where possible (run.Options.Substitute)")
+	gpuSubst    = flag.Bool("models.subst", true, "TestGPUModels: bind layers the library lacks to equivalent kernels where possible (exec.Options.Substitute)")
 	gpuOnly     = flag.String("models.only", "", "TestGPUModels: run only the cases whose name matches this regular expression (e.g. 'bert')")
 )
 
@@ -70,7 +70,7 @@ type gpuRow struct {
 //
 // Models whose every layer has a kernel run wholly on the GPU ("gpu").
 // Others run "hybrid": the layers the kernel library lacks run on the host
-// between GPU segments (run.Instance.RunHybrid) so that the numbers can
+// between GPU segments (exec.Instance.RunHybrid) so that the numbers can
 // still be checked end to end; their timing then covers only the GPU
 // prefix and says so. Skipped without a GPU.
 func TestGPUModels(t *testing.T) {
@@ -156,7 +156,7 @@ func gpuModel(t *testing.T, dev gpu.Device, lib *kernels.Library, c gpuCase, py,
 		return r, err
 	}
 	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
-	in, err := run.NewWith(dev, lib, g, w, inputs, run.Options{Substitute: *gpuSubst})
+	in, err := exec.NewWith(dev, lib, g, w, inputs, exec.Options{Substitute: *gpuSubst})
 	if err != nil {
 		return r, err
 	}
@@ -303,7 +303,7 @@ func torchTools(t *testing.T) (py, ref string) {
 		return "", ""
 	}
 	for _, c := range []string{*gpuPython, os.Getenv("ATOLL_PYTHON"), "python3", "/usr/bin/python3"} {
-		if c != "" && exec.Command(c, "-c", "import torch, numpy").Run() == nil {
+		if c != "" && osexec.Command(c, "-c", "import torch, numpy").Run() == nil {
 			return c, ref
 		}
 	}
@@ -338,7 +338,7 @@ func torchRun(t *testing.T, py, ref string, w, in *models.Bundle, dtype string) 
 		return nil, err
 	}
 	op := filepath.Join(dir, "torch.safetensors")
-	cmd := exec.Command(py, ref, "--weights", wp, "--inputs", ip, "--out", op, "--dtype", dtype, "--time", strconv.Itoa(max(*gpuRuns, 1)))
+	cmd := osexec.Command(py, ref, "--weights", wp, "--inputs", ip, "--out", op, "--dtype", dtype, "--time", strconv.Itoa(max(*gpuRuns, 1)))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ref.py: %w\n%s", err, out)
 	}

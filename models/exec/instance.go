@@ -1,4 +1,4 @@
-package run
+package exec
 
 import (
 	"context"
@@ -20,16 +20,16 @@ var (
 	// describes it — a glue layer (models.Layer.Glue), an op the library
 	// only costs (kernels.ErrUnsupported), operands whose types or sizes
 	// do not fit. The message names the layer and the missing piece.
-	ErrNotRunnable = errors.New("run: layer not runnable on the device")
+	ErrNotRunnable = errors.New("exec: layer not runnable on the device")
 	// ErrInstance: bad use of an Instance (unknown tensor or layer, wrong
 	// inputs, a closed instance).
-	ErrInstance = errors.New("run: bad instance use")
+	ErrInstance = errors.New("exec: bad instance use")
 )
 
 // Instance is one model at one batch size resident on a device: every
 // tensor of its graph (weights, inputs, activations) in its own device
 // buffer, and each layer's kernel operands bound to those buffers. It
-// launches layers in any form (Launch, Binder) and runs whole forward
+// launches layers in any form (Launch, InstanceBinder) and runs whole forward
 // passes (Run).
 //
 // An Instance belongs to the goroutine that owns its device.
@@ -93,7 +93,7 @@ func NewWith(dev gpu.Device, lib *kernels.Library, g *models.Graph, weights, inp
 		p, err := dev.Alloc(max(t.Bytes(), 4))
 		if err != nil {
 			_ = in.Close()
-			return nil, fmt.Errorf("run: %s: allocating %v (%d bytes; %d held so far): %w", g.Model, t, t.Bytes(), in.bytes, err)
+			return nil, fmt.Errorf("exec: %s: allocating %v (%d bytes; %d held so far): %w", g.Model, t, t.Bytes(), in.bytes, err)
 		}
 		in.ptr[t.Name] = p
 		in.bytes += t.Bytes()
@@ -112,7 +112,7 @@ func NewWith(dev gpu.Device, lib *kernels.Library, g *models.Graph, weights, inp
 		}
 		if err := dev.CopyToDevice(p, raw); err != nil {
 			_ = in.Close()
-			return nil, fmt.Errorf("run: %s: uploading %s: %w", g.Model, t.Name, err)
+			return nil, fmt.Errorf("exec: %s: uploading %s: %w", g.Model, t.Name, err)
 		}
 	}
 	in.layers = make([]layer, len(g.Layers))
@@ -185,12 +185,12 @@ func (in *Instance) scratch(name string, s kernels.TensorSpec) (gpu.Ptr, error) 
 	name = "scratch:" + name
 	p, err := in.dev.Alloc(max(s.Bytes(), 4))
 	if err != nil {
-		return 0, fmt.Errorf("run: %s: allocating %s (%d bytes): %w", in.g.Model, name, s.Bytes(), err)
+		return 0, fmt.Errorf("exec: %s: allocating %s (%d bytes): %w", in.g.Model, name, s.Bytes(), err)
 	}
 	in.ptr[name] = p
 	in.bytes += s.Bytes()
 	if err := in.dev.CopyToDevice(p, make([]byte, s.Bytes())); err != nil {
-		return 0, fmt.Errorf("run: %s: zeroing %s: %w", in.g.Model, name, err)
+		return 0, fmt.Errorf("exec: %s: zeroing %s: %w", in.g.Model, name, err)
 	}
 	return p, nil
 }
@@ -268,12 +268,12 @@ func (in *Instance) substitute(l models.Layer, weights *models.Bundle) (layer, b
 		name := "subst:" + l.Name + ".bias"
 		p, err := in.dev.Alloc(int64(4 * len(bias)))
 		if err != nil {
-			return layer{}, false, fmt.Errorf("run: %s: allocating %s: %w", in.g.Model, name, err)
+			return layer{}, false, fmt.Errorf("exec: %s: allocating %s: %w", in.g.Model, name, err)
 		}
 		in.ptr[name] = p
 		in.bytes += int64(4 * len(bias))
 		if err := in.dev.CopyToDevice(p, kernels.Encode(kernels.F32, bias)); err != nil {
-			return layer{}, false, fmt.Errorf("run: %s: uploading %s: %w", in.g.Model, name, err)
+			return layer{}, false, fmt.Errorf("exec: %s: uploading %s: %w", in.g.Model, name, err)
 		}
 		op := kernels.Elementwise{Name: "bias_act", Elems: e.Elems, Inputs: 1, Outputs: 1, In: e.In, Cols: seq * h}
 		bufs, err := in.bindOp(op, []string{l.In[0], name, l.Out[0]})
@@ -387,7 +387,7 @@ func (in *Instance) cost(i int) (gpu.Cost, bool) {
 
 // Launch returns layer i's launch in form (Plain, Reset or Resumable) with
 // ctl's preemption state packed into its arguments (kernels.Library.Launch).
-// Padded launches pair two instances: see Binder.
+// Padded launches pair two instances: see InstanceBinder.
 func (in *Instance) Launch(i int, form gpu.Form, ctl kernels.Control) (*gpu.Launch, error) {
 	if in.closed {
 		return nil, fmt.Errorf("%w: %s is closed", ErrInstance, in.g.Model)
@@ -396,11 +396,11 @@ func (in *Instance) Launch(i int, form gpu.Form, ctl kernels.Control) (*gpu.Laun
 		return nil, err
 	}
 	if form == gpu.Padded {
-		return nil, fmt.Errorf("%w: a padded launch needs a BE partner: bind it through run.Binder (kernels.Library.LaunchPadded)", ErrInstance)
+		return nil, fmt.Errorf("%w: a padded launch needs a BE partner: bind it through exec.InstanceBinder (kernels.Library.LaunchPadded)", ErrInstance)
 	}
 	l, err := in.lib.Launch(in.layers[i].op, form, in.layers[i].bufs, ctl)
 	if err != nil {
-		return nil, fmt.Errorf("run: %s layer %d (%s) %s: %w", in.g.Model, i, in.g.Layers[i].Name, form, err)
+		return nil, fmt.Errorf("exec: %s layer %d (%s) %s: %w", in.g.Model, i, in.g.Layers[i].Name, form, err)
 	}
 	if c, ok := in.cost(i); ok {
 		l.Cost = c
@@ -436,7 +436,7 @@ func (in *Instance) RunLayers(ctx context.Context, from, to int) error {
 		return err
 	}
 	if err := in.dev.Record(in.start, in.stream); err != nil {
-		return fmt.Errorf("run: Record: %w", err)
+		return fmt.Errorf("exec: Record: %w", err)
 	}
 	for i := from; i < to; i++ {
 		l, err := in.Launch(i, gpu.Plain, kernels.Control{})
@@ -444,16 +444,16 @@ func (in *Instance) RunLayers(ctx context.Context, from, to int) error {
 			return err
 		}
 		if err := in.dev.Launch(in.stream, l); err != nil {
-			return fmt.Errorf("run: %s layer %d (%s): launch: %w", in.g.Model, i, in.g.Layers[i].Name, err)
+			return fmt.Errorf("exec: %s layer %d (%s): launch: %w", in.g.Model, i, in.g.Layers[i].Name, err)
 		}
 	}
 	if err := in.dev.Record(in.end, in.stream); err != nil {
-		return fmt.Errorf("run: Record: %w", err)
+		return fmt.Errorf("exec: Record: %w", err)
 	}
 	for {
 		done, err := in.dev.Query(in.end)
 		if err != nil {
-			return fmt.Errorf("run: Query: %w", err)
+			return fmt.Errorf("exec: Query: %w", err)
 		}
 		if done {
 			break
@@ -464,11 +464,11 @@ func (in *Instance) RunLayers(ctx context.Context, from, to int) error {
 	}
 	t0, err := in.dev.Time(in.start)
 	if err != nil {
-		return fmt.Errorf("run: event time: %w", err)
+		return fmt.Errorf("exec: event time: %w", err)
 	}
 	t1, err := in.dev.Time(in.end)
 	if err != nil {
-		return fmt.Errorf("run: event time: %w", err)
+		return fmt.Errorf("exec: event time: %w", err)
 	}
 	in.last = t1 - t0
 	return nil
@@ -480,14 +480,14 @@ func (in *Instance) streams() error {
 	}
 	s, err := in.dev.NewStream(gpu.StreamOptions{Priority: in.dev.Info().Priorities.Least})
 	if err != nil {
-		return fmt.Errorf("run: NewStream: %w", err)
+		return fmt.Errorf("exec: NewStream: %w", err)
 	}
 	in.stream = s
 	if in.start, err = in.dev.NewEvent(); err != nil {
-		return fmt.Errorf("run: NewEvent: %w", err)
+		return fmt.Errorf("exec: NewEvent: %w", err)
 	}
 	if in.end, err = in.dev.NewEvent(); err != nil {
-		return fmt.Errorf("run: NewEvent: %w", err)
+		return fmt.Errorf("exec: NewEvent: %w", err)
 	}
 	return nil
 }
@@ -504,7 +504,7 @@ func (in *Instance) Read(name string) ([]float64, error) {
 	}
 	raw := make([]byte, t.Bytes())
 	if err := in.dev.CopyFromDevice(raw, in.ptr[name]); err != nil {
-		return nil, fmt.Errorf("run: reading %s: %w", name, err)
+		return nil, fmt.Errorf("exec: reading %s: %w", name, err)
 	}
 	return kernels.Decode(t.DType, raw), nil
 }
@@ -520,7 +520,7 @@ func (in *Instance) SetInputs(inputs *models.Bundle) error {
 	for _, name := range in.g.Inputs {
 		d, _ := inputs.Get(name)
 		if err := in.dev.CopyToDevice(in.ptr[name], d.Raw); err != nil {
-			return fmt.Errorf("run: uploading %s: %w", name, err)
+			return fmt.Errorf("exec: uploading %s: %w", name, err)
 		}
 	}
 	return nil
@@ -601,12 +601,12 @@ func (in *Instance) RunHybrid(ctx context.Context) (host []string, err error) {
 		}
 		outs, err := models.ReferenceLayer(in.g, l, vals)
 		if err != nil {
-			return host, fmt.Errorf("run: %s layer %d (%s) on the host: %w", in.g.Model, i, l.Name, err)
+			return host, fmt.Errorf("exec: %s layer %d (%s) on the host: %w", in.g.Model, i, l.Name, err)
 		}
 		for j, n := range l.Out {
 			t, _ := in.g.Tensor(n)
 			if err := in.dev.CopyToDevice(in.ptr[n], kernels.Encode(t.DType, outs[j])); err != nil {
-				return host, fmt.Errorf("run: uploading %s: %w", n, err)
+				return host, fmt.Errorf("exec: uploading %s: %w", n, err)
 			}
 		}
 		host = append(host, l.Name)

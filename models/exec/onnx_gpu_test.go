@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 var onnxDir = flag.String("models.onnx", "", "TestGPUONNX: directory of NAME.onnx files with NAME.ref.safetensors (tools/onnx/export.py) to check on the GPU against onnxruntime")
@@ -123,7 +123,7 @@ func onnxOnGPU(t *testing.T, dev gpu.Device, lib *kernels.Library, f string) (st
 // -models.runs timed passes; it returns their median wall time (the host's
 // launches included, unlike TestGPUModels' device time) and the output.
 func timedPasses(dev gpu.Device, lib *kernels.Library, g *models.Graph, w, inputs *models.Bundle) (float64, []float64, error) {
-	in, err := run.NewWith(dev, lib, g, w, inputs, run.Options{Substitute: true})
+	in, err := exec.NewWith(dev, lib, g, w, inputs, exec.Options{Substitute: true})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"atoll/gpu"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 // emulate runs a forward pass of in "as the GPU would" on the simulator,
@@ -19,7 +19,7 @@ import (
 // back to its output buffers; glue layers go through the host as in
 // RunHybrid. Any wiring mistake — an operand bound to the wrong buffer, a
 // residual from the wrong block — changes the output.
-func emulate(t *testing.T, dev gpu.Device, in *run.Instance) {
+func emulate(t *testing.T, dev gpu.Device, in *exec.Instance) {
 	t.Helper()
 	for i := range in.Graph().Layers {
 		emulateLayer(t, dev, in, i)
@@ -27,7 +27,7 @@ func emulate(t *testing.T, dev gpu.Device, in *run.Instance) {
 }
 
 // emulateLayer is emulate's step for layer i.
-func emulateLayer(t *testing.T, dev gpu.Device, in *run.Instance, i int) {
+func emulateLayer(t *testing.T, dev gpu.Device, in *exec.Instance, i int) {
 	t.Helper()
 	g := in.Graph()
 	l := g.Layers[i]
@@ -81,18 +81,18 @@ func TestEmulatedForward(t *testing.T) {
 		name  string
 		model func() (models.Model, error)
 		batch int
-		opt   run.Options
+		opt   exec.Options
 		subst []string // layers substituted
 	}{
-		{"resnet", func() (models.Model, error) { return models.NewResNet("tiny-resnet", tinyResNet) }, 2, run.Options{}, nil},
-		{"vgg", func() (models.Model, error) { return models.NewVGG("tiny-vgg", tinyVGG) }, 3, run.Options{}, nil},
-		{"bert", func() (models.Model, error) { return models.NewBERT("tiny-bert", tinyBERT) }, 2, run.Options{}, nil},
+		{"resnet", func() (models.Model, error) { return models.NewResNet("tiny-resnet", tinyResNet) }, 2, exec.Options{}, nil},
+		{"vgg", func() (models.Model, error) { return models.NewVGG("tiny-vgg", tinyVGG) }, 3, exec.Options{}, nil},
+		{"bert", func() (models.Model, error) { return models.NewBERT("tiny-bert", tinyBERT) }, 2, exec.Options{}, nil},
 		{"resnet-substituted", func() (models.Model, error) {
 			c := tinyResNet
 			c.Image = 64 // a 2x2 final feature map
 			return models.NewResNet("tiny-resnet", c)
-		}, 2, run.Options{Substitute: true}, []string{"avgpool"}},
-		{"bert-substituted", func() (models.Model, error) { return models.NewBERT("tiny-bert", tinyBERT) }, 2, run.Options{Substitute: true}, []string{"embeddings.add"}},
+		}, 2, exec.Options{Substitute: true}, []string{"avgpool"}},
+		{"bert-substituted", func() (models.Model, error) { return models.NewBERT("tiny-bert", tinyBERT) }, 2, exec.Options{Substitute: true}, []string{"embeddings.add"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dev := newSim(t)

@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"atoll/gpu/sim"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 // A reduced VGG on the simulator: every layer has a kernel, so a whole
@@ -26,7 +26,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	in, err := run.New(dev, kernels.New(dev), g, models.InitWeights(g, 1), models.InitInputs(g, 2))
+	in, err := exec.New(dev, kernels.New(dev), g, models.InitWeights(g, 1), models.InitInputs(g, 2))
 	if err != nil {
 		panic(err)
 	}

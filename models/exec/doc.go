@@ -1,7 +1,7 @@
-// Package run executes models of the zoo on a gpu.Device: an Instance
+// Package exec executes models of the zoo on a gpu.Device: an Instance
 // holds one model at one batch size on the device (every weight, input and
 // activation in its own buffer, each layer's kernel operands bound to
-// them), runs forward passes and reads results back; a Binder serves a
+// them), runs forward passes and reads results back; an InstanceBinder serves a
 // scheduler's launch requests (sched.Binder) from instances, in every form
 // the kernel library compiles (plain, reset, resumable, padded).
 //
@@ -22,4 +22,4 @@
 // and must never hide a layer it cannot run: layers whose kernels the
 // library lacks or whose operands need a layout change no kernel makes are
 // refused with ErrNotRunnable naming the layer and the missing piece.
-package run
+package exec

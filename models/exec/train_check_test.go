@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"atoll/gpu"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 // This file holds the per-layer checks of a training step (each layer's
@@ -155,12 +155,12 @@ func sampledConv(n int) refFn {
 	}
 }
 
-// checkedStep runs one step of in layer by layer through exec(i) (on a GPU,
+// checkedStep runs one step of in layer by layer through step(i) (on a GPU,
 // RunLayers(i, i+1)). For each layer that pick gives a refFn, it reads the
-// layer's operands from the device before exec (in-place layers, SGD,
+// layer's operands from the device before step (in-place layers, SGD,
 // overwrite them) and its outputs after, and compares them. Layers pick
 // skips run unchecked.
-func checkedStep(dev gpu.Device, in *run.Instance, exec func(i int) error, pick func(i int) refFn) ([]layerErr, error) {
+func checkedStep(dev gpu.Device, in *exec.Instance, step func(i int) error, pick func(i int) refFn) ([]layerErr, error) {
 	g := in.Graph()
 	var errs []layerErr
 	for i, l := range g.Layers {
@@ -182,7 +182,7 @@ func checkedStep(dev gpu.Device, in *run.Instance, exec func(i int) error, pick 
 				}
 			}
 		}
-		if err := exec(i); err != nil {
+		if err := step(i); err != nil {
 			return nil, fmt.Errorf("layer %s: %w", l.Name, err)
 		}
 		if ref == nil {

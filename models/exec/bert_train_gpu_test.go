@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 var (
@@ -63,7 +63,7 @@ func TestGPUBERTTrainStep(t *testing.T) {
 	err := cuda.Run(0, func(d *cuda.Device) error {
 		fmt.Fprintf(&b, "device: %s, driver %s\n", d.Info().Name, d.Info().Driver)
 		lib := kernels.New(d)
-		gpuRun := func(in *run.Instance) func(int) error {
+		gpuRun := func(in *exec.Instance) func(int) error {
 			return func(i int) error { return in.RunLayers(context.Background(), i, i+1) }
 		}
 		if err := tinyBERTCheck(d, lib, &b, gpuRun); err != nil {
@@ -145,9 +145,9 @@ func bertSpread(g *models.Graph, w, inputs *models.Bundle, ref models.Activation
 }
 
 // tinyBERTCheck runs the reduced BERT step on dev layer by layer through
-// exec(in)(i) and checks it (per layer, then whole), writing the summary
+// step(in)(i) and checks it (per layer, then whole), writing the summary
 // to b.
-func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, exec func(*run.Instance) func(int) error) error {
+func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, step func(*exec.Instance) func(int) error) error {
 	m, err := models.NewBERT("tiny-bert-train", tinyGPUBERT)
 	if err != nil {
 		return err
@@ -157,7 +157,7 @@ func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, exe
 		return err
 	}
 	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
-	in, err := run.New(dev, lib, g, w, inputs)
+	in, err := exec.New(dev, lib, g, w, inputs)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, exe
 	if in.Runnable() != len(g.Layers) {
 		return in.Err(in.Runnable())
 	}
-	errs, err := checkedStep(dev, in, exec(in), func(int) refFn { return fullRef })
+	errs, err := checkedStep(dev, in, step(in), func(int) refFn { return fullRef })
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func TestTinyBERTCheckEmulated(t *testing.T) {
 	}
 	dev := newSim(t)
 	var b strings.Builder
-	err := tinyBERTCheck(dev, kernels.New(dev), &b, func(in *run.Instance) func(int) error {
+	err := tinyBERTCheck(dev, kernels.New(dev), &b, func(in *exec.Instance) func(int) error {
 		return func(i int) error { emulateLayer(t, dev, in, i); return nil }
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 var (
@@ -86,7 +86,7 @@ func TestGPUTrainStep(t *testing.T) {
 	err := cuda.Run(0, func(d *cuda.Device) error {
 		fmt.Fprintf(&b, "device: %s, driver %s\n", d.Info().Name, d.Info().Driver)
 		lib := kernels.New(d)
-		gpuRun := func(in *run.Instance) func(int) error {
+		gpuRun := func(in *exec.Instance) func(int) error {
 			return func(i int) error { return in.RunLayers(context.Background(), i, i+1) }
 		}
 		if err := tinyTrainCheck(d, lib, &b, gpuRun); err != nil {
@@ -112,9 +112,9 @@ func TestGPUTrainStep(t *testing.T) {
 }
 
 // tinyTrainCheck runs the reduced step on dev layer by layer through
-// exec(in)(i) and checks it (per layer, then whole), writing the summary to
+// step(in)(i) and checks it (per layer, then whole), writing the summary to
 // b.
-func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, exec func(*run.Instance) func(int) error) error {
+func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, step func(*exec.Instance) func(int) error) error {
 	m, err := models.NewResNet("tiny-resnet-train", tinyGPUTrain)
 	if err != nil {
 		return err
@@ -124,12 +124,12 @@ func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, ex
 		return err
 	}
 	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
-	in, err := run.New(dev, lib, g, w, inputs)
+	in, err := exec.New(dev, lib, g, w, inputs)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	errs, err := checkedStep(dev, in, exec(in), func(int) refFn { return fullRef })
+	errs, err := checkedStep(dev, in, step(in), func(int) refFn { return fullRef })
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func gpuZooStep(dev gpu.Device, lib *kernels.Library, b *strings.Builder, model 
 	if err != nil {
 		return err
 	}
-	in, err := run.New(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 2))
+	in, err := exec.New(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 2))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package run_test
+package exec_test
 
 import (
 	"reflect"

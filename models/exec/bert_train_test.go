@@ -1,11 +1,11 @@
-package run_test
+package exec_test
 
 import (
 	"testing"
 
 	"atoll/kernels"
 	"atoll/models"
-	"atoll/models/run"
+	"atoll/models/exec"
 )
 
 // tinyBERTTrain is a reduced BERT fine-tuning step (two layers, hidden 32,
@@ -110,7 +110,7 @@ func TestBERTTrainZooRunnable(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := addressOnly{newSim(t)}
-	in, err := run.New(dev, kernels.New(dev), g, models.InitWeights(g, 1), models.InitInputs(g, 2))
+	in, err := exec.New(dev, kernels.New(dev), g, models.InitWeights(g, 1), models.InitInputs(g, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
