@@ -166,8 +166,8 @@ type engModel struct {
 	// to finish after its deadline (0: nothing measured yet).
 	svc    atomic.Int64
 	intMax map[string]int // integer inputs: exclusive bound
-	hpInst *exec.Instance  // cuda
-	beInst *exec.Instance  // cuda
+	hpInst *exec.Instance // cuda
+	beInst *exec.Instance // cuda
 }
 
 type engJobModel struct {
