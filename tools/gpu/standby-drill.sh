@@ -22,7 +22,7 @@
 # (standby_summary.py), and packs everything into OUT/standby-drill.tgz.
 set -u
 OUT=${1:?usage: tools/gpu/standby-drill.sh OUT MODE...}; shift
-R=$(cd "$(dirname "$0")/../.." && pwd); A=$R/bin/atoll; U=http://127.0.0.1:8000
+R=$(cd "$(dirname "$0")/../.." && pwd); A=${ATOLL:-$R/bin/atoll}; U=http://127.0.0.1:8000
 N=${START:-1}; LAUNCH=${BE_LAUNCH:-30000}; KIND=${KIND:-trap}; RATE=${RATE:-300}; BACKEND=${BACKEND:-cuda}
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
