@@ -120,6 +120,33 @@ func TestDeviceErrorIsReported(t *testing.T) {
 	}
 }
 
+// earlyEvents is a device whose event times run behind its clock by lag:
+// a GPU whose timestamps were aligned with the host clock wrongly.
+type earlyEvents struct {
+	gpu.Device
+	lag time.Duration
+}
+
+func (d earlyEvents) Time(e gpu.Event) (time.Duration, error) {
+	t, err := d.Device.Time(e)
+	return t - d.lag, err
+}
+
+// TestMisalignedClockIsRefused: when requests complete before they arrive
+// (event times behind the device clock by more than a request takes), the
+// solo measurement says so instead of offering a negative rate.
+func TestMisalignedClockIsRefused(t *testing.T) {
+	c := demoConfig(t, time.Second)
+	c.NewDevice = func() (gpu.Device, error) {
+		d, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1})
+		return earlyEvents{d, 2 * time.Millisecond}, err
+	}
+	_, err := Measure(context.Background(), c)
+	if err == nil || !strings.Contains(err.Error(), "not aligned with its clock") {
+		t.Fatalf("err = %v, want the misaligned-clock refusal", err)
+	}
+}
+
 // BenchmarkDemoWorkload10s simulates 10 s of GPU time of the demo workload
 // (ResNet-50 bs1 HP beside ResNet-50 bs32 training) under each policy
 // through the whole stack: arrivals, the scheduler core, the driver loop and
