@@ -65,10 +65,14 @@ type request struct {
 type beRun struct {
 	id        uint64
 	run       BERun
+	prog      *BEProgress
 	done      int
 	cancelled bool
 	endErr    error // why it was cancelled when not by StopBE
 }
+
+// end publishes the run's end.
+func (r *beRun) end(done int, err error) { r.prog.end(done, err) }
 
 // roundEnd is what a round leaves the loop to do.
 type roundEnd int
@@ -258,7 +262,7 @@ func (l *loop) input(ev Event) error {
 		return l.injectHP(false, ev.Time)
 	case EvReady:
 		i := ev.Client.Index
-		l.beQ[i] = append(l.beQ[i], &beRun{run: BERun{Iterations: ev.Iterations}})
+		l.beQ[i] = append(l.beQ[i], &beRun{run: BERun{Iterations: ev.Iterations}, prog: newBEProgress(0)})
 		return l.startBE(false, ev.Time)
 	}
 	return l.feed(ev)
@@ -406,7 +410,7 @@ func (l *loop) takeInbox(now time.Duration) {
 	}
 	for _, c := range ctl {
 		if !c.stop {
-			l.beQ[c.client] = append(l.beQ[c.client], &beRun{id: c.id, run: c.run})
+			l.beQ[c.client] = append(l.beQ[c.client], &beRun{id: c.id, run: c.run, prog: c.prog})
 			continue
 		}
 		if r := l.beCur[c.client]; r != nil && r.id == c.id {
@@ -417,9 +421,7 @@ func (l *loop) takeInbox(now time.Duration) {
 		for i, r := range q {
 			if r.id == c.id {
 				l.beQ[c.client] = append(q[:i], q[i+1:]...)
-				if r.run.OnEnd != nil {
-					r.run.OnEnd(0, fmt.Errorf("%w: before it started", ErrCancelled))
-				}
+				r.end(0, fmt.Errorf("%w: before it started", ErrCancelled))
 				break
 			}
 		}
@@ -465,13 +467,11 @@ func (l *loop) startBE(draining bool, at time.Duration) error {
 				continue
 			}
 			l.beCur[i] = nil
-			if r.run.OnEnd != nil {
-				err := r.endErr
-				if err == nil {
-					err = fmt.Errorf("%w after %d of %d iterations", ErrCancelled, r.done, r.run.Iterations)
-				}
-				r.run.OnEnd(r.done, err)
+			err := r.endErr
+			if err == nil {
+				err = fmt.Errorf("%w after %d of %d iterations", ErrCancelled, r.done, r.run.Iterations)
 			}
+			r.end(r.done, err)
 		}
 		if draining || len(l.beQ[i]) == 0 || b.InFlight() > 0 {
 			continue
@@ -481,14 +481,13 @@ func (l *loop) startBE(draining bool, at time.Duration) error {
 			return fmt.Errorf("%w: BE client %s is still running when run %d should start: %s", ErrEvent, l.d.beNames[i], r.id, l.d.core.Describe())
 		}
 		l.beQ[i] = l.beQ[i][1:]
-		if r.run.OnStart != nil {
-			if err := r.run.OnStart(); err != nil {
-				if r.run.OnEnd != nil {
-					r.run.OnEnd(0, fmt.Errorf("sched: start of BE run on %s: %w", l.d.beNames[i], err))
-				}
+		if r.run.Setup != nil {
+			if err := r.run.Setup(); err != nil {
+				r.end(0, fmt.Errorf("sched: start of BE run on %s: %w", l.d.beNames[i], err))
 				continue
 			}
 		}
+		r.prog.start()
 		// The client is not ready here (a run ends only once the core
 		// has stopped it: budget spent, or EvPause), so EvReady starts
 		// a fresh iteration with this run's budget; the core drops
@@ -571,15 +570,14 @@ func (l *loop) apply(dec Decision) error {
 			return nil
 		}
 		r.done++
-		if r.run.OnIteration != nil {
-			r.run.OnIteration(r.done, dec.Iteration)
+		if r.run.Collect != nil {
+			r.run.Collect(dec.Iteration)
 		}
+		r.prog.iterated(r.done, dec.Iteration)
 		if r.run.Iterations > 0 && r.done >= r.run.Iterations && !r.cancelled {
 			l.beCur[i] = nil
 			l.publish()
-			if r.run.OnEnd != nil {
-				r.run.OnEnd(r.done, nil)
-			}
+			r.end(r.done, nil)
 		}
 	case DecPreemptionDone:
 		if d.opt.OnDecision != nil {
@@ -648,9 +646,7 @@ func (l *loop) shutdown() error {
 	}
 	for i := range l.beQ {
 		for _, r := range l.beQ[i] {
-			if r.run.OnEnd != nil {
-				r.run.OnEnd(0, stopped)
-			}
+			r.end(0, stopped)
 		}
 		l.beQ[i] = nil
 	}
@@ -705,14 +701,10 @@ func (l *loop) failEverything(err error) {
 	for i := range l.beCur {
 		if r := l.beCur[i]; r != nil {
 			l.beCur[i] = nil
-			if r.run.OnEnd != nil {
-				r.run.OnEnd(r.done, err)
-			}
+			r.end(r.done, err)
 		}
 		for _, r := range l.beQ[i] {
-			if r.run.OnEnd != nil {
-				r.run.OnEnd(0, err)
-			}
+			r.end(0, err)
 		}
 		l.beQ[i] = nil
 	}

@@ -117,17 +117,17 @@ type OnlineResult struct {
 	Err    error
 }
 
-// BERun is a run of N iterations of a BE client's closed loop. Its
-// callbacks run in the owner goroutine and must not block.
+// BERun is a run of N iterations of a BE client's closed loop. Its hooks
+// run in the goroutine that owns the device, so they may use it (upload a
+// BE request's inputs, read its outputs back); they must not block. What
+// the run did is published in the BEProgress StartBE returns, never
+// through a call.
 type BERun struct {
 	Iterations int
-	// OnStart runs before the first launch; an error ends the run.
-	OnStart func() error
-	// OnIteration runs after each iteration (done counts from 1).
-	OnIteration func(done int, it IterationRecord)
-	// OnEnd runs once: err is nil when every iteration ran, wraps
-	// ErrCancelled after StopBE, ErrStopped at shutdown, or the failure.
-	OnEnd func(done int, err error)
+	// Setup runs before the first launch; an error ends the run with it.
+	Setup func() error
+	// Collect runs after each iteration.
+	Collect func(it IterationRecord)
 }
 
 // OnlineStats are the online driver's counters.
@@ -172,6 +172,7 @@ type beCtl struct {
 	id     uint64
 	stop   bool
 	run    BERun
+	prog   *BEProgress
 }
 
 // NewOnline checks cfg; Run opens the device with open and serves.
@@ -269,28 +270,30 @@ func (o *Online) Submit(client int, tag any) (<-chan OnlineResult, error) {
 }
 
 // StartBE queues a run of BE client (an index into cfg.BE); it starts when
-// the client's earlier runs have ended. It returns the run's id for StopBE.
-func (o *Online) StartBE(client int, r BERun) (uint64, error) {
+// the client's earlier runs have ended. The run's progress is published in
+// the BEProgress returned (its ID is for StopBE).
+func (o *Online) StartBE(client int, r BERun) (*BEProgress, error) {
 	if client < 0 || client >= len(o.cfg.BE) {
-		return 0, fmt.Errorf("%w: no BE client %d (have %d)", ErrConfig, client, len(o.cfg.BE))
+		return nil, fmt.Errorf("%w: no BE client %d (have %d)", ErrConfig, client, len(o.cfg.BE))
 	}
 	if r.Iterations <= 0 {
-		return 0, fmt.Errorf("%w: a BE run needs at least 1 iteration, got %d", ErrConfig, r.Iterations)
+		return nil, fmt.Errorf("%w: a BE run needs at least 1 iteration, got %d", ErrConfig, r.Iterations)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mu.state != 1 {
-		return 0, fmt.Errorf("%w: not accepting BE runs", ErrStopped)
+		return nil, fmt.Errorf("%w: not accepting BE runs", ErrStopped)
 	}
 	o.mu.seq++
-	o.mu.ctl = append(o.mu.ctl, beCtl{client: client, id: o.mu.seq, run: r})
+	p := newBEProgress(o.mu.seq)
+	o.mu.ctl = append(o.mu.ctl, beCtl{client: client, id: p.id, run: r, prog: p})
 	o.wake()
-	return o.mu.seq, nil
+	return p, nil
 }
 
 // StopBE cancels run id of BE client, queued or running: no further
-// launches; its OnEnd gets ErrCancelled once its launches in flight have
-// completed. Stopping a run that already ended does nothing.
+// launches; its BEProgress ends with ErrCancelled once its launches in
+// flight have completed. Stopping a run that already ended does nothing.
 func (o *Online) StopBE(client int, id uint64) error {
 	if client < 0 || client >= len(o.cfg.BE) {
 		return fmt.Errorf("%w: no BE client %d (have %d)", ErrConfig, client, len(o.cfg.BE))
@@ -428,8 +431,8 @@ func (o *Online) failAll(err error) {
 		r.out <- OnlineResult{Client: r.client, ID: r.id, Tag: r.tag, Err: err}
 	}
 	for _, c := range ctl {
-		if !c.stop && c.run.OnEnd != nil {
-			c.run.OnEnd(0, err)
+		if !c.stop {
+			c.prog.end(0, err)
 		}
 	}
 }

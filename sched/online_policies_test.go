@@ -60,8 +60,8 @@ func TestOnlineEveryPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 			stop := startOnline(t, o)
-			ended := make(chan error, 1)
-			if _, err := o.StartBE(0, sched.BERun{Iterations: 2, OnEnd: func(_ int, err error) { ended <- err }}); err != nil {
+			run, err := o.StartBE(0, sched.BERun{Iterations: 2})
+			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range 4 {
@@ -74,7 +74,8 @@ func TestOnlineEveryPolicy(t *testing.T) {
 				}
 			}
 			select {
-			case err := <-ended:
+			case <-run.Ended():
+				err := run.Status().Err
 				if name == "dedicated" {
 					// BE never runs under it: the run ends as stuck and
 					// HP keeps being served.
@@ -139,17 +140,10 @@ func TestOnlineBERunsLaunchNoMore(t *testing.T) {
 				done, launched int
 				err            error
 			}
-			ends := make(chan end, 1)
-			onEnd := func(done int, err error) { ends <- end{done, count(), err} }
-			wait := func() end {
+			wait := func(run *sched.BEProgress) end {
 				t.Helper()
-				select {
-				case e := <-ends:
-					return e
-				case <-time.After(30 * time.Second):
-					t.Fatal("BE run did not end")
-				}
-				return end{}
+				st := awaitEnd(t, run)
+				return end{st.Done, count(), st.Err}
 			}
 			serveHP := func() {
 				t.Helper()
@@ -166,10 +160,11 @@ func TestOnlineBERunsLaunchNoMore(t *testing.T) {
 
 			// Exactly 3 iterations, with no HP traffic: nothing is
 			// preempted, so each kernel launches once.
-			if _, err := o.StartBE(0, sched.BERun{Iterations: 3, OnEnd: onEnd}); err != nil {
+			run, err := o.StartBE(0, sched.BERun{Iterations: 3})
+			if err != nil {
 				t.Fatal(err)
 			}
-			e := wait()
+			e := wait(run)
 			if e.err != nil || e.done != 3 || e.launched != 3*nk {
 				t.Fatalf("run of 3: done=%d err=%v with %d launches, want 3, nil, %d", e.done, e.err, e.launched, 3*nk)
 			}
@@ -179,25 +174,15 @@ func TestOnlineBERunsLaunchNoMore(t *testing.T) {
 			}
 
 			// A long run cancelled after its first iteration.
-			first := make(chan struct{}, 1)
-			id, err := o.StartBE(0, sched.BERun{Iterations: 1000, OnEnd: onEnd,
-				OnIteration: func(done int, _ sched.IterationRecord) {
-					if done == 1 {
-						first <- struct{}{}
-					}
-				}})
+			run, err = o.StartBE(0, sched.BERun{Iterations: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case <-first:
-			case <-time.After(30 * time.Second):
-				t.Fatal("no iteration")
-			}
-			if err := o.StopBE(0, id); err != nil {
+			awaitIterations(t, run, 1)
+			if err := o.StopBE(0, run.ID()); err != nil {
 				t.Fatal(err)
 			}
-			e = wait()
+			e = wait(run)
 			if !errors.Is(e.err, sched.ErrCancelled) {
 				t.Fatalf("cancelled run: %v, want ErrCancelled", e.err)
 			}
@@ -208,11 +193,11 @@ func TestOnlineBERunsLaunchNoMore(t *testing.T) {
 
 			// The next run starts a fresh iteration at kernel 0, even if
 			// the cancel left one half done, and runs exactly once.
-			if _, err := o.StartBE(0, sched.BERun{Iterations: 1, OnEnd: onEnd}); err != nil {
+			if run, err = o.StartBE(0, sched.BERun{Iterations: 1}); err != nil {
 				t.Fatal(err)
 			}
 			before := e.launched
-			e = wait()
+			e = wait(run)
 			if e.err != nil || e.done != 1 {
 				t.Fatalf("run of 1: done=%d err=%v", e.done, e.err)
 			}

@@ -202,17 +202,12 @@ func TestOnlineBERunsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := startOnline(t, o)
-	type end struct {
-		done int
-		err  error
-	}
-	ends := make(chan end, 4)
-	var iters atomic.Int32
 	started := make(chan struct{}, 1)
-	if _, err := o.StartBE(0, sched.BERun{Iterations: 2,
-		OnStart:     func() error { started <- struct{}{}; return nil },
-		OnIteration: func(done int, it sched.IterationRecord) { iters.Add(1) },
-		OnEnd:       func(done int, err error) { ends <- end{done, err} }}); err != nil {
+	var iters atomic.Int32
+	run, err := o.StartBE(0, sched.BERun{Iterations: 2,
+		Setup:   func() error { started <- struct{}{}; return nil },
+		Collect: func(sched.IterationRecord) { iters.Add(1) }})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// An HP request in between must still be served.
@@ -223,44 +218,23 @@ func TestOnlineBERunsAndStops(t *testing.T) {
 	if r := recv(t, ch); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	var e end
-	select {
-	case e = <-ends:
-	case <-time.After(30 * time.Second):
-		t.Fatal("BE run did not end")
-	}
+	e := awaitEnd(t, run)
 	<-started
-	if e.err != nil || e.done != 2 || iters.Load() != 2 {
-		t.Fatalf("BE run ended with done=%d err=%v after %d iterations, want 2 and nil", e.done, e.err, iters.Load())
+	if e.Err != nil || e.Done != 2 || iters.Load() != 2 || !e.Started || e.Last.End <= e.Last.Start {
+		t.Fatalf("BE run ended with %+v after %d iterations, want 2 done, nil, started, a last iteration", e, iters.Load())
 	}
 	// A long run, stopped after its first iteration.
-	first := make(chan struct{}, 1)
-	var id uint64
-	id, err = o.StartBE(0, sched.BERun{Iterations: 1000,
-		OnIteration: func(done int, _ sched.IterationRecord) {
-			if done == 1 {
-				first <- struct{}{}
-			}
-		},
-		OnEnd: func(done int, err error) { ends <- end{done, err} }})
+	run, err = o.StartBE(0, sched.BERun{Iterations: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-first:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no iteration")
-	}
-	if err := o.StopBE(0, id); err != nil {
+	awaitIterations(t, run, 1)
+	if err := o.StopBE(0, run.ID()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case e = <-ends:
-	case <-time.After(30 * time.Second):
-		t.Fatal("stopped BE run did not end")
-	}
-	if !errors.Is(e.err, sched.ErrCancelled) || e.done < 1 || e.done >= 1000 {
-		t.Fatalf("stopped run: done=%d err=%v, want ErrCancelled after a few iterations", e.done, e.err)
+	e = awaitEnd(t, run)
+	if !errors.Is(e.Err, sched.ErrCancelled) || e.Done < 1 || e.Done >= 1000 {
+		t.Fatalf("stopped run: done=%d err=%v, want ErrCancelled after a few iterations", e.Done, e.Err)
 	}
 	itersBefore := o.Stats().Core.Iterations
 	// After the stop the client launches nothing more: HP still works and
@@ -280,14 +254,15 @@ func TestOnlineBERunsAndStops(t *testing.T) {
 		t.Errorf("BE client 3: %v, want ErrConfig", err)
 	}
 	// A run still going at shutdown ends with ErrStopped.
-	if _, err := o.StartBE(0, sched.BERun{Iterations: 1 << 30, OnEnd: func(done int, err error) { ends <- end{done, err} }}); err != nil {
+	run, err = o.StartBE(0, sched.BERun{Iterations: 1 << 30})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if e = <-ends; !errors.Is(e.err, sched.ErrStopped) {
-		t.Errorf("run at shutdown: %v, want ErrStopped", e.err)
+	if e = awaitEnd(t, run); !errors.Is(e.Err, sched.ErrStopped) {
+		t.Errorf("run at shutdown: %v, want ErrStopped", e.Err)
 	}
 }
 
@@ -419,8 +394,8 @@ func TestOnlineHPServedWhileBERuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := startOnline(t, o)
-	ended := make(chan error, 1)
-	if _, err := o.StartBE(0, sched.BERun{Iterations: 3, OnEnd: func(_ int, err error) { ended <- err }}); err != nil {
+	run, err := o.StartBE(0, sched.BERun{Iterations: 3})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
@@ -429,13 +404,8 @@ func TestOnlineHPServedWhileBERuns(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
-	select {
-	case err := <-ended:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("BE run did not end")
+	if e := awaitEnd(t, run); e.Err != nil {
+		t.Fatal(e.Err)
 	}
 	st := o.Stats()
 	if st.Core.Iterations != 3 || st.Core.BEWorkByClient[0] <= 0 {
@@ -604,4 +574,29 @@ func ExampleOnline() {
 	// Output:
 	// <nil> request tag true true
 	// <nil>
+}
+
+// awaitEnd waits (up to 30 s) for run to end and returns its status.
+func awaitEnd(t *testing.T, run *sched.BEProgress) sched.BEStatus {
+	t.Helper()
+	select {
+	case <-run.Ended():
+	case <-time.After(30 * time.Second):
+		t.Fatal("BE run did not end")
+	}
+	st := run.Status()
+	if !st.Ended {
+		t.Fatalf("Ended is closed but the status says %+v", st)
+	}
+	return st
+}
+
+// awaitIterations waits (up to 30 s) until run has done n iterations.
+func awaitIterations(t *testing.T, run *sched.BEProgress, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); run.Status().Done < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d iterations after 30 s", run.Status().Done, n)
+		}
+	}
 }

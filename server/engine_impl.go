@@ -178,9 +178,11 @@ type engJobModel struct {
 }
 
 type engJob struct {
+	// st is what the engine decided (the spec, created, resumed, and the
+	// end); status() adds what the current run publishes.
 	st     JobStatus
 	client int
-	runID  uint64
+	run    *sched.BEProgress // the current run
 	ended  chan struct{}
 	base   int           // iterations done by earlier runs (resumed after a device failure)
 	on     *sched.Online // the loop running it

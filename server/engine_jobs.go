@@ -14,47 +14,34 @@ import (
 // runBE serves a BE-class request as one iteration of the model's BE
 // client.
 func (e *engineImpl) runBE(ctx context.Context, m *engModel, call *engCall) (sched.OnlineResult, error) {
-	type end struct {
-		err error
-	}
-	var start time.Time
 	var res sched.OnlineResult
-	done := make(chan end, 1)
-	r := sched.BERun{Iterations: 1,
-		OnIteration: func(_ int, it sched.IterationRecord) {
-			res.Start, res.End, res.Service = it.Start, it.End, it.End-it.Start
-		},
-		OnEnd: func(_ int, err error) { done <- end{err} },
-	}
-	var began time.Time
-	r.OnStart = func() error { began = time.Now(); return nil }
+	r := sched.BERun{Iterations: 1}
 	if m.beInst != nil {
-		r.OnStart = func() error { began = time.Now(); return m.beInst.SetInputs(call.inputs) }
-		r.OnIteration = func(_ int, it sched.IterationRecord) {
-			res.Start, res.End, res.Service = it.Start, it.End, it.End-it.Start
-			call.out, call.err = m.beInst.Output()
-		}
+		r.Setup = func() error { return m.beInst.SetInputs(call.inputs) }
+		r.Collect = func(sched.IterationRecord) { call.out, call.err = m.beInst.Output() }
 	}
-	start = time.Now()
-	id, err := e.loop().StartBE(m.be, r)
+	start := time.Now()
+	run, err := e.loop().StartBE(m.be, r)
 	if err != nil {
 		return res, e.mapErr(err)
 	}
 	select {
-	case d := <-done:
-		if d.err == nil {
-			d.err = call.err
-		}
-		res.Err = d.err
+	case <-run.Ended():
+		st := run.Status()
 		// Queue: waiting behind earlier BE requests of the model (wall
 		// clock, to the run's start); Service: the iteration on the
 		// device clock.
-		if !began.IsZero() {
-			res.Queue = max(0, began.Sub(start))
+		res.Start, res.End, res.Service = st.Last.Start, st.Last.End, st.Last.End-st.Last.Start
+		if st.Started {
+			res.Queue = max(0, st.StartedAt.Sub(start))
+		}
+		res.Err = st.Err
+		if res.Err == nil {
+			res.Err = call.err
 		}
 		return res, nil
 	case <-ctx.Done():
-		_ = e.loop().StopBE(m.be, id)
+		_ = e.loop().StopBE(m.be, run.ID())
 		return res, ctx.Err()
 	case <-e.abort:
 		return res, fmt.Errorf("%w: the engine closed before the request finished", ErrShuttingDown)
@@ -105,79 +92,75 @@ func (e *engineImpl) SubmitJob(spec JobSpec) (JobStatus, error) {
 	j := &engJob{client: jm.be, ended: make(chan struct{})}
 	j.st = JobStatus{ID: fmt.Sprintf("job-%d", e.jobSeq.Add(1)), Spec: spec, State: JobQueued, Created: time.Now()}
 	st := j.st
-	// Listed only once the run exists, so CancelJob always has its id
-	// (the callbacks update j itself under jmu, listed or not).
-	j.on = e.loop() // before the run starts: its OnEnd may resume from it
-	id, err := j.on.StartBE(jm.be, e.jobRun(j, spec.Iterations))
+	on := e.loop()
+	run, err := on.StartBE(jm.be, sched.BERun{Iterations: spec.Iterations})
 	if err != nil {
 		return JobStatus{}, e.mapErr(err)
 	}
+	// Listed only once the run exists, so CancelJob always has its id.
 	e.jmu.Lock()
-	j.runID = id
+	j.on, j.run = on, run
 	e.jmu.jobs = append(e.jmu.jobs, j)
 	e.jmu.byID[j.st.ID] = j
 	e.pruneJobsLocked()
 	e.jmu.Unlock()
+	go e.watchJob(j, run)
 	return st, nil
 }
 
-// jobRun is the BE run of job j's next iterations (all of them at first;
-// what is left when it resumes).
-func (e *engineImpl) jobRun(j *engJob, iterations int) sched.BERun {
-	return sched.BERun{Iterations: iterations,
-		OnStart: func() error {
-			e.jmu.Lock()
-			if !j.st.Ended.IsZero() { // cancelled while it was resumed
-				e.jmu.Unlock()
-				return nil
-			}
-			j.st.State = JobRunning
-			if j.st.Started.IsZero() {
-				j.st.Started = time.Now()
-			}
-			e.jmu.Unlock()
-			return nil
-		},
-		OnIteration: func(done int, _ sched.IterationRecord) {
-			e.jmu.Lock()
-			if !j.st.Ended.IsZero() {
-				e.jmu.Unlock()
-				return
-			}
-			j.st.Done = j.base + done
-			if el := time.Since(j.st.Started).Seconds(); el > 0 {
-				j.st.Throughput = float64(j.st.Done) / el
-			}
-			e.jmu.Unlock()
-		},
-		OnEnd: func(done int, err error) {
-			e.jmu.Lock()
-			defer e.jmu.Unlock()
-			if !j.st.Ended.IsZero() { // cancelled while it was resumed
-				return
-			}
-			j.st.Done = j.base + done
-			if errors.Is(err, sched.ErrDevice) && j.st.Spec.Resume && j.st.Resumed < MaxJobResumes && !e.noWait {
-				j.base, j.st.State, j.resuming = j.st.Done, JobQueued, true
-				j.st.Resumed++
-				go e.resumeJob(j, j.on)
-				return
-			}
-			j.st.Ended = time.Now()
-			switch {
-			case err == nil:
-				j.st.State = JobDone
-			case errors.Is(err, sched.ErrCancelled), errors.Is(err, sched.ErrStopped):
-				j.st.State = JobCancelled
-				if errors.Is(err, sched.ErrStopped) {
-					j.st.Error = "the engine shut down"
-				}
-			default:
-				j.st.State, j.st.Error = JobFailed, err.Error()
-			}
-			j.closeEnded()
-		},
+// status is job j's state now (under jmu): what the engine decided —
+// ended, or queued while it waits to resume — or else what its run
+// publishes.
+func (j *engJob) status() JobStatus {
+	st := j.st
+	if !st.Ended.IsZero() || j.resuming || j.run == nil {
+		return st
 	}
+	rs := j.run.Status()
+	st.Done = j.base + rs.Done
+	if rs.Started {
+		st.State = JobRunning
+		if st.Started.IsZero() {
+			st.Started = rs.StartedAt
+		}
+		if el := time.Since(st.Started).Seconds(); el > 0 {
+			st.Throughput = float64(st.Done) / el
+		}
+	}
+	return st
+}
+
+// watchJob waits for job j's run to end and settles the job: done,
+// cancelled, failed, or — after a device failure, for a job that asked
+// to resume — queued again until the engine has reopened the device.
+func (e *engineImpl) watchJob(j *engJob, run *sched.BEProgress) {
+	<-run.Ended()
+	rs := run.Status()
+	e.jmu.Lock()
+	defer e.jmu.Unlock()
+	if j.run != run || !j.st.Ended.IsZero() { // cancelled while it was resumed
+		return
+	}
+	j.st = j.status()
+	if errors.Is(rs.Err, sched.ErrDevice) && j.st.Spec.Resume && j.st.Resumed < MaxJobResumes && !e.noWait {
+		j.base, j.st.State, j.resuming = j.st.Done, JobQueued, true
+		j.st.Resumed++
+		go e.resumeJob(j, j.on)
+		return
+	}
+	j.st.Ended = rs.EndedAt
+	switch err := rs.Err; {
+	case err == nil:
+		j.st.State = JobDone
+	case errors.Is(err, sched.ErrCancelled), errors.Is(err, sched.ErrStopped):
+		j.st.State = JobCancelled
+		if errors.Is(err, sched.ErrStopped) {
+			j.st.Error = "the engine shut down"
+		}
+	default:
+		j.st.State, j.st.Error = JobFailed, err.Error()
+	}
+	j.closeEnded()
 }
 
 // resumeJob starts job j's remaining iterations once the engine has
@@ -209,18 +192,18 @@ func (e *engineImpl) resumeJob(j *engJob, failed *sched.Online) {
 	on := e.loop()
 	j.on = on
 	e.jmu.Unlock()
-	// Not under jmu: the run's callbacks take it.
-	id, err := on.StartBE(j.client, e.jobRun(j, left))
+	run, err := on.StartBE(j.client, sched.BERun{Iterations: left})
 	if err != nil {
 		end(fmt.Sprintf("resuming after a device failure: %v", err))
 		return
 	}
 	e.jmu.Lock()
 	cancelled := !j.resuming
-	j.resuming, j.runID = false, id
+	j.resuming, j.run = false, run
 	e.jmu.Unlock()
+	go e.watchJob(j, run)
 	if cancelled { // a cancel came while the run started: stop it
-		_ = on.StopBE(j.client, id)
+		_ = on.StopBE(j.client, run.ID())
 	}
 }
 
@@ -246,7 +229,7 @@ func (e *engineImpl) Jobs() []JobStatus {
 	defer e.jmu.Unlock()
 	out := make([]JobStatus, len(e.jmu.jobs))
 	for i, j := range e.jmu.jobs {
-		out[i] = j.st
+		out[i] = j.status()
 	}
 	return out
 }
@@ -259,7 +242,7 @@ func (e *engineImpl) Job(id string) (JobStatus, bool) {
 	if !ok {
 		return JobStatus{}, false
 	}
-	return j.st, true
+	return j.status(), true
 }
 
 // CancelJob implements Engine: it stops the job and waits (up to 5 s) for
@@ -272,7 +255,7 @@ func (e *engineImpl) CancelJob(id string) (JobStatus, error) {
 		e.jmu.Unlock()
 		return JobStatus{}, fmt.Errorf("%w: %q", ErrUnknownJob, id)
 	}
-	st, runID := j.st, j.runID
+	st, run := j.status(), j.run
 	if j.resuming {
 		// Waiting for the device to reopen: no run to stop.
 		j.resuming = false
@@ -286,7 +269,7 @@ func (e *engineImpl) CancelJob(id string) (JobStatus, error) {
 	if st.State != JobQueued && st.State != JobRunning {
 		return st, fmt.Errorf("%w: job %s is %s", ErrJobConflict, id, st.State)
 	}
-	if err := e.loop().StopBE(j.client, runID); err != nil {
+	if err := e.loop().StopBE(j.client, run.ID()); err != nil {
 		return st, e.mapErr(err)
 	}
 	select {
