@@ -416,29 +416,26 @@ func decodeContents(dt string, n int64, c *pb.InferTensorContents) ([]float64, e
 			}
 		}
 	case "int_contents":
-		for i, v := range c.GetIntContents() {
-			out[i] = float64(v)
-		}
+		widen(out, c.GetIntContents())
 	case "int64_contents":
-		for i, v := range c.GetInt64Contents() {
-			out[i] = float64(v)
-		}
+		widen(out, c.GetInt64Contents())
 	case "uint_contents":
-		for i, v := range c.GetUintContents() {
-			out[i] = float64(v)
-		}
+		widen(out, c.GetUintContents())
 	case "uint64_contents":
-		for i, v := range c.GetUint64Contents() {
-			out[i] = float64(v)
-		}
+		widen(out, c.GetUint64Contents())
 	case "fp32_contents":
-		for i, v := range c.GetFp32Contents() {
-			out[i] = float64(v)
-		}
+		widen(out, c.GetFp32Contents())
 	case "fp64_contents":
 		copy(out, c.GetFp64Contents())
 	}
 	return out, nil
+}
+
+// widen converts the typed contents vs into out, element by element.
+func widen[T int32 | int64 | uint32 | uint64 | float32](out []float64, vs []T) {
+	for i, v := range vs {
+		out[i] = float64(v)
+	}
 }
 
 // encodeOutputs puts outs into resp: as raw_output_contents when the
