@@ -137,19 +137,20 @@ func (l *Library) BLASRefusal(op Op) error {
 	return nil
 }
 
-// launchBLAS builds op's whole Plain launch on the device's BLAS, when the
-// library may use it and the device runs the op's product (ok false
-// otherwise: the caller uses the library's own kernel). A device that
-// refuses a product (errors.ErrUnsupported) is not asked for it again.
-func (l *Library) launchBLAS(e *kentry, op Op, bufs Buffers) (ln *gpu.Launch, ok bool, err error) {
+// resolveBLAS decides once whether op's whole Plain launches run on the
+// device's BLAS, asking the device for the product's plan (cuBLASLt's
+// descriptors and algorithm: a few hundred microseconds of host time). A
+// device that refuses a product (errors.ErrUnsupported) is not asked for
+// it again.
+func (l *Library) resolveBLAS(e *kentry, op Op) (bool, error) {
 	if l.NoBLAS || e.blas == blasNo {
-		return nil, false, nil
+		return false, nil
 	}
 	if e.blas == blasUnknown {
 		m, at, cover := matmulOf(op)
 		if !cover {
 			e.blas = blasNo
-			return nil, false, nil
+			return false, nil
 		}
 		f, err := gpu.MatmulOn(l.dev, m)
 		if err != nil {
@@ -158,11 +159,22 @@ func (l *Library) launchBLAS(e *kentry, op Op, bufs Buffers) (ln *gpu.Launch, ok
 				if l.blasErr == nil {
 					l.blasErr = err
 				}
-				return nil, false, nil
+				return false, nil
 			}
-			return nil, false, fmt.Errorf("kernels: %s (%s) on the BLAS: %w", e.k.name, op.Shape(), err)
+			return false, fmt.Errorf("kernels: %s (%s) on the BLAS: %w", e.k.name, op.Shape(), err)
 		}
 		e.blas, e.blasFunc, e.blasAt = blasYes, f, at
+	}
+	return true, nil
+}
+
+// launchBLAS builds op's whole Plain launch on the device's BLAS, when the
+// library may use it and the device runs the op's product (ok false
+// otherwise: the caller uses the library's own kernel). A device that
+// refuses a product (errors.ErrUnsupported) is not asked for it again.
+func (l *Library) launchBLAS(e *kentry, op Op, bufs Buffers) (ln *gpu.Launch, ok bool, err error) {
+	if ok, err := l.resolveBLAS(e, op); !ok || err != nil {
+		return nil, false, err
 	}
 	k := e.k
 	ptr := func(i int) gpu.Ptr {

@@ -172,12 +172,22 @@ func formSuffix(form gpu.Form) (string, error) {
 
 // Func returns the compiled function of op in a Plain, Reset or Resumable
 // form, compiling its module on first use.
+//
+// For the Plain form it also settles, once, whether the op's whole Plain
+// launches go to the device's BLAS (and makes the product's plan there),
+// so that a first launch does not pay for it: binding an instance calls
+// Func for every form the scheduler may launch, before the run.
 func (l *Library) Func(op Op, form gpu.Form) (gpu.Func, error) {
-	k, err := spec(op)
+	e, err := l.entry(op)
 	if err != nil {
 		return 0, err
 	}
-	return l.kfunc(k, form)
+	if form == gpu.Plain {
+		if _, err := l.resolveBLAS(e, op); err != nil {
+			return 0, err
+		}
+	}
+	return l.kfunc(e.k, form)
 }
 
 // funcAttributer is implemented by devices that report a function's

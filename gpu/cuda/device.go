@@ -558,7 +558,16 @@ func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 		uintptr(unsafe.Pointer(&h)), cuStreamNonBlocking, uintptr(opt.Priority))); err != nil {
 		return 0, err
 	}
-	d.streams = append(d.streams, streamRec{h: h, ctx: c, live: true})
+	st := streamRec{h: h, ctx: c, live: true}
+	if d.bl != nil {
+		// Products already run on cuBLASLt: give the stream its workspace
+		// now rather than at its first product, on the launch path.
+		if _, err := d.blasWS(&st.ws); err != nil {
+			_ = d.drv.call(d.drv.cuStreamDestroy, h)
+			return 0, err
+		}
+	}
+	d.streams = append(d.streams, st)
 	return gpu.Stream(len(d.streams) - 1), nil
 }
 

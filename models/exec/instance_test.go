@@ -465,3 +465,47 @@ func TestUseProfileRefusesABLASProfileWithoutTheBLAS(t *testing.T) {
 		t.Errorf("a cuBLASLt profile on a device with the BLAS: %v", err)
 	}
 }
+
+// TestBindingMakesTheBLASPlans: binding instances settles, for every layer
+// a whole Plain launch may run on the device's BLAS, the product's plan
+// (on a GPU: cuBLASLt's descriptors and algorithm, a few hundred
+// microseconds each), so that a BE job's first iteration does not make
+// them on the launch path while HP requests wait behind it.
+func TestBindingMakesTheBLASPlans(t *testing.T) {
+	dev, err := sim.New(sim.Config{BLAS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	lib := kernels.New(dev)
+	m, err := models.NewVGG("tiny-vgg", tinyVGG)
+	hp := instance(t, dev, lib, m, err, 1)
+	mr, err := models.NewResNet("tiny-resnet", tinyResNet)
+	be := instance(t, dev, lib, mr, err, 4)
+	if n, _ := lib.BLASOps(); n != 0 {
+		t.Fatalf("%d products planned before binding", n)
+	}
+	b, err := exec.NewInstanceBinder(lib, []*exec.Instance{hp}, []*exec.Instance{be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, refused := lib.BLASOps()
+	if n == 0 {
+		t.Fatalf("no product planned at binding (refusal: %v)", refused)
+	}
+	bound := 0
+	for _, c := range []sched.ClientID{{Class: sched.HP}, {Class: sched.BE}} {
+		in := hp
+		if c.Class == sched.BE {
+			in = be
+		}
+		for k := range in.Graph().Layers {
+			if _, err := b.Bind(sched.BindRequest{Client: c, Kernel: k, Form: gpu.Plain}); err == nil {
+				bound++
+			}
+		}
+	}
+	if after, _ := lib.BLASOps(); bound == 0 || after != n {
+		t.Errorf("%d products planned at binding, %d after %d Plain launches bound: the launch path planned some", n, after, bound)
+	}
+}

@@ -15,7 +15,8 @@
 #   tools/gpu/standby-drill.sh OUT MODE...      e.g. OUT plain standby drill drill
 #
 # START (default 1) numbers the first run, so that several calls add to one
-# OUT; RATE and BACKEND=sim change the rate and the backend (a dry run).
+# OUT; RATE and BACKEND=sim change the rate and the backend (a dry run),
+# POLICY the scheduling policy (default: the daemon's).
 # Writes OUT/run-NN-MODE/{config.yaml,serve.log,load.json,load.txt,
 # records.jsonl,jobs.json,metrics.txt,smi.txt,steps.txt}, prints one line
 # per run and, for drills, the timeline around the failover
@@ -32,6 +33,7 @@ for mode in "$@"; do
   { echo "listen: 127.0.0.1:8000"; echo "backend: $BACKEND"
     echo "models: [{name: resnet50, batch: 1, default_class: HP, max_queue: 64}]"
     echo "jobs: [{model: resnet50-train, batch: 32}, {model: bert-base-train, batch: 8}]"
+    [ -n "${POLICY:-}" ] && echo "policy: $POLICY"
     [ "$mode" != plain ] && echo "standby: true"
     [ "$mode" = drill ] && printf 'fault_drill:\n  be_launch: %s\n  kind: %s\n' "$LAUNCH" "$KIND"
   } > "$d/config.yaml"

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""HP latency inside a window of a daemon run against the rest of it: how
+much a moment of the run (BE jobs submitted 3 s in, by default) costs the
+requests scheduled then. For run directories of tools/gpu/standby-drill.sh
+(records.jsonl or records.jsonl.gz, from `atoll load --records`).
+
+    python3 tools/gpu/window.py [--from S] [--to S] [--after S] RUN_DIR...
+
+Per run: the requests scheduled in [from, to) — their count, the largest
+latency, how many took over 10 ms — and the p99 and largest latency of the
+requests scheduled from `after` on (the steady state).
+"""
+import argparse
+import gzip
+import json
+import os
+
+
+def records(d):
+    f = os.path.join(d, "records.jsonl")
+    fh = open(f) if os.path.exists(f) else gzip.open(f + ".gz", "rt")
+    with fh:
+        return [json.loads(line) for line in fh]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--from", dest="lo", type=float, default=2.9, help="window start, seconds after the load began (default 2.9)")
+    p.add_argument("--to", dest="hi", type=float, default=3.6, help="window end (default 3.6)")
+    p.add_argument("--after", type=float, default=4.0, help="steady state from here (default 4.0)")
+    p.add_argument("runs", nargs="+")
+    a = p.parse_args()
+    print("%-40s %6s %8s %7s %10s %9s" % ("run", "window", "max ms", ">10 ms", "after p99", "after max"))
+    for d in a.runs:
+        rs = records(d)
+        lat = lambda r: (r["doneNs"] - r["scheduledNs"]) / 1e6
+        w = [lat(r) for r in rs if a.lo * 1e9 <= r["scheduledNs"] < a.hi * 1e9]
+        rest = sorted(lat(r) for r in rs if r["scheduledNs"] >= a.after * 1e9)
+        if not w or not rest:
+            print("%-40s no requests in the window or after it" % d[-40:])
+            continue
+        print("%-40s %6d %8.1f %7d %10.2f %9.1f" % (d.rstrip("/")[-40:], len(w), max(w), sum(x > 10 for x in w), rest[int(len(rest) * 0.99)], rest[-1]))
+
+
+if __name__ == "__main__":
+    main()
