@@ -20,6 +20,9 @@ func trainCheckOps() []Op {
 		BNApply{Pixels: 77, C: 24, In: F16},
 		BNBackward{Pixels: 300, C: 40, In: BF16, Act: ActReLU, Residual: true},
 		BNBackward{Pixels: 77, C: 24, In: F32},
+		// Channels not a multiple of 4: the element-at-a-time path.
+		BNApply{Pixels: 77, C: 6, In: BF16, Act: ActReLU, Residual: true},
+		BNBackward{Pixels: 33, C: 6, In: F16, Act: ActReLU},
 		XentLoss{Rows: 33, Classes: 1000, In: BF16},
 		XentLoss{Rows: 5, Classes: 10, In: F32},
 		XentBackward{Rows: 33, Classes: 1000, In: BF16},

@@ -69,6 +69,49 @@ template <> struct DTy<DT_BF16> {
   static __device__ __forceinline__ T from_f(float v) { return f_to_bf16(v); }
 };
 
+// Four consecutive elements as one vector access (8 bytes of 16-bit
+// values, 16 of f32): Quad<DT>::load/store at an index that is a multiple
+// of 4 of a pointer that quad_ok found aligned.
+template <int DT> struct Quad {
+  typedef DTy<DT> D;
+  static __device__ __forceinline__ void load(const void* p, long long i, float* v) {
+    const uint2 q = *(const uint2*)((const u16*)p + i);
+    v[0] = D::to_f((u16)(q.x & 0xffff)); v[1] = D::to_f((u16)(q.x >> 16));
+    v[2] = D::to_f((u16)(q.y & 0xffff)); v[3] = D::to_f((u16)(q.y >> 16));
+  }
+  static __device__ __forceinline__ void store(void* p, long long i, const float* v) {
+    uint2 q;
+    q.x = (unsigned)D::from_f(v[0]) | ((unsigned)D::from_f(v[1]) << 16);
+    q.y = (unsigned)D::from_f(v[2]) | ((unsigned)D::from_f(v[3]) << 16);
+    *(uint2*)((u16*)p + i) = q;
+  }
+};
+template <> struct Quad<DT_F32> {
+  static __device__ __forceinline__ void load(const void* p, long long i, float* v) {
+    const float4 q = *(const float4*)((const float*)p + i);
+    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+  }
+  static __device__ __forceinline__ void store(void* p, long long i, const float* v) {
+    *(float4*)((float*)p + i) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+};
+
+// quad_ok: per-channel elementwise work over n elements of c channels may
+// go four at a time (both multiples of 4, so four consecutive elements
+// share a row) through these pointers (each null or aligned to a quad).
+template <int DT> __device__ __forceinline__ bool quad_ok(long long n, int c, const void* a, const void* b = 0,
+                                                         const void* d = 0, const void* e = 0, const void* f = 0) {
+  const unsigned long long m = 4ull * sizeof(typename DTy<DT>::T) - 1;
+  return ((n | (long long)c) & 3) == 0 &&
+         (((unsigned long long)a | (unsigned long long)b | (unsigned long long)d | (unsigned long long)e | (unsigned long long)f) & m) == 0;
+}
+
+// chan is element i's channel (i mod c), in 32-bit arithmetic when the
+// tensor's n elements allow it.
+__device__ __forceinline__ int chan(long long i, int c, long long n) {
+  return n <= 0x7fffffffLL ? (int)((unsigned)i % (unsigned)c) : (int)(i % c);
+}
+
 // Runtime-typed load/store (epilogues whose output type is a parameter).
 __device__ __forceinline__ float load_dt(const void* p, long long i, int dt) {
   if (dt == DT_F32) return ((const float*)p)[i];
