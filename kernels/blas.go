@@ -139,8 +139,8 @@ func (l *Library) BLASRefusal(op Op) error {
 
 // resolveBLAS decides once whether op's whole Plain launches run on the
 // device's BLAS, asking the device for the product's plan (cuBLASLt's
-// descriptors and algorithm: a few hundred microseconds of host time). A
-// device that refuses a product (errors.ErrUnsupported) is not asked for
+// descriptors and algorithm, host work worth keeping off the launch path).
+// A device that refuses a product (errors.ErrUnsupported) is not asked for
 // it again.
 func (l *Library) resolveBLAS(e *kentry, op Op) (bool, error) {
 	if l.NoBLAS || e.blas == blasNo {
