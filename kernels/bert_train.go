@@ -363,187 +363,247 @@ var BERTTrainOps = []Op{ActBackward{}, SoftmaxBackward{}, LayerNormBackward{}, L
 // bertTrainSpec fills k for a BERT training op; ok is false for other ops.
 func bertTrainSpec(op Op, k *kspec) (ok bool, err error) {
 	k.family = "bert"
-	noSync := func(chunk int) { k.noSync, k.chunk = true, chunk }
-	f32 := func(name string, n int, r Role) TensorSpec {
-		return TensorSpec{Name: name, DType: F32, Elems: n, Role: r}
-	}
 	switch o := op.(type) {
 	case ActBackward:
-		if !positive(o.Elems) || !validFloat(o.In) || (o.Act != ActGELU && o.Act != ActTanh) {
-			return true, shapeErr(op, "Elems must be positive, the type f32/f16/bf16, the activation gelu or tanh")
-		}
-		noSync(8)
-		k.param, k.body = "ActBwP", fmt.Sprintf("body_act_bwd<%s>", dtC(o.In))
-		t := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Elems, Role: r}
-		}
-		x := "X"
-		if o.Act == ActTanh {
-			x = "Y"
-		}
-		k.tensors = []TensorSpec{t("dY", Input), t(x, Input), t("dX", Output)}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).U64(uint64(o.Elems)).I32(int32(o.Act))
-		}
+		return true, actBackwardSpec(o, k)
 	case SoftmaxBackward:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) || o.Scale < 0 || math.IsNaN(float64(o.Scale)) {
-			return true, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16, Scale non-negative")
-		}
-		k.param, k.body = "SmBwP", fmt.Sprintf("body_softmax_bwd<%s>", dtC(o.In))
-		t := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Rows * o.Cols, Role: r}
-		}
-		k.tensors = []TensorSpec{t("dY", Input), t("Y", Input), t("dX", Output)}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(o.scale())
-		}
+		return true, softmaxBackwardSpec(o, k)
 	case LayerNormBackward:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		k.param, k.body = "LnBwP", fmt.Sprintf("body_ln_bwd<%s>", dtC(o.In))
-		t := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Rows * o.Cols, Role: r}
-		}
-		k.tensors = []TensorSpec{t("dY", Input), t("X", Input), f32("gamma", o.Cols, Weight), t("dX", Output), f32("rowstats", 2*o.Rows, Output)}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(LayerNormEps)
-		}
+		return true, layerNormBackwardSpec(o, k)
 	case LNGradPartial:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		k.param, k.body = "LnPartP", fmt.Sprintf("body_ln_partial<%s>", dtC(o.In))
-		t := func(name string) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Rows * o.Cols, Role: Input}
-		}
-		k.tensors = []TensorSpec{t("dY"), t("X"), f32("rowstats", 2*o.Rows, Input), f32("part", o.Partials(), Output)}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(ceilDiv(o.Cols, 64)))
-		}
+		return true, lnGradPartialSpec(o, k)
 	case ColumnPartial:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		k.param, k.body = "LnPartP", fmt.Sprintf("body_ln_partial<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input}, f32("part", o.Splits()*o.Cols, Output)}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(0).Ptr(0).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(ceilDiv(o.Cols, 64)))
-		}
+		return true, columnPartialSpec(o, k)
 	case EmbeddingBackward:
-		if !positive(o.Tokens, o.Seq, o.Cols, o.Rows) || !validFloat(o.In) || o.Table < EmbedWord || o.Table > EmbedType {
-			return true, shapeErr(op, "Tokens, Seq, Cols and Rows must be positive, the type f32/f16/bf16, the table word, position or type")
-		}
-		k.param, k.body = "EmbBwP", fmt.Sprintf("body_embed_bwd<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{{Name: "dY", DType: o.In, Elems: o.Tokens * o.Cols, Role: Input}}
-		if o.Table == EmbedWord {
-			k.tensors = append(k.tensors, TensorSpec{Name: "ids", DType: I32, Elems: o.Tokens, Role: Input, IntRange: o.Rows})
-		}
-		k.tensors = append(k.tensors, f32("dTable", o.Rows*o.Cols, Output))
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var ids gpu.Ptr
-			if o.Table == EmbedWord {
-				ids = p[1]
-			}
-			a.Ptr(p[0]).Ptr(ids).Ptr(p[len(p)-1])
-			for _, v := range []int{o.Tokens, o.Cols, o.Rows, o.Seq, int(o.Table)} {
-				a.I32(int32(v))
-			}
-		}
+		return true, embeddingBackwardSpec(o, k)
 	case CLSScatter:
-		if !positive(o.Seqs, o.Seq, o.Cols) || !validFloat(o.In) {
-			return true, shapeErr(op, "Seqs, Seq and Cols must be positive, the type f32/f16/bf16")
-		}
-		noSync(8)
-		k.param, k.body = "ClsP", fmt.Sprintf("body_cls_scatter<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "dCLS", DType: o.In, Elems: o.Seqs * o.Cols, Role: Input},
-			{Name: "dX", DType: o.In, Elems: o.elems(), Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).U64(uint64(o.elems())).I32(int32(o.Seq)).I32(int32(o.Cols))
-		}
+		return true, clsScatterSpec(o, k)
 	case Transpose:
-		if !positive(o.Rows, o.Cols) || o.Batch < 0 || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Cols must be positive, Batch non-negative, the type f32/f16/bf16")
-		}
-		noSync(8)
-		k.param, k.body = "TrP", fmt.Sprintf("body_transpose<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "X", DType: o.In, Elems: o.elems(), Role: Input},
-			{Name: "Y", DType: o.In, Elems: o.elems(), Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).U64(uint64(o.elems())).I32(int32(o.Rows)).I32(int32(o.Cols))
-		}
+		return true, transposeSpec(o, k)
 	case Concat3:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		noSync(8)
-		k.param, k.body = "Cat3P", fmt.Sprintf("body_concat3<%s>", dtC(o.In))
-		t := func(name string, n int, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: n, Role: r}
-		}
-		n := o.Rows * o.Cols
-		k.tensors = []TensorSpec{t("a", n, Input), t("b", n, Input), t("c", n, Input), t("out", 3*n, Output)}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).U64(uint64(3 * n)).I32(int32(o.Cols))
-		}
+		return true, concat3Spec(o, k)
 	case EmbedAdd:
-		if !positive(o.Tokens, o.Seq, o.Cols, o.Positions) || o.Types < 0 || o.Seq > o.Positions || !validFloat(o.In) {
-			return true, shapeErr(op, "Tokens, Seq, Cols and Positions must be positive, Seq at most Positions, Types non-negative, the type f32/f16/bf16")
-		}
-		noSync(8)
-		k.param, k.body = "EmbAddP", fmt.Sprintf("body_embed_add<%s>", dtC(o.In))
-		t := func(name string, n int, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: n, Role: r}
-		}
-		k.tensors = []TensorSpec{t("X", o.Tokens*o.Cols, Input), t("pos", o.Positions*o.Cols, Weight)}
-		if o.Types > 0 {
-			k.tensors = append(k.tensors, t("type", o.Types*o.Cols, Weight))
-		}
-		k.tensors = append(k.tensors, t("out", o.Tokens*o.Cols, Output))
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var typ gpu.Ptr
-			if o.Types > 0 {
-				typ = p[2]
-			}
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(typ).Ptr(p[len(p)-1]).U64(uint64(o.Tokens * o.Cols)).I32(int32(o.Seq)).I32(int32(o.Cols))
-		}
+		return true, embedAddSpec(o, k)
 	case Adam:
-		lr, b1, b2, eps, _ := o.Hyper()
-		if !positive(o.Elems) || !validFloat(o.In) || !validFloat(o.Grad) || o.LR < 0 || o.Eps < 0 || o.Step < 0 ||
-			b1 >= 1 || b2 >= 1 || o.Beta1 < 0 || o.Beta2 < 0 {
-			return true, shapeErr(op, "Elems must be positive, the types f32/f16/bf16, LR, ε and Step non-negative, β1 and β2 in [0, 1)")
-		}
-		noSync(8)
-		k.param, k.body = "AdamP", fmt.Sprintf("body_adam<%s>", dtC(o.In))
-		w := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Elems, Role: r}
-		}
-		master := o.In != F32
-		k.tensors = []TensorSpec{w("w", Weight), {Name: "g", DType: o.Grad, Elems: o.Elems, Role: Input},
-			f32("m", o.Elems, Input), f32("v", o.Elems, Input)}
-		if master {
-			k.tensors = append(k.tensors, f32("r", o.Elems, Input))
-		}
-		k.tensors = append(k.tensors, w("w_out", Output), f32("m_out", o.Elems, Output), f32("v_out", o.Elems, Output))
-		if master {
-			k.tensors = append(k.tensors, f32("r_out", o.Elems, Output))
-		}
-		c1, c2 := o.corrections()
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var r, rOut gpu.Ptr
-			outs := p[4:]
-			if master {
-				r, rOut, outs = p[4], p[8], p[5:8]
-			}
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(r).Ptr(outs[0]).Ptr(outs[1]).Ptr(outs[2]).Ptr(rOut)
-			a.U64(uint64(o.Elems)).I32(dtCode(o.Grad)).F32(lr).F32(b1).F32(b2).F32(eps).F32(c1).F32(c2)
-		}
-	default:
-		return false, nil
+		return true, adamSpec(o, k)
 	}
-	return true, nil
+	return false, nil
+}
+
+// actBackwardSpec fills k for an ActBackward op.
+func actBackwardSpec(o ActBackward, k *kspec) error {
+	if !positive(o.Elems) || !validFloat(o.In) || (o.Act != ActGELU && o.Act != ActTanh) {
+		return shapeErr(o, "Elems must be positive, the type f32/f16/bf16, the activation gelu or tanh")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "ActBwP", fmt.Sprintf("body_act_bwd<%s>", dtC(o.In))
+	t := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Elems, Role: r}
+	}
+	x := "X"
+	if o.Act == ActTanh {
+		x = "Y"
+	}
+	k.tensors = []TensorSpec{t("dY", Input), t(x, Input), t("dX", Output)}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).U64(uint64(o.Elems)).I32(int32(o.Act))
+	}
+	return nil
+}
+
+// softmaxBackwardSpec fills k for a SoftmaxBackward op.
+func softmaxBackwardSpec(o SoftmaxBackward, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) || o.Scale < 0 || math.IsNaN(float64(o.Scale)) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16, Scale non-negative")
+	}
+	k.param, k.body = "SmBwP", fmt.Sprintf("body_softmax_bwd<%s>", dtC(o.In))
+	t := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Rows * o.Cols, Role: r}
+	}
+	k.tensors = []TensorSpec{t("dY", Input), t("Y", Input), t("dX", Output)}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(o.scale())
+	}
+	return nil
+}
+
+// layerNormBackwardSpec fills k for a LayerNormBackward op.
+func layerNormBackwardSpec(o LayerNormBackward, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.param, k.body = "LnBwP", fmt.Sprintf("body_ln_bwd<%s>", dtC(o.In))
+	t := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Rows * o.Cols, Role: r}
+	}
+	k.tensors = []TensorSpec{t("dY", Input), t("X", Input), f32Tensor("gamma", o.Cols, Weight), t("dX", Output), f32Tensor("rowstats", 2*o.Rows, Output)}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(LayerNormEps)
+	}
+	return nil
+}
+
+// lnGradPartialSpec fills k for a LNGradPartial op.
+func lnGradPartialSpec(o LNGradPartial, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.param, k.body = "LnPartP", fmt.Sprintf("body_ln_partial<%s>", dtC(o.In))
+	t := func(name string) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Rows * o.Cols, Role: Input}
+	}
+	k.tensors = []TensorSpec{t("dY"), t("X"), f32Tensor("rowstats", 2*o.Rows, Input), f32Tensor("part", o.Partials(), Output)}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(ceilDiv(o.Cols, 64)))
+	}
+	return nil
+}
+
+// columnPartialSpec fills k for a ColumnPartial op.
+func columnPartialSpec(o ColumnPartial, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.param, k.body = "LnPartP", fmt.Sprintf("body_ln_partial<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input}, f32Tensor("part", o.Splits()*o.Cols, Output)}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(0).Ptr(0).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(ceilDiv(o.Cols, 64)))
+	}
+	return nil
+}
+
+// embeddingBackwardSpec fills k for an EmbeddingBackward op.
+func embeddingBackwardSpec(o EmbeddingBackward, k *kspec) error {
+	if !positive(o.Tokens, o.Seq, o.Cols, o.Rows) || !validFloat(o.In) || o.Table < EmbedWord || o.Table > EmbedType {
+		return shapeErr(o, "Tokens, Seq, Cols and Rows must be positive, the type f32/f16/bf16, the table word, position or type")
+	}
+	k.param, k.body = "EmbBwP", fmt.Sprintf("body_embed_bwd<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{{Name: "dY", DType: o.In, Elems: o.Tokens * o.Cols, Role: Input}}
+	if o.Table == EmbedWord {
+		k.tensors = append(k.tensors, TensorSpec{Name: "ids", DType: I32, Elems: o.Tokens, Role: Input, IntRange: o.Rows})
+	}
+	k.tensors = append(k.tensors, f32Tensor("dTable", o.Rows*o.Cols, Output))
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var ids gpu.Ptr
+		if o.Table == EmbedWord {
+			ids = p[1]
+		}
+		a.Ptr(p[0]).Ptr(ids).Ptr(p[len(p)-1])
+		for _, v := range []int{o.Tokens, o.Cols, o.Rows, o.Seq, int(o.Table)} {
+			a.I32(int32(v))
+		}
+	}
+	return nil
+}
+
+// clsScatterSpec fills k for a CLSScatter op.
+func clsScatterSpec(o CLSScatter, k *kspec) error {
+	if !positive(o.Seqs, o.Seq, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Seqs, Seq and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "ClsP", fmt.Sprintf("body_cls_scatter<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "dCLS", DType: o.In, Elems: o.Seqs * o.Cols, Role: Input},
+		{Name: "dX", DType: o.In, Elems: o.elems(), Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).U64(uint64(o.elems())).I32(int32(o.Seq)).I32(int32(o.Cols))
+	}
+	return nil
+}
+
+// transposeSpec fills k for a Transpose op.
+func transposeSpec(o Transpose, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || o.Batch < 0 || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, Batch non-negative, the type f32/f16/bf16")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "TrP", fmt.Sprintf("body_transpose<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "X", DType: o.In, Elems: o.elems(), Role: Input},
+		{Name: "Y", DType: o.In, Elems: o.elems(), Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).U64(uint64(o.elems())).I32(int32(o.Rows)).I32(int32(o.Cols))
+	}
+	return nil
+}
+
+// concat3Spec fills k for a Concat3 op.
+func concat3Spec(o Concat3, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "Cat3P", fmt.Sprintf("body_concat3<%s>", dtC(o.In))
+	t := func(name string, n int, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: n, Role: r}
+	}
+	n := o.Rows * o.Cols
+	k.tensors = []TensorSpec{t("a", n, Input), t("b", n, Input), t("c", n, Input), t("out", 3*n, Output)}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).U64(uint64(3 * n)).I32(int32(o.Cols))
+	}
+	return nil
+}
+
+// embedAddSpec fills k for an EmbedAdd op.
+func embedAddSpec(o EmbedAdd, k *kspec) error {
+	if !positive(o.Tokens, o.Seq, o.Cols, o.Positions) || o.Types < 0 || o.Seq > o.Positions || !validFloat(o.In) {
+		return shapeErr(o, "Tokens, Seq, Cols and Positions must be positive, Seq at most Positions, Types non-negative, the type f32/f16/bf16")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "EmbAddP", fmt.Sprintf("body_embed_add<%s>", dtC(o.In))
+	t := func(name string, n int, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: n, Role: r}
+	}
+	k.tensors = []TensorSpec{t("X", o.Tokens*o.Cols, Input), t("pos", o.Positions*o.Cols, Weight)}
+	if o.Types > 0 {
+		k.tensors = append(k.tensors, t("type", o.Types*o.Cols, Weight))
+	}
+	k.tensors = append(k.tensors, t("out", o.Tokens*o.Cols, Output))
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var typ gpu.Ptr
+		if o.Types > 0 {
+			typ = p[2]
+		}
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(typ).Ptr(p[len(p)-1]).U64(uint64(o.Tokens * o.Cols)).I32(int32(o.Seq)).I32(int32(o.Cols))
+	}
+	return nil
+}
+
+// adamSpec fills k for an Adam op.
+func adamSpec(o Adam, k *kspec) error {
+	lr, b1, b2, eps, _ := o.Hyper()
+	if !positive(o.Elems) || !validFloat(o.In) || !validFloat(o.Grad) || o.LR < 0 || o.Eps < 0 || o.Step < 0 ||
+		b1 >= 1 || b2 >= 1 || o.Beta1 < 0 || o.Beta2 < 0 {
+		return shapeErr(o, "Elems must be positive, the types f32/f16/bf16, LR, ε and Step non-negative, β1 and β2 in [0, 1)")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "AdamP", fmt.Sprintf("body_adam<%s>", dtC(o.In))
+	w := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Elems, Role: r}
+	}
+	master := o.In != F32
+	k.tensors = []TensorSpec{w("w", Weight), {Name: "g", DType: o.Grad, Elems: o.Elems, Role: Input},
+		f32Tensor("m", o.Elems, Input), f32Tensor("v", o.Elems, Input)}
+	if master {
+		k.tensors = append(k.tensors, f32Tensor("r", o.Elems, Input))
+	}
+	k.tensors = append(k.tensors, w("w_out", Output), f32Tensor("m_out", o.Elems, Output), f32Tensor("v_out", o.Elems, Output))
+	if master {
+		k.tensors = append(k.tensors, f32Tensor("r_out", o.Elems, Output))
+	}
+	c1, c2 := o.corrections()
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var r, rOut gpu.Ptr
+		outs := p[4:]
+		if master {
+			r, rOut, outs = p[4], p[8], p[5:8]
+		}
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(r).Ptr(outs[0]).Ptr(outs[1]).Ptr(outs[2]).Ptr(rOut)
+		a.U64(uint64(o.Elems)).I32(dtCode(o.Grad)).F32(lr).F32(b1).F32(b2).F32(eps).F32(c1).F32(c2)
+	}
+	return nil
 }

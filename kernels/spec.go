@@ -268,305 +268,360 @@ func spec(op Op) (*kspec, error) {
 		k.chunk = 8 // ~1 µs logical blocks: amortise the ticket and the flag check
 		k.noSync = true
 	}
+	var err error
 	switch o := op.(type) {
 	case GEMM:
-		if !positive(o.M, o.N, o.K) || o.Batch < 0 {
-			return nil, shapeErr(op, "M, N, K must be positive and Batch non-negative")
-		}
-		if !valid16(o.In) || !validFloat(o.Out) || !validAct(o.Act) {
-			return nil, shapeErr(op, "inputs must be bf16 or f16, output f32/f16/bf16, act known")
-		}
-		if o.BiasType != F32 && (!o.Bias || o.BiasType != o.Out) {
-			return nil, shapeErr(op, "BiasType %s: a bias is f32 or of the output's type (%s)", o.BiasType, o.Out)
-		}
-		if err := checkSplitK(op, o); err != nil {
-			return nil, err
-		}
-		bm, bn, th := gemmTile(o.M, o.N)
-		k.family, k.param, k.body = "gemm", "GemmP", gemmBody("ProbGemm", o.In, bm, bn, th)
-		b := o.batch()
-		k.tensors = []TensorSpec{
-			{Name: "A", DType: o.In, Elems: b * o.M * o.K, Role: Input},
-			{Name: "B", DType: o.In, Elems: b * o.K * o.N, Role: Weight},
-			{Name: "C", DType: o.Out, Elems: b * o.M * o.N, Role: Output},
-		}
-		if o.Bias {
-			k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: o.BiasType, Elems: o.N, Role: Weight})
-		}
-		split := o.splits() > 1
-		if split {
-			k.tensors = append(k.tensors, splitScratch(o))
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			g := gemmParams{a: p[0], b: p[1], c: p[2], sA: int64(o.M * o.K), sB: int64(o.K * o.N), sC: int64(o.M * o.N),
-				m: o.M, n: o.N, k: o.K, batch: b, act: int(o.Act), vecA: o.K%8 == 0, vecB: o.N%8 == 0}
-			if o.Bias {
-				g.bias, g.biasDT = p[3], o.BiasType
-			}
-			if split {
-				g = g.withSplit(o, p[len(p)-1])
-			}
-			g.pack(a, o.Out)
-		}
+		err = gemmSpec(o, k)
 	case Conv2D:
-		oh, ow := o.Out()
-		if !positive(o.N, o.H, o.W, o.C, o.OutC, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
-			return nil, shapeErr(op, "sizes must be positive and the output non-empty")
-		}
-		if !valid16(o.In) || !validAct(o.Act) {
-			return nil, shapeErr(op, "input must be bf16 or f16")
-		}
-		if o.BackwardData && o.BackwardFilter {
-			return nil, shapeErr(op, "BackwardData and BackwardFilter are exclusive")
-		}
-		if o.BiasType != F32 && (!o.Bias || o.BiasType != o.In || !o.forward()) {
-			return nil, shapeErr(op, "BiasType %s: a forward convolution's bias is f32 or of its type (%s)", o.BiasType, o.In)
-		}
-		if o.Split < 0 || (o.Split > 0 && (!o.BackwardFilter || o.N%o.Split != 0)) {
-			return nil, shapeErr(op, "Split %d: only BackwardFilter splits, into a divisor of the batch N", o.Split)
-		}
-		if o.SplitK > 1 && !o.forward() {
-			return nil, shapeErr(op, "SplitK %d: only the forward pass splits K", o.SplitK)
-		}
-		g := o.gemm()
-		if err := checkSplitK(op, g); err != nil {
-			return nil, err
-		}
-		bm, bn, th := gemmTile(g.M, g.N)
-		st := max(o.Stride, 1)
-		base := gemmParams{m: g.M, n: g.N, k: g.K, batch: 1, img: o.N, h: o.H, w: o.W, ch: o.C, oh: oh, ow: ow, oc: o.OutC, r: o.R, s: o.S, stride: st, pad: o.Pad}
-		x := TensorSpec{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C}
-		w := TensorSpec{Name: "W", DType: o.In, Elems: o.R * o.S * o.C * o.OutC}
-		y := TensorSpec{Name: "Y", DType: o.In, Elems: o.N * oh * ow * o.OutC}
-		k.family, k.param = "gemm", "GemmP"
-		switch {
-		case o.BackwardData:
-			k.body = gemmBody("ProbConvDgrad", o.In, bm, bn, th)
-			y.Name, y.Role, w.Role, x.Name, x.Role = "dY", Input, Weight, "dX", Output
-			k.tensors = []TensorSpec{y, w, x}
-			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-				q := base
-				q.a, q.b, q.c = p[0], p[1], p[2]
-				q.vecA, q.vecB = o.OutC%8 == 0, o.OutC%8 == 0 // dY's and W's runs of output channels
-				q.pack(a, o.In)
-			}
-		case o.BackwardFilter && o.Split > 0: // split-K over the images: f32 partial dW per split
-			k.body = gemmBody("ProbConvWgradSplit", o.In, bm, bn, th)
-			x.Role, y.Name, y.Role = Input, "dY", Input
-			w.Name, w.Role, w.DType, w.Elems = "dW_partial", Output, F32, o.Split*w.Elems
-			k.tensors = []TensorSpec{x, y, w}
-			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-				q := base
-				q.a, q.b, q.c = p[0], p[1], p[2]
-				q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0 // X's runs of channels, dY's of output channels
-				q.batch, q.sB, q.sC = o.Split, int64(g.K)*int64(g.N), int64(g.M)*int64(g.N)
-				q.pack(a, F32)
-			}
-		case o.BackwardFilter:
-			k.body = gemmBody("ProbConvWgrad", o.In, bm, bn, th)
-			x.Role, y.Name, y.Role, w.Name, w.Role = Input, "dY", Input, "dW", Output
-			k.tensors = []TensorSpec{x, y, w}
-			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-				q := base
-				q.a, q.b, q.c = p[0], p[1], p[2]
-				q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0 // X's runs of channels, dY's of output channels
-				q.pack(a, o.In)
-			}
-		default:
-			k.body = gemmBody("ProbConvFwd", o.In, bm, bn, th)
-			x.Role, w.Role, y.Role = Input, Weight, Output
-			k.tensors = []TensorSpec{x, w, y}
-			if o.Bias {
-				k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: o.BiasType, Elems: o.OutC, Role: Weight})
-			}
-			if o.Residual {
-				k.tensors = append(k.tensors, TensorSpec{Name: "resid", DType: o.In, Elems: y.Elems, Role: Input})
-			}
-			split := g.splits() > 1
-			if split {
-				k.tensors = append(k.tensors, splitScratch(g))
-			}
-			k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-				q := base
-				q.a, q.b, q.c, q.act = p[0], p[1], p[2], int(o.Act)
-				q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0
-				i := 3
-				if o.Bias {
-					q.bias, q.biasDT = p[i], o.BiasType
-					i++
-				}
-				if o.Residual {
-					q.resid = p[i]
-				}
-				if split {
-					q = q.withSplit(g, p[len(p)-1])
-				}
-				q.pack(a, o.In)
-			}
-		}
+		err = conv2dSpec(o, k)
 	case Depthwise:
-		oh, ow := o.Out()
-		if !positive(o.N, o.H, o.W, o.C, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
-			return nil, shapeErr(op, "sizes must be positive and the output non-empty")
-		}
-		if !validFloat(o.In) || !validAct(o.Act) {
-			return nil, shapeErr(op, "input must be f32, f16 or bf16")
-		}
-		k.family, k.param, k.body = "misc", "DwP", fmt.Sprintf("body_depthwise<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C, Role: Input},
-			{Name: "W", DType: o.In, Elems: o.R * o.S * o.C, Role: Weight},
-			{Name: "Y", DType: o.In, Elems: o.outputs(), Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2])
-			for _, v := range []int{o.N, o.H, o.W, o.C, oh, ow, o.R, o.S, max(o.Stride, 1), o.Pad, int(o.Act)} {
-				a.I32(int32(v))
-			}
-		}
+		err = depthwiseSpec(o, k)
 	case Elementwise:
-		code, act, err := ewCode(o)
-		if err != nil {
-			return nil, err
-		}
-		if !positive(o.Elems) || !validFloat(o.In) || !validAct(o.Act) || o.Cols < 0 {
-			return nil, shapeErr(op, "Elems must be positive, the type f32/f16/bf16")
-		}
-		k.family, k.param, k.body = "misc", "EwP", fmt.Sprintf("body_ew<%s>", dtC(o.In))
-		n := o.Elems
-		t := func(name string, r Role) TensorSpec { return TensorSpec{Name: name, DType: o.In, Elems: n, Role: r} }
-		switch code {
-		case ewBiasAct:
-			k.tensors = []TensorSpec{t("a", Input), {Name: "bias", DType: F32, Elems: o.cols(), Role: Weight}, t("out", Output)}
-		case ewAdd:
-			k.tensors = []TensorSpec{t("a", Input), t("b", Input), t("out", Output)}
-		case ewAct:
-			k.tensors = []TensorSpec{t("a", Input), t("out", Output)}
-		case ewSGD:
-			k.tensors = []TensorSpec{t("w", Weight), t("g", Input), t("m", Input), t("w_out", Output), t("m_out", Output)}
-		}
-		lr, mu := o.lrMomentum()
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var pa, pb, pc, bias, out, out2 gpu.Ptr
-			switch code {
-			case ewBiasAct:
-				pa, bias, out = p[0], p[1], p[2]
-			case ewAdd:
-				pa, pb, out = p[0], p[1], p[2]
-			case ewAct:
-				pa, out = p[0], p[1]
-			case ewSGD:
-				pa, pb, pc, out, out2 = p[0], p[1], p[2], p[3], p[4]
-			}
-			a.Ptr(pa).Ptr(pb).Ptr(pc).Ptr(bias).Ptr(out).Ptr(out2).U64(uint64(n))
-			a.I32(int32(o.cols())).I32(int32(code)).I32(int32(act)).F32(lr).F32(mu)
-		}
+		err = elementwiseSpec(o, k)
 	case LayerNorm:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		k.family, k.param, k.body = "misc", "LnP", fmt.Sprintf("body_layernorm<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
-			{Name: "gamma", DType: F32, Elems: o.Cols, Role: Weight},
-			{Name: "beta", DType: F32, Elems: o.Cols, Role: Weight},
-			{Name: "Y", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(LayerNormEps)
-		}
+		err = layerNormSpec(o, k)
 	case Softmax:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		k.family, k.param, k.body = "misc", "SmP", fmt.Sprintf("body_softmax<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
-			{Name: "Y", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols))
-		}
+		err = softmaxSpec(o, k)
 	case Pool:
-		oh, ow := o.Out()
-		if !positive(o.N, o.H, o.W, o.C, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
-			return nil, shapeErr(op, "sizes must be positive and the output non-empty")
-		}
-		if !validFloat(o.In) {
-			return nil, shapeErr(op, "input must be f32, f16 or bf16")
-		}
-		k.family, k.param, k.body = "misc", "PoolP", fmt.Sprintf("body_pool<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C, Role: Input},
-			{Name: "Y", DType: o.In, Elems: o.outputs(), Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1])
-			for _, v := range []int{o.N, o.H, o.W, o.C, oh, ow, o.R, o.S, max(o.Stride, 1), o.Pad} {
-				a.I32(int32(v))
-			}
-			a.I32(b2i(o.Max))
-		}
+		err = poolSpec(o, k)
 	case Fault:
-		if o.Kind != FaultTrap && o.Kind != FaultAddress {
-			return nil, shapeErr(op, "unknown fault kind %v", o.Kind)
-		}
-		k.noSync = true
-		k.family, k.param, k.body = "misc", "FaultP", "body_fault"
-		k.tensors = []TensorSpec{{Name: "x", DType: F32, Elems: 1, Role: Output}}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) { a.Ptr(p[0]).I32(int32(o.Kind)) }
+		err = faultSpec(o, k)
 	case Reduce:
-		if o.Name != "mean" && o.Name != "sum" {
-			return nil, fmt.Errorf("%w: reduce %q has no kernel (have mean, sum)", ErrUnsupported, o.Name)
-		}
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		k.family, k.param, k.body = "misc", "RedP", fmt.Sprintf("body_reduce<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
-			{Name: "out", DType: F32, Elems: o.Rows, Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(b2i(o.Name == "mean"))
-		}
+		err = reduceSpec(o, k)
 	case StridedGEMM:
-		if err := sgemmSpec(o, k); err != nil {
-			return nil, err
-		}
+		err = sgemmSpec(o, k)
 	case Gather:
-		if !positive(o.Rows, o.Cols) || o.Vocab < 0 || !validFloat(o.In) {
-			return nil, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		k.family, k.param, k.body = "misc", "GatherP", fmt.Sprintf("body_gather<%s>", dtC(o.In))
-		v := o.vocab()
-		k.tensors = []TensorSpec{
-			{Name: "table", DType: o.In, Elems: v * o.Cols, Role: Weight},
-			{Name: "idx", DType: I32, Elems: o.Rows, Role: Input, IntRange: v},
-			{Name: "out", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(v))
-		}
+		err = gatherSpec(o, k)
 	default:
-		if ok, err := trainSpec(op, k); ok { // training ops: train.go
-			if err != nil {
-				return nil, err
+		var ok bool
+		if ok, err = trainSpec(op, k); !ok { // training ops: train.go
+			if ok, err = bertTrainSpec(op, k); !ok { // BERT training ops: bert_train.go
+				return nil, fmt.Errorf("%w: op type %T", ErrUnsupported, op)
 			}
-			break
 		}
-		if ok, err := bertTrainSpec(op, k); ok { // BERT training ops: bert_train.go
-			if err != nil {
-				return nil, err
-			}
-			break
-		}
-		return nil, fmt.Errorf("%w: op type %T", ErrUnsupported, op)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if k.grid.Count() <= 0 || k.threads <= 0 {
 		return nil, shapeErr(op, "empty launch grid")
 	}
 	return k, nil
+}
+
+// gemmSpec fills k for a GEMM op.
+func gemmSpec(o GEMM, k *kspec) error {
+	if !positive(o.M, o.N, o.K) || o.Batch < 0 {
+		return shapeErr(o, "M, N, K must be positive and Batch non-negative")
+	}
+	if !valid16(o.In) || !validFloat(o.Out) || !validAct(o.Act) {
+		return shapeErr(o, "inputs must be bf16 or f16, output f32/f16/bf16, act known")
+	}
+	if o.BiasType != F32 && (!o.Bias || o.BiasType != o.Out) {
+		return shapeErr(o, "BiasType %s: a bias is f32 or of the output's type (%s)", o.BiasType, o.Out)
+	}
+	if err := checkSplitK(o, o); err != nil {
+		return err
+	}
+	bm, bn, th := gemmTile(o.M, o.N)
+	k.family, k.param, k.body = "gemm", "GemmP", gemmBody("ProbGemm", o.In, bm, bn, th)
+	b := o.batch()
+	k.tensors = []TensorSpec{
+		{Name: "A", DType: o.In, Elems: b * o.M * o.K, Role: Input},
+		{Name: "B", DType: o.In, Elems: b * o.K * o.N, Role: Weight},
+		{Name: "C", DType: o.Out, Elems: b * o.M * o.N, Role: Output},
+	}
+	if o.Bias {
+		k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: o.BiasType, Elems: o.N, Role: Weight})
+	}
+	split := o.splits() > 1
+	if split {
+		k.tensors = append(k.tensors, splitScratch(o))
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		g := gemmParams{a: p[0], b: p[1], c: p[2], sA: int64(o.M * o.K), sB: int64(o.K * o.N), sC: int64(o.M * o.N),
+			m: o.M, n: o.N, k: o.K, batch: b, act: int(o.Act), vecA: o.K%8 == 0, vecB: o.N%8 == 0}
+		if o.Bias {
+			g.bias, g.biasDT = p[3], o.BiasType
+		}
+		if split {
+			g = g.withSplit(o, p[len(p)-1])
+		}
+		g.pack(a, o.Out)
+	}
+	return nil
+}
+
+// conv2dSpec fills k for a Conv2D op.
+func conv2dSpec(o Conv2D, k *kspec) error {
+	oh, ow := o.Out()
+	if !positive(o.N, o.H, o.W, o.C, o.OutC, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
+		return shapeErr(o, "sizes must be positive and the output non-empty")
+	}
+	if !valid16(o.In) || !validAct(o.Act) {
+		return shapeErr(o, "input must be bf16 or f16")
+	}
+	if o.BackwardData && o.BackwardFilter {
+		return shapeErr(o, "BackwardData and BackwardFilter are exclusive")
+	}
+	if o.BiasType != F32 && (!o.Bias || o.BiasType != o.In || !o.forward()) {
+		return shapeErr(o, "BiasType %s: a forward convolution's bias is f32 or of its type (%s)", o.BiasType, o.In)
+	}
+	if o.Split < 0 || (o.Split > 0 && (!o.BackwardFilter || o.N%o.Split != 0)) {
+		return shapeErr(o, "Split %d: only BackwardFilter splits, into a divisor of the batch N", o.Split)
+	}
+	if o.SplitK > 1 && !o.forward() {
+		return shapeErr(o, "SplitK %d: only the forward pass splits K", o.SplitK)
+	}
+	g := o.gemm()
+	if err := checkSplitK(o, g); err != nil {
+		return err
+	}
+	bm, bn, th := gemmTile(g.M, g.N)
+	st := max(o.Stride, 1)
+	base := gemmParams{m: g.M, n: g.N, k: g.K, batch: 1, img: o.N, h: o.H, w: o.W, ch: o.C, oh: oh, ow: ow, oc: o.OutC, r: o.R, s: o.S, stride: st, pad: o.Pad}
+	x := TensorSpec{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C}
+	w := TensorSpec{Name: "W", DType: o.In, Elems: o.R * o.S * o.C * o.OutC}
+	y := TensorSpec{Name: "Y", DType: o.In, Elems: o.N * oh * ow * o.OutC}
+	k.family, k.param = "gemm", "GemmP"
+	switch {
+	case o.BackwardData:
+		k.body = gemmBody("ProbConvDgrad", o.In, bm, bn, th)
+		y.Name, y.Role, w.Role, x.Name, x.Role = "dY", Input, Weight, "dX", Output
+		k.tensors = []TensorSpec{y, w, x}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			q := base
+			q.a, q.b, q.c = p[0], p[1], p[2]
+			q.vecA, q.vecB = o.OutC%8 == 0, o.OutC%8 == 0 // dY's and W's runs of output channels
+			q.pack(a, o.In)
+		}
+	case o.BackwardFilter && o.Split > 0: // split-K over the images: f32 partial dW per split
+		k.body = gemmBody("ProbConvWgradSplit", o.In, bm, bn, th)
+		x.Role, y.Name, y.Role = Input, "dY", Input
+		w.Name, w.Role, w.DType, w.Elems = "dW_partial", Output, F32, o.Split*w.Elems
+		k.tensors = []TensorSpec{x, y, w}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			q := base
+			q.a, q.b, q.c = p[0], p[1], p[2]
+			q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0 // X's runs of channels, dY's of output channels
+			q.batch, q.sB, q.sC = o.Split, int64(g.K)*int64(g.N), int64(g.M)*int64(g.N)
+			q.pack(a, F32)
+		}
+	case o.BackwardFilter:
+		k.body = gemmBody("ProbConvWgrad", o.In, bm, bn, th)
+		x.Role, y.Name, y.Role, w.Name, w.Role = Input, "dY", Input, "dW", Output
+		k.tensors = []TensorSpec{x, y, w}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			q := base
+			q.a, q.b, q.c = p[0], p[1], p[2]
+			q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0 // X's runs of channels, dY's of output channels
+			q.pack(a, o.In)
+		}
+	default:
+		k.body = gemmBody("ProbConvFwd", o.In, bm, bn, th)
+		x.Role, w.Role, y.Role = Input, Weight, Output
+		k.tensors = []TensorSpec{x, w, y}
+		if o.Bias {
+			k.tensors = append(k.tensors, TensorSpec{Name: "bias", DType: o.BiasType, Elems: o.OutC, Role: Weight})
+		}
+		if o.Residual {
+			k.tensors = append(k.tensors, TensorSpec{Name: "resid", DType: o.In, Elems: y.Elems, Role: Input})
+		}
+		split := g.splits() > 1
+		if split {
+			k.tensors = append(k.tensors, splitScratch(g))
+		}
+		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+			q := base
+			q.a, q.b, q.c, q.act = p[0], p[1], p[2], int(o.Act)
+			q.vecA, q.vecB = o.C%8 == 0, o.OutC%8 == 0
+			i := 3
+			if o.Bias {
+				q.bias, q.biasDT = p[i], o.BiasType
+				i++
+			}
+			if o.Residual {
+				q.resid = p[i]
+			}
+			if split {
+				q = q.withSplit(g, p[len(p)-1])
+			}
+			q.pack(a, o.In)
+		}
+	}
+	return nil
+}
+
+// depthwiseSpec fills k for a Depthwise op.
+func depthwiseSpec(o Depthwise, k *kspec) error {
+	oh, ow := o.Out()
+	if !positive(o.N, o.H, o.W, o.C, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
+		return shapeErr(o, "sizes must be positive and the output non-empty")
+	}
+	if !validFloat(o.In) || !validAct(o.Act) {
+		return shapeErr(o, "input must be f32, f16 or bf16")
+	}
+	k.family, k.param, k.body = "misc", "DwP", fmt.Sprintf("body_depthwise<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C, Role: Input},
+		{Name: "W", DType: o.In, Elems: o.R * o.S * o.C, Role: Weight},
+		{Name: "Y", DType: o.In, Elems: o.outputs(), Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2])
+		for _, v := range []int{o.N, o.H, o.W, o.C, oh, ow, o.R, o.S, max(o.Stride, 1), o.Pad, int(o.Act)} {
+			a.I32(int32(v))
+		}
+	}
+	return nil
+}
+
+// elementwiseSpec fills k for an Elementwise op.
+func elementwiseSpec(o Elementwise, k *kspec) error {
+	code, act, err := ewCode(o)
+	if err != nil {
+		return err
+	}
+	if !positive(o.Elems) || !validFloat(o.In) || !validAct(o.Act) || o.Cols < 0 {
+		return shapeErr(o, "Elems must be positive, the type f32/f16/bf16")
+	}
+	k.family, k.param, k.body = "misc", "EwP", fmt.Sprintf("body_ew<%s>", dtC(o.In))
+	n := o.Elems
+	t := func(name string, r Role) TensorSpec { return TensorSpec{Name: name, DType: o.In, Elems: n, Role: r} }
+	switch code {
+	case ewBiasAct:
+		k.tensors = []TensorSpec{t("a", Input), {Name: "bias", DType: F32, Elems: o.cols(), Role: Weight}, t("out", Output)}
+	case ewAdd:
+		k.tensors = []TensorSpec{t("a", Input), t("b", Input), t("out", Output)}
+	case ewAct:
+		k.tensors = []TensorSpec{t("a", Input), t("out", Output)}
+	case ewSGD:
+		k.tensors = []TensorSpec{t("w", Weight), t("g", Input), t("m", Input), t("w_out", Output), t("m_out", Output)}
+	}
+	lr, mu := o.lrMomentum()
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var pa, pb, pc, bias, out, out2 gpu.Ptr
+		switch code {
+		case ewBiasAct:
+			pa, bias, out = p[0], p[1], p[2]
+		case ewAdd:
+			pa, pb, out = p[0], p[1], p[2]
+		case ewAct:
+			pa, out = p[0], p[1]
+		case ewSGD:
+			pa, pb, pc, out, out2 = p[0], p[1], p[2], p[3], p[4]
+		}
+		a.Ptr(pa).Ptr(pb).Ptr(pc).Ptr(bias).Ptr(out).Ptr(out2).U64(uint64(n))
+		a.I32(int32(o.cols())).I32(int32(code)).I32(int32(act)).F32(lr).F32(mu)
+	}
+	return nil
+}
+
+// layerNormSpec fills k for a LayerNorm op.
+func layerNormSpec(o LayerNorm, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.family, k.param, k.body = "misc", "LnP", fmt.Sprintf("body_layernorm<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
+		{Name: "gamma", DType: F32, Elems: o.Cols, Role: Weight},
+		{Name: "beta", DType: F32, Elems: o.Cols, Role: Weight},
+		{Name: "Y", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).I32(int32(o.Rows)).I32(int32(o.Cols)).F32(LayerNormEps)
+	}
+	return nil
+}
+
+// softmaxSpec fills k for a Softmax op.
+func softmaxSpec(o Softmax, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.family, k.param, k.body = "misc", "SmP", fmt.Sprintf("body_softmax<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
+		{Name: "Y", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols))
+	}
+	return nil
+}
+
+// poolSpec fills k for a Pool op.
+func poolSpec(o Pool, k *kspec) error {
+	oh, ow := o.Out()
+	if !positive(o.N, o.H, o.W, o.C, o.R, o.S) || o.Stride < 0 || o.Pad < 0 || oh <= 0 || ow <= 0 {
+		return shapeErr(o, "sizes must be positive and the output non-empty")
+	}
+	if !validFloat(o.In) {
+		return shapeErr(o, "input must be f32, f16 or bf16")
+	}
+	k.family, k.param, k.body = "misc", "PoolP", fmt.Sprintf("body_pool<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "X", DType: o.In, Elems: o.N * o.H * o.W * o.C, Role: Input},
+		{Name: "Y", DType: o.In, Elems: o.outputs(), Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1])
+		for _, v := range []int{o.N, o.H, o.W, o.C, oh, ow, o.R, o.S, max(o.Stride, 1), o.Pad} {
+			a.I32(int32(v))
+		}
+		a.I32(b2i(o.Max))
+	}
+	return nil
+}
+
+// faultSpec fills k for a Fault op.
+func faultSpec(o Fault, k *kspec) error {
+	if o.Kind != FaultTrap && o.Kind != FaultAddress {
+		return shapeErr(o, "unknown fault kind %v", o.Kind)
+	}
+	k.noSync = true
+	k.family, k.param, k.body = "misc", "FaultP", "body_fault"
+	k.tensors = []TensorSpec{{Name: "x", DType: F32, Elems: 1, Role: Output}}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) { a.Ptr(p[0]).I32(int32(o.Kind)) }
+	return nil
+}
+
+// reduceSpec fills k for a Reduce op.
+func reduceSpec(o Reduce, k *kspec) error {
+	if o.Name != "mean" && o.Name != "sum" {
+		return fmt.Errorf("%w: reduce %q has no kernel (have mean, sum)", ErrUnsupported, o.Name)
+	}
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.family, k.param, k.body = "misc", "RedP", fmt.Sprintf("body_reduce<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input},
+		{Name: "out", DType: F32, Elems: o.Rows, Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(b2i(o.Name == "mean"))
+	}
+	return nil
+}
+
+// gatherSpec fills k for a Gather op.
+func gatherSpec(o Gather, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || o.Vocab < 0 || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.family, k.param, k.body = "misc", "GatherP", fmt.Sprintf("body_gather<%s>", dtC(o.In))
+	v := o.vocab()
+	k.tensors = []TensorSpec{
+		{Name: "table", DType: o.In, Elems: v * o.Cols, Role: Weight},
+		{Name: "idx", DType: I32, Elems: o.Rows, Role: Input, IntRange: v},
+		{Name: "out", DType: o.In, Elems: o.Rows * o.Cols, Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Cols)).I32(int32(v))
+	}
+	return nil
 }
 
 // LayerNormEps is the epsilon every LayerNorm kernel adds to the variance

@@ -286,211 +286,274 @@ func bnAct(a Act) bool { return a == ActNone || a == ActReLU }
 // trainSpec fills k for a training op; ok is false for other ops.
 func trainSpec(op Op, k *kspec) (ok bool, err error) {
 	k.family = "train"
-	noSync := func(chunk int) { k.noSync, k.chunk = true, chunk }
-	f32 := func(name string, n int, r Role) TensorSpec {
-		return TensorSpec{Name: name, DType: F32, Elems: n, Role: r}
-	}
 	switch o := op.(type) {
 	case BNStats:
-		if !positive(o.Pixels, o.C) || !validFloat(o.In) || !bnAct(o.Act) {
-			return true, shapeErr(op, "Pixels and C must be positive, the type f32/f16/bf16, the activation none or relu")
-		}
-		k.param, k.body = "BnPartP", fmt.Sprintf("body_bn_partial<%s>", dtC(o.In))
-		t := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Pixels * o.C, Role: r}
-		}
-		mode, relu := 0, o.Backward && o.Act == ActReLU
-		k.tensors = []TensorSpec{t("X", Input)}
-		if o.Backward {
-			mode = 1
-			k.tensors = append(k.tensors, t("dY", Input))
-			if relu {
-				k.tensors = append(k.tensors, t("Y", Input))
-			}
-			k.tensors = append(k.tensors, f32("stats", 2*o.C, Input))
-		}
-		k.tensors = append(k.tensors, f32("part", o.Partials(), Output))
-		tiles := ceilDiv(o.C, 64)
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var dy, y, st gpu.Ptr
-			x := p[0]
-			switch {
-			case relu:
-				dy, y, st = p[1], p[2], p[3]
-			case o.Backward:
-				dy, st = p[1], p[2]
-			}
-			a.Ptr(x).Ptr(dy).Ptr(y).Ptr(st).Ptr(p[len(p)-1])
-			a.I32(int32(o.Pixels)).I32(int32(o.C)).I32(int32(tiles)).I32(int32(mode)).I32(int32(o.Act))
-		}
+		return true, bnStatsSpec(o, k)
 	case BNFinalize:
-		if !positive(o.Pixels, o.C) {
-			return true, shapeErr(op, "Pixels and C must be positive")
-		}
-		k.param, k.body = "BnFinP", "body_bn_final<DT_F32>"
-		k.tensors = []TensorSpec{f32("part", bnSplits(o.Pixels)*2*o.C, Input)}
-		if o.Grad {
-			k.tensors = append(k.tensors, f32("dgamma", o.C, Output), f32("dbeta", o.C, Output))
-		} else {
-			k.tensors = append(k.tensors, f32("stats", 2*o.C, Output))
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var out1 gpu.Ptr
-			if o.Grad {
-				out1 = p[2]
-			}
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(out1)
-			a.I32(int32(o.Pixels)).I32(int32(o.C)).I32(int32(bnSplits(o.Pixels))).I32(b2i(o.Grad)).F32(bnEps)
-		}
+		return true, bnFinalizeSpec(o, k)
 	case BNApply:
-		if !positive(o.Pixels, o.C) || !validFloat(o.In) || !bnAct(o.Act) {
-			return true, shapeErr(op, "Pixels and C must be positive, the type f32/f16/bf16, the activation none or relu")
-		}
-		noSync(8)
-		k.param, k.body = "BnApP", fmt.Sprintf("body_bn_apply<%s>", dtC(o.In))
-		t := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Pixels * o.C, Role: r}
-		}
-		k.tensors = []TensorSpec{t("X", Input), f32("stats", 2*o.C, Input)}
-		if o.Residual {
-			k.tensors = append(k.tensors, t("resid", Input))
-		}
-		k.tensors = append(k.tensors, f32("gamma", o.C, Weight), f32("beta", o.C, Weight), t("Y", Output))
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var r gpu.Ptr
-			i := 2
-			if o.Residual {
-				r = p[2]
-				i = 3
-			}
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(r).Ptr(p[i]).Ptr(p[i+1]).Ptr(p[i+2])
-			a.U64(uint64(o.Pixels * o.C)).I32(int32(o.C)).I32(int32(o.Act))
-		}
+		return true, bnApplySpec(o, k)
 	case BNBackward:
-		if !positive(o.Pixels, o.C) || !validFloat(o.In) || !bnAct(o.Act) {
-			return true, shapeErr(op, "Pixels and C must be positive, the type f32/f16/bf16, the activation none or relu")
-		}
-		noSync(8)
-		k.param, k.body = "BnBwP", fmt.Sprintf("body_bn_bwd<%s>", dtC(o.In))
-		t := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Pixels * o.C, Role: r}
-		}
-		relu := o.Act == ActReLU
-		k.tensors = []TensorSpec{t("dY", Input)}
+		return true, bnBackwardSpec(o, k)
+	case XentLoss:
+		return true, xentLossSpec(o, k)
+	case XentBackward:
+		return true, xentBackwardSpec(o, k)
+	case ColumnSum:
+		return true, columnSumSpec(o, k)
+	case PoolBackward:
+		return true, poolBackwardSpec(o, k)
+	case SGD:
+		return true, sgdSpec(o, k)
+	case SplitSum:
+		return true, splitSumSpec(o, k)
+	}
+	return false, nil
+}
+
+// setNoSync marks k's body as using no shared memory, with chunk logical
+// blocks per resumable ticket.
+func (k *kspec) setNoSync(chunk int) { k.noSync, k.chunk = true, chunk }
+
+// f32Tensor is an f32 tensor of n elements.
+func f32Tensor(name string, n int, r Role) TensorSpec {
+	return TensorSpec{Name: name, DType: F32, Elems: n, Role: r}
+}
+
+// bnStatsSpec fills k for a BNStats op.
+func bnStatsSpec(o BNStats, k *kspec) error {
+	if !positive(o.Pixels, o.C) || !validFloat(o.In) || !bnAct(o.Act) {
+		return shapeErr(o, "Pixels and C must be positive, the type f32/f16/bf16, the activation none or relu")
+	}
+	k.param, k.body = "BnPartP", fmt.Sprintf("body_bn_partial<%s>", dtC(o.In))
+	t := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Pixels * o.C, Role: r}
+	}
+	mode, relu := 0, o.Backward && o.Act == ActReLU
+	k.tensors = []TensorSpec{t("X", Input)}
+	if o.Backward {
+		mode = 1
+		k.tensors = append(k.tensors, t("dY", Input))
 		if relu {
 			k.tensors = append(k.tensors, t("Y", Input))
 		}
-		k.tensors = append(k.tensors, t("X", Input), f32("stats", 2*o.C, Input), f32("dgamma", o.C, Input), f32("dbeta", o.C, Input),
-			f32("gamma", o.C, Weight), t("dX", Output))
-		if o.Residual {
-			k.tensors = append(k.tensors, t("dShort", Output))
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var y, dshort gpu.Ptr
-			i := 1
-			if relu {
-				y = p[1]
-				i = 2
-			}
-			if o.Residual {
-				dshort = p[i+6]
-			}
-			a.Ptr(p[0]).Ptr(y).Ptr(p[i]).Ptr(p[i+1]).Ptr(p[i+2]).Ptr(p[i+3]).Ptr(p[i+4]).Ptr(p[i+5]).Ptr(dshort)
-			a.U64(uint64(o.Pixels * o.C)).I32(int32(o.C)).I32(int32(o.Act)).F32(float32(1 / float64(o.Pixels)))
-		}
-	case XentLoss:
-		if !positive(o.Rows, o.Classes) || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Classes must be positive, the type f32/f16/bf16")
-		}
-		k.param, k.body = "XentP", fmt.Sprintf("body_xent<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "logits", DType: o.In, Elems: o.Rows * o.Classes, Role: Input},
-			{Name: "labels", DType: I32, Elems: o.Rows, Role: Input, IntRange: o.Classes},
-			f32("loss", o.Rows, Output),
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Classes))
-		}
-	case XentBackward:
-		if !positive(o.Rows, o.Classes) || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Classes must be positive, the type f32/f16/bf16")
-		}
-		noSync(8)
-		k.param, k.body = "XentBwP", fmt.Sprintf("body_xent_bwd<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{
-			{Name: "probs", DType: o.In, Elems: o.Rows * o.Classes, Role: Input},
-			{Name: "labels", DType: I32, Elems: o.Rows, Role: Input, IntRange: o.Classes},
-			{Name: "dlogits", DType: o.In, Elems: o.Rows * o.Classes, Role: Output},
-		}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).U64(uint64(o.Rows * o.Classes)).I32(int32(o.Classes)).F32(float32(1 / float64(o.Rows)))
-		}
-	case ColumnSum:
-		if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
-			return true, shapeErr(op, "Rows and Cols must be positive, the type f32/f16/bf16")
-		}
-		noSync(8)
-		k.param, k.body = "ColSumP", fmt.Sprintf("body_colsum<%s>", dtC(o.In))
-		k.tensors = []TensorSpec{{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input}, f32("out", o.Cols, Output)}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) { a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)) }
-	case PoolBackward:
-		q := o.Pool
-		oh, ow := q.Out()
-		if !positive(q.N, q.H, q.W, q.C, q.R, q.S) || q.Stride < 0 || q.Pad < 0 || oh <= 0 || ow <= 0 {
-			return true, shapeErr(op, "sizes must be positive and the output non-empty")
-		}
-		if !validFloat(q.In) {
-			return true, shapeErr(op, "input must be f32, f16 or bf16")
-		}
-		if q.Pad >= q.R || q.Pad >= q.S {
-			return true, shapeErr(op, "padding must be smaller than the window (a window of padding only has no input)")
-		}
-		noSync(8)
-		k.param, k.body = "PoolBwP", fmt.Sprintf("body_pool_bwd<%s>", dtC(q.In))
-		k.tensors = []TensorSpec{{Name: "dY", DType: q.In, Elems: q.outputs(), Role: Input}}
-		if q.Max {
-			k.tensors = append(k.tensors, TensorSpec{Name: "X", DType: q.In, Elems: o.inputs(), Role: Input})
-		}
-		k.tensors = append(k.tensors, TensorSpec{Name: "dX", DType: q.In, Elems: o.inputs(), Role: Output})
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			var x gpu.Ptr
-			if q.Max {
-				x = p[1]
-			}
-			a.Ptr(p[0]).Ptr(x).Ptr(p[len(p)-1])
-			for _, v := range []int{q.N, q.H, q.W, q.C, oh, ow, q.R, q.S, max(q.Stride, 1), q.Pad} {
-				a.I32(int32(v))
-			}
-			a.I32(b2i(q.Max))
-		}
-	case SGD:
-		if !positive(o.Elems) || !validFloat(o.In) || o.LR < 0 || o.Momentum < 0 {
-			return true, shapeErr(op, "Elems must be positive, the type f32/f16/bf16, LR and Momentum non-negative")
-		}
-		noSync(8)
-		k.param, k.body = "SgdP", fmt.Sprintf("body_sgd<%s>", dtC(o.In))
-		t := func(name string, r Role) TensorSpec {
-			return TensorSpec{Name: name, DType: o.In, Elems: o.Elems, Role: r}
-		}
-		k.tensors = []TensorSpec{t("w", Weight), t("g", Input), f32("m", o.Elems, Input), t("w_out", Output), f32("m_out", o.Elems, Output)}
-		lr, mu := o.lrMomentum()
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).U64(uint64(o.Elems)).F32(lr).F32(mu)
-		}
-	case SplitSum:
-		if !positive(o.Parts, o.Elems) || !validFloat(o.Out) {
-			return true, shapeErr(op, "Parts and Elems must be positive, the output f32/f16/bf16")
-		}
-		noSync(8)
-		k.param, k.body = "SplitSumP", fmt.Sprintf("body_splitsum<%s>", dtC(o.Out))
-		k.tensors = []TensorSpec{f32("parts", o.Parts*o.Elems, Input), {Name: "out", DType: o.Out, Elems: o.Elems, Role: Output}}
-		k.pack = func(a *gpu.Args, p []gpu.Ptr) {
-			a.Ptr(p[0]).Ptr(p[1]).U64(uint64(o.Elems)).I32(int32(o.Parts))
-		}
-	default:
-		return false, nil
+		k.tensors = append(k.tensors, f32Tensor("stats", 2*o.C, Input))
 	}
-	return true, nil
+	k.tensors = append(k.tensors, f32Tensor("part", o.Partials(), Output))
+	tiles := ceilDiv(o.C, 64)
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var dy, y, st gpu.Ptr
+		x := p[0]
+		switch {
+		case relu:
+			dy, y, st = p[1], p[2], p[3]
+		case o.Backward:
+			dy, st = p[1], p[2]
+		}
+		a.Ptr(x).Ptr(dy).Ptr(y).Ptr(st).Ptr(p[len(p)-1])
+		a.I32(int32(o.Pixels)).I32(int32(o.C)).I32(int32(tiles)).I32(int32(mode)).I32(int32(o.Act))
+	}
+	return nil
+}
+
+// bnFinalizeSpec fills k for a BNFinalize op.
+func bnFinalizeSpec(o BNFinalize, k *kspec) error {
+	if !positive(o.Pixels, o.C) {
+		return shapeErr(o, "Pixels and C must be positive")
+	}
+	k.param, k.body = "BnFinP", "body_bn_final<DT_F32>"
+	k.tensors = []TensorSpec{f32Tensor("part", bnSplits(o.Pixels)*2*o.C, Input)}
+	if o.Grad {
+		k.tensors = append(k.tensors, f32Tensor("dgamma", o.C, Output), f32Tensor("dbeta", o.C, Output))
+	} else {
+		k.tensors = append(k.tensors, f32Tensor("stats", 2*o.C, Output))
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var out1 gpu.Ptr
+		if o.Grad {
+			out1 = p[2]
+		}
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(out1)
+		a.I32(int32(o.Pixels)).I32(int32(o.C)).I32(int32(bnSplits(o.Pixels))).I32(b2i(o.Grad)).F32(bnEps)
+	}
+	return nil
+}
+
+// bnApplySpec fills k for a BNApply op.
+func bnApplySpec(o BNApply, k *kspec) error {
+	if !positive(o.Pixels, o.C) || !validFloat(o.In) || !bnAct(o.Act) {
+		return shapeErr(o, "Pixels and C must be positive, the type f32/f16/bf16, the activation none or relu")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "BnApP", fmt.Sprintf("body_bn_apply<%s>", dtC(o.In))
+	t := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Pixels * o.C, Role: r}
+	}
+	k.tensors = []TensorSpec{t("X", Input), f32Tensor("stats", 2*o.C, Input)}
+	if o.Residual {
+		k.tensors = append(k.tensors, t("resid", Input))
+	}
+	k.tensors = append(k.tensors, f32Tensor("gamma", o.C, Weight), f32Tensor("beta", o.C, Weight), t("Y", Output))
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var r gpu.Ptr
+		i := 2
+		if o.Residual {
+			r = p[2]
+			i = 3
+		}
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(r).Ptr(p[i]).Ptr(p[i+1]).Ptr(p[i+2])
+		a.U64(uint64(o.Pixels * o.C)).I32(int32(o.C)).I32(int32(o.Act))
+	}
+	return nil
+}
+
+// bnBackwardSpec fills k for a BNBackward op.
+func bnBackwardSpec(o BNBackward, k *kspec) error {
+	if !positive(o.Pixels, o.C) || !validFloat(o.In) || !bnAct(o.Act) {
+		return shapeErr(o, "Pixels and C must be positive, the type f32/f16/bf16, the activation none or relu")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "BnBwP", fmt.Sprintf("body_bn_bwd<%s>", dtC(o.In))
+	t := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Pixels * o.C, Role: r}
+	}
+	relu := o.Act == ActReLU
+	k.tensors = []TensorSpec{t("dY", Input)}
+	if relu {
+		k.tensors = append(k.tensors, t("Y", Input))
+	}
+	k.tensors = append(k.tensors, t("X", Input), f32Tensor("stats", 2*o.C, Input), f32Tensor("dgamma", o.C, Input), f32Tensor("dbeta", o.C, Input),
+		f32Tensor("gamma", o.C, Weight), t("dX", Output))
+	if o.Residual {
+		k.tensors = append(k.tensors, t("dShort", Output))
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var y, dshort gpu.Ptr
+		i := 1
+		if relu {
+			y = p[1]
+			i = 2
+		}
+		if o.Residual {
+			dshort = p[i+6]
+		}
+		a.Ptr(p[0]).Ptr(y).Ptr(p[i]).Ptr(p[i+1]).Ptr(p[i+2]).Ptr(p[i+3]).Ptr(p[i+4]).Ptr(p[i+5]).Ptr(dshort)
+		a.U64(uint64(o.Pixels * o.C)).I32(int32(o.C)).I32(int32(o.Act)).F32(float32(1 / float64(o.Pixels)))
+	}
+	return nil
+}
+
+// xentLossSpec fills k for a XentLoss op.
+func xentLossSpec(o XentLoss, k *kspec) error {
+	if !positive(o.Rows, o.Classes) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Classes must be positive, the type f32/f16/bf16")
+	}
+	k.param, k.body = "XentP", fmt.Sprintf("body_xent<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "logits", DType: o.In, Elems: o.Rows * o.Classes, Role: Input},
+		{Name: "labels", DType: I32, Elems: o.Rows, Role: Input, IntRange: o.Classes},
+		f32Tensor("loss", o.Rows, Output),
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I32(int32(o.Rows)).I32(int32(o.Classes))
+	}
+	return nil
+}
+
+// xentBackwardSpec fills k for a XentBackward op.
+func xentBackwardSpec(o XentBackward, k *kspec) error {
+	if !positive(o.Rows, o.Classes) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Classes must be positive, the type f32/f16/bf16")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "XentBwP", fmt.Sprintf("body_xent_bwd<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{
+		{Name: "probs", DType: o.In, Elems: o.Rows * o.Classes, Role: Input},
+		{Name: "labels", DType: I32, Elems: o.Rows, Role: Input, IntRange: o.Classes},
+		{Name: "dlogits", DType: o.In, Elems: o.Rows * o.Classes, Role: Output},
+	}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).U64(uint64(o.Rows * o.Classes)).I32(int32(o.Classes)).F32(float32(1 / float64(o.Rows)))
+	}
+	return nil
+}
+
+// columnSumSpec fills k for a ColumnSum op.
+func columnSumSpec(o ColumnSum, k *kspec) error {
+	if !positive(o.Rows, o.Cols) || !validFloat(o.In) {
+		return shapeErr(o, "Rows and Cols must be positive, the type f32/f16/bf16")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "ColSumP", fmt.Sprintf("body_colsum<%s>", dtC(o.In))
+	k.tensors = []TensorSpec{{Name: "X", DType: o.In, Elems: o.Rows * o.Cols, Role: Input}, f32Tensor("out", o.Cols, Output)}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) { a.Ptr(p[0]).Ptr(p[1]).I32(int32(o.Rows)).I32(int32(o.Cols)) }
+	return nil
+}
+
+// poolBackwardSpec fills k for a PoolBackward op.
+func poolBackwardSpec(o PoolBackward, k *kspec) error {
+	q := o.Pool
+	oh, ow := q.Out()
+	if !positive(q.N, q.H, q.W, q.C, q.R, q.S) || q.Stride < 0 || q.Pad < 0 || oh <= 0 || ow <= 0 {
+		return shapeErr(o, "sizes must be positive and the output non-empty")
+	}
+	if !validFloat(q.In) {
+		return shapeErr(o, "input must be f32, f16 or bf16")
+	}
+	if q.Pad >= q.R || q.Pad >= q.S {
+		return shapeErr(o, "padding must be smaller than the window (a window of padding only has no input)")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "PoolBwP", fmt.Sprintf("body_pool_bwd<%s>", dtC(q.In))
+	k.tensors = []TensorSpec{{Name: "dY", DType: q.In, Elems: q.outputs(), Role: Input}}
+	if q.Max {
+		k.tensors = append(k.tensors, TensorSpec{Name: "X", DType: q.In, Elems: o.inputs(), Role: Input})
+	}
+	k.tensors = append(k.tensors, TensorSpec{Name: "dX", DType: q.In, Elems: o.inputs(), Role: Output})
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		var x gpu.Ptr
+		if q.Max {
+			x = p[1]
+		}
+		a.Ptr(p[0]).Ptr(x).Ptr(p[len(p)-1])
+		for _, v := range []int{q.N, q.H, q.W, q.C, oh, ow, q.R, q.S, max(q.Stride, 1), q.Pad} {
+			a.I32(int32(v))
+		}
+		a.I32(b2i(q.Max))
+	}
+	return nil
+}
+
+// sgdSpec fills k for a SGD op.
+func sgdSpec(o SGD, k *kspec) error {
+	if !positive(o.Elems) || !validFloat(o.In) || o.LR < 0 || o.Momentum < 0 {
+		return shapeErr(o, "Elems must be positive, the type f32/f16/bf16, LR and Momentum non-negative")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "SgdP", fmt.Sprintf("body_sgd<%s>", dtC(o.In))
+	t := func(name string, r Role) TensorSpec {
+		return TensorSpec{Name: name, DType: o.In, Elems: o.Elems, Role: r}
+	}
+	k.tensors = []TensorSpec{t("w", Weight), t("g", Input), f32Tensor("m", o.Elems, Input), t("w_out", Output), f32Tensor("m_out", o.Elems, Output)}
+	lr, mu := o.lrMomentum()
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).U64(uint64(o.Elems)).F32(lr).F32(mu)
+	}
+	return nil
+}
+
+// splitSumSpec fills k for a SplitSum op.
+func splitSumSpec(o SplitSum, k *kspec) error {
+	if !positive(o.Parts, o.Elems) || !validFloat(o.Out) {
+		return shapeErr(o, "Parts and Elems must be positive, the output f32/f16/bf16")
+	}
+	k.setNoSync(8)
+	k.param, k.body = "SplitSumP", fmt.Sprintf("body_splitsum<%s>", dtC(o.Out))
+	k.tensors = []TensorSpec{f32Tensor("parts", o.Parts*o.Elems, Input), {Name: "out", DType: o.Out, Elems: o.Elems, Role: Output}}
+	k.pack = func(a *gpu.Args, p []gpu.Ptr) {
+		a.Ptr(p[0]).Ptr(p[1]).U64(uint64(o.Elems)).I32(int32(o.Parts))
+	}
+	return nil
 }
 
 // ErrLabels: a cross-entropy label outside [0, classes).
