@@ -5,7 +5,8 @@
 # under Orion and atoll) into OUT/matrix-{a,b}-R, then serves the daemon
 # drill's plain mode (tools/gpu/standby-drill.sh: ResNet-50 bs1 at 300 req/s
 # for 25 s with two BE training jobs) into OUT/daemon-{a,b}; a table of
-# every run follows.
+# every run follows, with the HP latency around the jobs' start
+# (tools/gpu/window.py).
 #
 #   tools/gpu/ab.sh OUT A_BIN B_BIN [ROUNDS] [MATRIX]
 #
@@ -45,4 +46,5 @@ for s in a b; do
   [ -d "$OUT/daemon-$s" ] || continue
   echo "== daemon-$s"
   python3 tools/gpu/standby_summary.py "$OUT/daemon-$s"
+  python3 tools/gpu/window.py "$OUT/daemon-$s"/run-*
 done

@@ -6,9 +6,10 @@ requests scheduled then. For run directories of tools/gpu/standby-drill.sh
 
     python3 tools/gpu/window.py [--from S] [--to S] [--after S] RUN_DIR...
 
-Per run: the requests scheduled in [from, to) — their count, the largest
-latency, how many took over 10 ms — and the p99 and largest latency of the
-requests scheduled from `after` on (the steady state).
+Per run: the requests scheduled in [from, to) — their count, how many
+failed, the largest latency of those answered and how many of them took
+over 10 ms — and the p99 and largest latency of the requests answered
+that were scheduled from `after` on (the steady state).
 """
 import argparse
 import gzip
@@ -30,16 +31,17 @@ def main():
     p.add_argument("--after", type=float, default=4.0, help="steady state from here (default 4.0)")
     p.add_argument("runs", nargs="+")
     a = p.parse_args()
-    print("%-40s %6s %8s %7s %10s %9s" % ("run", "window", "max ms", ">10 ms", "after p99", "after max"))
+    print("%-40s %6s %6s %8s %7s %10s %9s" % ("run", "window", "failed", "max ms", ">10 ms", "after p99", "after max"))
     for d in a.runs:
         rs = records(d)
         lat = lambda r: (r["doneNs"] - r["scheduledNs"]) / 1e6
-        w = [lat(r) for r in rs if a.lo * 1e9 <= r["scheduledNs"] < a.hi * 1e9]
-        rest = sorted(lat(r) for r in rs if r["scheduledNs"] >= a.after * 1e9)
+        inw = [r for r in rs if a.lo * 1e9 <= r["scheduledNs"] < a.hi * 1e9]
+        w = [lat(r) for r in inw if r.get("kind") == "ok"]
+        rest = sorted(lat(r) for r in rs if r["scheduledNs"] >= a.after * 1e9 and r.get("kind") == "ok")
         if not w or not rest:
-            print("%-40s no requests in the window or after it" % d[-40:])
+            print("%-40s no answered request in the window or after it" % d[-40:])
             continue
-        print("%-40s %6d %8.1f %7d %10.2f %9.1f" % (d.rstrip("/")[-40:], len(w), max(w), sum(x > 10 for x in w), rest[int(len(rest) * 0.99)], rest[-1]))
+        print("%-40s %6d %6d %8.1f %7d %10.2f %9.1f" % (d.rstrip("/")[-40:], len(inw), len(inw) - len(w), max(w), sum(x > 10 for x in w), rest[int(len(rest) * 0.99)], rest[-1]))
 
 
 if __name__ == "__main__":
