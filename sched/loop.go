@@ -599,11 +599,9 @@ func (l *loop) apply(dec Decision) error {
 	return nil
 }
 
-// finish answers r (Online) and frees its queue slot.
+// finish answers r (Online: Run's requests end in apply) and frees its
+// queue slot.
 func (l *loop) finish(r *request, res OnlineResult) {
-	if r.out == nil {
-		return
-	}
 	res.Client, res.ID, res.Tag, res.Arrival = r.client, r.id, r.tag, r.arrival
 	l.publish() // the counters include this request when its caller looks
 	l.o.mu.Lock()

@@ -12,15 +12,14 @@ over 10 ms — and the p99 and largest latency of the requests answered
 that were scheduled from `after` on (the steady state).
 """
 import argparse
-import gzip
 import json
 import os
 
+from standby_summary import opened  # records.jsonl, or the .gz results/ keeps
+
 
 def records(d):
-    f = os.path.join(d, "records.jsonl")
-    fh = open(f) if os.path.exists(f) else gzip.open(f + ".gz", "rt")
-    with fh:
+    with opened(os.path.join(d, "records.jsonl")) as fh:
         return [json.loads(line) for line in fh]
 
 
