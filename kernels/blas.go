@@ -108,6 +108,54 @@ func matmulOf(op Op) (m gpu.Matmul, at [5]int, ok bool) {
 	return m, at, false
 }
 
+// convOf is the convolution pass a BLAS computes for op, and where its
+// operands are among op's tensors (as matmulOf's): Conv2D passes that
+// matmulOf does not cover (filters larger than 1x1, strides, padding).
+// Bias, activation and residual belong to the forward pass.
+func convOf(op Op) (c gpu.Conv, at [5]int, ok bool) {
+	at = [5]int{0, 1, 2, -1, -1}
+	o, isConv := op.(Conv2D)
+	if !isConv {
+		return c, at, false
+	}
+	in, ok1 := elemType(o.In)
+	act, ok2 := blasEpilogue(o.Act)
+	if !ok1 || !ok2 || in == gpu.F32 {
+		return c, at, false
+	}
+	c = gpu.Conv{N: o.N, H: o.H, W: o.W, C: o.C, OutC: o.OutC, R: o.R, S: o.S, Stride: max(o.Stride, 1), Pad: o.Pad, In: in}
+	switch {
+	case o.BackwardData || o.BackwardFilter:
+		if o.Bias || o.Residual || o.Act != ActNone {
+			return c, at, false
+		}
+		c.Pass = gpu.ConvData
+		if o.BackwardFilter {
+			c.Pass, c.Split = gpu.ConvFilter, o.Split
+		}
+		return c, at, true
+	}
+	c.BiasType, _ = elemType(o.BiasType)
+	c.Bias, c.Act, c.Accumulate = o.Bias, act, o.Residual
+	i := 3
+	if o.Bias {
+		at[3] = i
+		i++
+	}
+	if o.Residual {
+		at[4] = i
+	}
+	return c, at, true
+}
+
+// blasCovers reports whether a BLAS may run op's whole Plain launches (as
+// a product or a convolution).
+func blasCovers(op Op) bool {
+	_, _, mm := matmulOf(op)
+	_, _, cv := convOf(op)
+	return mm || cv
+}
+
 // BLASName is the BLAS the library hands products to ("none" when it
 // does not: NoBLAS set, or the device has none).
 func (l *Library) BLASName() string {
@@ -138,8 +186,9 @@ func (l *Library) BLASRefusal(op Op) error {
 }
 
 // resolveBLAS decides once whether op's whole Plain launches run on the
-// device's BLAS, asking the device for the product's plan (cuBLASLt's
-// descriptors and algorithm, host work worth keeping off the launch path).
+// device's BLAS, asking the device for the product's or the convolution's
+// plan (cuBLASLt's descriptors and algorithms, host work worth keeping off
+// the launch path).
 // A device that refuses a product (errors.ErrUnsupported) is not asked for
 // it again.
 func (l *Library) resolveBLAS(e *kentry, op Op) (bool, error) {
@@ -147,12 +196,19 @@ func (l *Library) resolveBLAS(e *kentry, op Op) (bool, error) {
 		return false, nil
 	}
 	if e.blas == blasUnknown {
+		var f gpu.Func
+		var err error
 		m, at, cover := matmulOf(op)
-		if !cover {
-			e.blas = blasNo
-			return false, nil
+		if cover {
+			f, err = gpu.MatmulOn(l.dev, m)
+		} else {
+			var c gpu.Conv
+			if c, at, cover = convOf(op); !cover {
+				e.blas = blasNo
+				return false, nil
+			}
+			f, err = gpu.ConvOn(l.dev, c)
 		}
-		f, err := gpu.MatmulOn(l.dev, m)
 		if err != nil {
 			if errors.Is(err, errors.ErrUnsupported) {
 				e.blas, e.blasWhy = blasNo, err

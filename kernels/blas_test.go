@@ -179,13 +179,21 @@ func TestLibraryUsesTheBLAS(t *testing.T) {
 		}
 	}
 	for _, op := range []Op{
-		Conv2D{N: 1, H: 5, W: 5, C: 8, OutC: 8, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16},
-		Conv2D{N: 1, H: 6, W: 6, C: 8, OutC: 8, R: 1, S: 1, Stride: 2, In: BF16},
 		GEMM{M: 8, N: 8, K: 8, In: BF16, Out: BF16, Act: ActReLU6},
+		Conv2D{N: 1, H: 5, W: 5, C: 8, OutC: 8, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, Act: ActReLU6},
 		LayerNorm{Rows: 4, Cols: 64, In: BF16},
 	} {
 		if l, _ := plainLaunch(t, dev, lib, op); IsBLAS(l) {
 			t.Errorf("%s %s went to the BLAS", op.Kernel(), op.Shape())
+		}
+	}
+	// Convolutions that are not products run on the BLAS as convolutions.
+	for _, op := range []Op{
+		Conv2D{N: 1, H: 5, W: 5, C: 8, OutC: 8, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16},
+		Conv2D{N: 1, H: 6, W: 6, C: 8, OutC: 8, R: 1, S: 1, Stride: 2, In: BF16},
+	} {
+		if l, _ := plainLaunch(t, dev, lib, op); !IsBLAS(l) {
+			t.Errorf("%s %s did not go to the BLAS", op.Kernel(), op.Shape())
 		}
 	}
 	lib.NoBLAS = true
@@ -220,5 +228,61 @@ func TestLibraryWithoutTheBLAS(t *testing.T) {
 	}
 	if l, err := flib.Launch(op, gpu.Plain, fb, Control{}); err != nil || !IsBLAS(l) {
 		t.Errorf("after the failure: %v, %v; want the BLAS launch", l, err)
+	}
+}
+
+// The convolution convOf hands a BLAS names the op's tensors in the roles
+// and sizes gpu.Conv gives them, and carries the op's geometry, pass,
+// split and forward epilogue; products matmulOf covers are not asked again.
+func TestConvOfNamesTheOperands(t *testing.T) {
+	ops := []Conv2D{
+		{N: 2, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16},
+		{N: 2, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, Bias: true, BiasType: BF16, Act: ActReLU, Residual: true},
+		{N: 2, H: 12, W: 12, C: 3, OutC: 8, R: 7, S: 7, Stride: 2, Pad: 3, In: BF16},
+		{N: 2, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, BackwardData: true},
+		{N: 2, H: 8, W: 8, C: 8, OutC: 8, R: 1, S: 1, Stride: 2, In: F16, BackwardData: true},
+		{N: 4, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, BackwardFilter: true},
+		{N: 4, H: 9, W: 9, C: 8, OutC: 16, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, BackwardFilter: true, Split: 2},
+	}
+	for i, op := range ops {
+		c, at, ok := convOf(op)
+		if !ok {
+			t.Fatalf("op %d (%s) is not covered", i, op.Shape())
+		}
+		if err := c.Check(); err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+		oh, ow := op.Out()
+		if c2h, c2w := c.Out(); c2h != oh || c2w != ow || c.R != op.R || c.Pad != op.Pad || c.Split != op.Split || c.Bias != op.Bias || c.Accumulate != op.Residual {
+			t.Fatalf("op %d: %s for %s", i, c, op.Shape())
+		}
+		x, w, y := c.N*c.H*c.W*c.C, c.R*c.S*c.C*c.OutC, c.N*oh*ow*c.OutC
+		want := map[gpu.ConvPass][3]int{gpu.ConvForward: {x, w, y}, gpu.ConvData: {y, w, x}, gpu.ConvFilter: {x, y, w * max(c.Split, 1)}}[c.Pass]
+		ts, err := Tensors(op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, n := range want {
+			if got := ts[at[j]].Elems; got != n {
+				t.Errorf("op %d (%s): operand %d is tensor %d (%s) of %d values, want %d", i, c, j, at[j], ts[at[j]].Name, got, n)
+			}
+		}
+		if ts[at[2]].Role != Output {
+			t.Errorf("op %d: D is tensor %d (%s), not the output", i, at[2], ts[at[2]].Name)
+		}
+		if op.Residual && ts[at[4]].Elems != y {
+			t.Errorf("op %d: the residual is tensor %d of %d values, want %d", i, at[4], ts[at[4]].Elems, y)
+		}
+		if op.Bias && ts[at[3]].Elems != c.OutC {
+			t.Errorf("op %d: the bias is tensor %d of %d values, want %d", i, at[3], ts[at[3]].Elems, c.OutC)
+		}
+	}
+	for _, op := range blasOps() {
+		if _, _, ok := convOf(op); ok {
+			if _, _, mm := matmulOf(op); mm {
+				continue // a 1x1 product: matmulOf answers first
+			}
+			t.Errorf("%s is a convolution for the BLAS and not a product", op.Shape())
+		}
 	}
 }

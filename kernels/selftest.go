@@ -142,6 +142,11 @@ func checkOps() []Op {
 		Conv2D{N: 2, H: 7, W: 7, C: 64, OutC: 96, R: 1, S: 1, Stride: 1, In: BF16, BackwardData: true},
 		Conv2D{N: 2, H: 7, W: 7, C: 64, OutC: 96, R: 1, S: 1, Stride: 1, In: BF16, BackwardFilter: true},
 		Conv2D{N: 4, H: 7, W: 7, C: 64, OutC: 96, R: 1, S: 1, Stride: 1, In: BF16, BackwardFilter: true, Split: 2},
+		// Larger filters and strides, which the BLAS runs as convolutions
+		// (patches gathered, products, patch gradients summed back).
+		Conv2D{N: 2, H: 14, W: 14, C: 16, OutC: 32, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16, Bias: true, BiasType: BF16, Act: ActReLU, Residual: true},
+		Conv2D{N: 4, H: 9, W: 9, C: 16, OutC: 24, R: 3, S: 3, Stride: 2, Pad: 1, In: BF16, BackwardFilter: true, Split: 2},
+		Conv2D{N: 2, H: 8, W: 8, C: 16, OutC: 24, R: 1, S: 1, Stride: 2, In: BF16, BackwardData: true},
 		Depthwise{N: 2, H: 13, W: 13, C: 24, R: 3, S: 3, Stride: 2, Pad: 1, In: F16, Act: ActReLU6},
 		Elementwise{Name: "bias_act", Elems: 5000, Inputs: 1, In: BF16, Act: ActGELU, Cols: 40},
 		Elementwise{Name: "add", Elems: 4099, Inputs: 2, In: F32, Act: ActReLU},
@@ -233,7 +238,7 @@ func backendOf(dev gpu.Device) string {
 // reported as a passing check with the refusal in its note, since the
 // library then runs its own kernel.
 func (r *runner) checkBLAS(rep *Report, op Op, b Buffers, next func() uint64) error {
-	if _, _, ok := matmulOf(op); !ok {
+	if !blasCovers(op) {
 		return nil
 	}
 	blas := r.blasLibrary()

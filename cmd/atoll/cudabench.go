@@ -97,6 +97,9 @@ var (
 // Matmul forwards the device's BLAS (gpu.BLAS).
 func (s sharedDevice) Matmul(m gpu.Matmul) (gpu.Func, error) { return gpu.MatmulOn(s.Device, m) }
 
+// Conv forwards the device's BLAS (gpu.BLAS).
+func (s sharedDevice) Conv(c gpu.Conv) (gpu.Func, error) { return gpu.ConvOn(s.Device, c) }
+
 // BLASName forwards the device's BLAS name.
 func (s sharedDevice) BLASName() string { return gpu.BLASNameOf(s.Device) }
 

@@ -195,8 +195,13 @@ type blasState struct {
 	handle uintptr
 	pref   uintptr
 	plans  map[gpu.Matmul]gpu.Func
+	convs  map[gpu.Conv]gpu.Func
 	arena  [][]byte // mmapped pages holding matmulMem records
 	used   int      // records used in the last page
+
+	// The convolutions' gather and scatter kernels (conv.go), loaded by
+	// the first Conv.
+	im2col8, im2col1, col2im8, col2im1 gpu.Func
 }
 
 var _ gpu.BLAS = (*Device)(nil)
@@ -263,7 +268,7 @@ func (d *Device) blas() (*blasState, error) {
 	if err := d.use(0); err != nil {
 		return nil, err
 	}
-	b := &blasState{lib: l, plans: map[gpu.Matmul]gpu.Func{}}
+	b := &blasState{lib: l, plans: map[gpu.Matmul]gpu.Func{}, convs: map[gpu.Conv]gpu.Func{}}
 	if err := blasCheck("cublasLtCreate", uintptr(d.drv.call(l.create, uintptr(unsafe.Pointer(&b.handle)))), ""); err != nil {
 		return nil, err
 	}
@@ -396,7 +401,11 @@ func (d *Device) newMatmul(b *blasState, m gpu.Matmul) (*matmulRec, error) {
 	if err := layout(&r.la, m.In, br, bc, br, m.StrideB); err != nil {
 		return nil, err
 	}
-	if err := layout(&r.lb, m.In, ar, ac, ar, m.StrideA); err != nil {
+	lda := ar
+	if m.LdA != 0 {
+		lda = m.LdA
+	}
+	if err := layout(&r.lb, m.In, ar, ac, lda, m.StrideA); err != nil {
 		return nil, err
 	}
 	if err := layout(&r.lc, m.Out, m.N, m.M, m.N, m.StrideD); err != nil {
@@ -431,7 +440,7 @@ func (d *Device) launchMatmul(c int32, sh uintptr, ws gpu.Ptr, r *matmulRec, l *
 	if len(args) != gpu.MatmulArgBytes {
 		return fmt.Errorf("%w: cuda: %q: a matmul launch packs %d bytes of operands (gpu.MatmulArgs: %d)", gpu.ErrInvalidLaunch, l.Name, len(args), gpu.MatmulArgBytes)
 	}
-	p := func(i int) uintptr { return uintptr(*(*uint64)(unsafe.Pointer(&args[8*i]))) }
+	p := func(i int) gpu.Ptr { return gpu.Ptr(*(*uint64)(unsafe.Pointer(&args[8*i]))) }
 	A, B, D, bias, C := p(0), p(1), p(2), p(3), p(4)
 	if A == 0 || B == 0 || D == 0 || (r.m.Bias && bias == 0) || (r.m.Accumulate && C == 0) {
 		return fmt.Errorf("%w: cuda: %q: a null operand (A %#x B %#x D %#x bias %#x C %#x)", gpu.ErrInvalidLaunch, l.Name, A, B, D, bias, C)
@@ -439,19 +448,25 @@ func (d *Device) launchMatmul(c int32, sh uintptr, ws gpu.Ptr, r *matmulRec, l *
 	if C == 0 {
 		C = D
 	}
+	return d.matmulOn(c, sh, ws, r, A, B, D, bias, C, l.Name)
+}
+
+// matmulOn enqueues r over the given operands (C non-zero) on stream sh of
+// context c with ws (blasWorkspace bytes) as the workspace.
+func (d *Device) matmulOn(c int32, sh uintptr, ws gpu.Ptr, r *matmulRec, A, B, D, bias, C gpu.Ptr, name string) error {
 	if err := d.use(c); err != nil {
 		return err
 	}
 	b, mem := d.bl, r.mm
 	if r.m.Bias && uint64(bias) != mem.bias {
 		mem.bias = uint64(bias)
-		if err := blasCheck("cublasLtMatmulDescSetAttribute", uintptr(d.fast(b.lib.descSetAttribute, r.desc, descBiasPointer, uintptr(unsafe.Pointer(&mem.bias)), 8)), l.Name); err != nil {
+		if err := blasCheck("cublasLtMatmulDescSetAttribute", uintptr(d.fast(b.lib.descSetAttribute, r.desc, descBiasPointer, uintptr(unsafe.Pointer(&mem.bias)), 8)), name); err != nil {
 			return err
 		}
 	}
-	st := d.fast(b.lib.matmul, b.handle, r.desc, uintptr(unsafe.Pointer(&mem.alpha)), B, r.la, A, r.lb,
-		uintptr(unsafe.Pointer(&mem.beta)), C, r.lc, D, r.ld, uintptr(unsafe.Pointer(&mem.algo[0])), uintptr(ws), blasWorkspace, sh)
-	return blasCheck("cublasLtMatmul", uintptr(uint32(st)), l.Name)
+	st := d.fast(b.lib.matmul, b.handle, r.desc, uintptr(unsafe.Pointer(&mem.alpha)), uintptr(B), r.la, uintptr(A), r.lb,
+		uintptr(unsafe.Pointer(&mem.beta)), uintptr(C), r.lc, uintptr(D), r.ld, uintptr(unsafe.Pointer(&mem.algo[0])), uintptr(ws), blasWorkspace, sh)
+	return blasCheck("cublasLtMatmul", uintptr(uint32(st)), name)
 }
 
 // blasWS returns the workspace at *ws, allocating it on first use.
@@ -494,6 +509,7 @@ func (d *Device) closeBLAS() {
 			d.freeMatmul(r)
 			d.funcs[i].matmul = nil
 		}
+		d.funcs[i].conv = nil // its products are funcs of their own
 	}
 	d.drv.call(l.prefDestroy, b.pref)
 	d.drv.call(l.destroy, b.handle)

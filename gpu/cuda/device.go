@@ -84,7 +84,7 @@ type streamRec struct {
 	h    uintptr
 	ctx  int32
 	live bool
-	ws   gpu.Ptr // cuBLASLt workspace, made by the stream's first product
+	ws   workspace // cuBLASLt's and the convolutions' workspaces, made by the stream's first product
 	// last is the time Time answered for the event of this stream
 	// recorded latest among those answered so far, lastSeq its record.
 	last    time.Duration
@@ -132,6 +132,7 @@ type funcRec struct {
 	regs       int
 	paramBytes int        // 0: unknown
 	matmul     *matmulRec // a cuBLASLt product (gpu.BLAS), not a kernel
+	conv       *convRec   // a convolution pass on cuBLASLt (gpu.BLAS), not a kernel
 }
 
 type allocRec struct {
@@ -562,7 +563,7 @@ func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 	if d.bl != nil {
 		// Products already run on cuBLASLt: give the stream its workspace
 		// now rather than at its first product, on the launch path.
-		if _, err := d.blasWS(&st.ws); err != nil {
+		if _, err := d.blasWS(&st.ws.blas); err != nil {
 			_ = d.drv.call(d.drv.cuStreamDestroy, h)
 			return 0, err
 		}
@@ -589,11 +590,8 @@ func (d *Device) DestroyStream(s gpu.Stream) error {
 	}
 	st.live = false
 	err = check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, st.h))
-	if st.ws != 0 {
-		if ferr := d.Free(st.ws); err == nil {
-			err = ferr
-		}
-		st.ws = 0
+	if ferr := d.freeWorkspace(&st.ws); err == nil {
+		err = ferr
 	}
 	return err
 }

@@ -59,7 +59,7 @@ type graphRec struct {
 	ctx    int32
 	events []gpu.Event
 	live   bool
-	ws     gpu.Ptr // the cuBLASLt workspace its products use (0: none)
+	ws     workspace // the workspaces its products and convolutions use
 }
 
 var _ gpu.Grapher = (*Device)(nil)
@@ -122,20 +122,21 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 	}
 	// Products get a workspace of their own graph: replays of different
 	// graphs run concurrently on different streams.
-	var ws gpu.Ptr
+	var ws workspace
+	defer func() { _ = d.freeWorkspace(&ws) }() // unless handed to a graph
 	for _, s := range steps {
-		if f := &d.funcs[s.Launch.Func]; f.matmul != nil {
-			if _, err := d.blasWS(&ws); err != nil {
+		f := &d.funcs[s.Launch.Func]
+		if f.matmul != nil || f.conv != nil {
+			if _, err := d.blasWS(&ws.blas); err != nil {
 				return 0, err
 			}
-			break
+		}
+		if f.conv != nil {
+			if _, err := d.colWS(&ws.col); err != nil {
+				return 0, err
+			}
 		}
 	}
-	defer func() {
-		if ws != 0 { // not handed to a graph
-			_ = d.Free(ws)
-		}
-	}()
 	var capErr error
 	for i, s := range steps {
 		if capErr = d.launchOn(c, cr.capStr, &ws, s.Launch); capErr != nil {
@@ -161,7 +162,7 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 		capErr = check("cuGraphInstantiateWithFlags", d.drv.call(g.cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&exec)), graph, 0))
 		if capErr == nil {
 			d.graphs = append(d.graphs, graphRec{exec: exec, ctx: c, events: evs, live: true, ws: ws})
-			ws = 0
+			ws = workspace{}
 		}
 	}
 	if graph != 0 {
@@ -227,11 +228,8 @@ func (d *Device) DestroyGraph(g gpu.Graph) error {
 		return err
 	}
 	err = check("cuGraphExecDestroy", d.fast(d.drv.graph.cuGraphExecDestroy, gr.exec))
-	if gr.ws != 0 {
-		if ferr := d.Free(gr.ws); err == nil {
-			err = ferr
-		}
-		gr.ws = 0
+	if ferr := d.freeWorkspace(&gr.ws); err == nil {
+		err = ferr
 	}
 	return err
 }

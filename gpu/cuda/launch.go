@@ -120,19 +120,22 @@ func (d *Device) checkLaunch(l *gpu.Launch) (*funcRec, error) {
 }
 
 // launchOn enqueues l on stream sh of context c (or records it into a graph
-// while sh is capturing). ws is the stream's cuBLASLt workspace, made on
-// first use by a product.
-func (d *Device) launchOn(c int32, sh uintptr, ws *gpu.Ptr, l *gpu.Launch) error {
+// while sh is capturing). ws is the stream's workspace for products and
+// convolutions, made on first use.
+func (d *Device) launchOn(c int32, sh uintptr, ws *workspace, l *gpu.Launch) error {
 	f, err := d.checkLaunch(l)
 	if err != nil {
 		return err
 	}
 	if f.matmul != nil {
-		w, err := d.blasWS(ws)
+		w, err := d.blasWS(&ws.blas)
 		if err != nil {
 			return err
 		}
 		return d.launchMatmul(c, sh, w, f.matmul, l)
+	}
+	if f.conv != nil {
+		return d.launchConv(c, sh, ws, f.conv, l)
 	}
 	h := f.native[c]
 	if h == 0 {

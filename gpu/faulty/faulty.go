@@ -36,7 +36,7 @@ var Methods = []string{
 	"Wait", "NewContext", "NewPartition", "NewStream", "DestroyStream", "LoadModule", "Function",
 	"Alloc", "Free", "CopyToDevice", "CopyFromDevice", "Memset32", "NewHostWords",
 	"Launch", "NewEvent", "DestroyEvent", "Record", "Query", "Time",
-	"NewGraph", "LaunchGraph", "DestroyGraph", "Matmul", "Close",
+	"NewGraph", "LaunchGraph", "DestroyGraph", "Matmul", "Conv", "Close",
 }
 
 // Rule decides whether a call fails: call is its 1-based index among all

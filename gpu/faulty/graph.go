@@ -84,5 +84,13 @@ func (f *Device) Matmul(m gpu.Matmul) (gpu.Func, error) {
 	return gpu.MatmulOn(f.inner, m)
 }
 
+// Conv forwards to the wrapped device, as Matmul does.
+func (f *Device) Conv(c gpu.Conv) (gpu.Func, error) {
+	if err := f.enter("Conv"); err != nil {
+		return 0, err
+	}
+	return gpu.ConvOn(f.inner, c)
+}
+
 // BLASName forwards to the wrapped device.
 func (f *Device) BLASName() string { return gpu.BLASNameOf(f.inner) }

@@ -24,6 +24,20 @@ func (d *Device) Matmul(m gpu.Matmul) (gpu.Func, error) {
 	return (&module{d: d}).Function("cublasLt " + m.String())
 }
 
+// Conv implements gpu.BLAS when Config.BLAS is set, as Matmul does.
+func (d *Device) Conv(c gpu.Conv) (gpu.Func, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	if !d.cfg.BLAS {
+		return 0, fmt.Errorf("%w: sim: no BLAS (Config.BLAS is off)", errors.ErrUnsupported)
+	}
+	if err := c.Check(); err != nil {
+		return 0, err
+	}
+	return (&module{d: d}).Function("cublasLt conv " + c.String())
+}
+
 // BLASName implements gpu.BLAS.
 func (d *Device) BLASName() string {
 	if !d.cfg.BLAS {

@@ -13,11 +13,14 @@
 #   ATOLL_CUBLASLT=off SPEED_PROFILE_ARGS=--no-scaling tools/gpu/speed.sh OUT ...
 #       # atoll's own kernels only (no cuBLASLt); extra `atoll profile` flags
 #
+#   ATOLL=bin/old/atoll SPEED_TORCH=0 tools/gpu/speed.sh OUT ...   # another build
+#
 # Writes OUT/profiles/<gpu>/<model>-bs<N>.json, OUT/profile.log,
 # OUT/torch-speed.json and OUT/speed.md (SPEED_TORCH=0: the profiles only;
 # they are the zoo's built-in profiles for that GPU, profiles/<gpu>/). Needs bin/atoll (make gpu-build)
 # and python3 with torch, torchvision and transformers.
 set -uo pipefail
+atoll=${ATOLL:-bin/atoll} # ATOLL=path: another build (an A/B of two builds into two OUTs)
 out=${1:?usage: tools/gpu/speed.sh OUT [MODEL:BATCH ...]}
 shift
 models=("$@")
@@ -33,7 +36,7 @@ for mb in "${models[@]}"; do
 	f=$out/profiles/$gpu/$m-bs$b.json
 	[ -f "$f" ] && continue
 	echo "== $(date +%T) $m bs$b" >> "$out/profile.log"
-	timeout 170 bin/atoll profile --model "$m" --batch "$b" --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
+	timeout 170 "$atoll" profile --model "$m" --batch "$b" --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
 	echo "rc=$?" >> "$out/profile.log"
 done
 # SPEED_LOAD=1: each inference model alone at load 0.9 for 30 s through the
@@ -51,7 +54,7 @@ if [ "${SPEED_LOAD:-0}" = 1 ]; then
 			f=$out/alone-$m-bs$b-0.9.json
 			[ "$g" = true ] || f=$out/alone-$m-bs$b-0.9-graphs-$g.json
 			[ -f "$f" ] && continue
-			"${profs[@]}" timeout 150 bin/atoll bench --backend cuda --be none --policy atoll --hp-graphs="$g" \
+			"${profs[@]}" timeout 150 "$atoll" bench --backend cuda --be none --policy atoll --hp-graphs="$g" \
 				--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
 			echo "$m bs$b graphs=$g rc=$?" >> "$out/alone.log"
 		done
