@@ -43,6 +43,15 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 	if within != f.Within || runs != f.Runs || len(f.Policies) != 4 {
 		t.Errorf("per policy %d of %d runs over %d policies, overall %d of %d", within, runs, len(f.Policies), f.Within, f.Runs)
 	}
+	gpu, err = bench.ReadMatrixDir("../../results/matrix-h100-conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sim, err = bench.ReadMatrixDir("../../results/matrix-sim-h100-conv"); err != nil {
+		t.Fatal(err)
+	}
+	c := bench.FidelitySummary(gpu, sim)
+	want = append(want, fmt.Sprintf("HP p99 was off by a median %.0f %% and its BE throughput by a median %.0f %%", c.MedianP99*100, c.MedianBE*100))
 	note := strings.Join(strings.Fields(simulatedNote), " ")
 	for _, w := range want {
 		if !strings.Contains(note, w) {

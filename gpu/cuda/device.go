@@ -71,9 +71,9 @@ type ctxRec struct {
 	next    uintptr // re-basing event, recorded once base is >1 s old
 	nextRec bool
 	// nextHost is the host clock when next was seen complete within
-	// hostAnchor of its record (its host time is known that well); -1
-	// otherwise.
-	nextHost time.Duration
+	// hostAnchor of its record, nextSpan how long that took (its host
+	// time is known to within half of it); nextHost is -1 otherwise.
+	nextHost, nextSpan time.Duration
 	// shift is the total of the steering steps applied at rebases: a
 	// completion's time read after them is shift-prevShift later than
 	// the same completion read before.

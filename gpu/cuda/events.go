@@ -333,11 +333,12 @@ func (d *Device) rebase(c int32) {
 		}
 		cr.nextRec, cr.nextHost = true, -1
 		// The copy stream is idle between uploads: the event completes
-		// within microseconds, and then its host time is known.
+		// within microseconds, and then its host time is known to within
+		// half the spin.
 		for d.Now()-t1 < hostAnchor {
 			if d.fast(d.drv.cuEventQuery, cr.next) == resultSuccess {
 				t2 := d.Now()
-				cr.nextHost = t1 + (t2-t1)/2
+				cr.nextHost, cr.nextSpan = t1+(t2-t1)/2, t2-t1
 				break
 			}
 		}
@@ -358,7 +359,7 @@ func (d *Device) rebase(c int32) {
 	// millisecond a minute on an H100. A step is bounded, so event times
 	// move by at most maxSteer across one rebase.
 	if cr.nextHost >= 0 {
-		step := min(max(cr.nextHost-at, -maxSteer), maxSteer)
+		step := steerStep(cr.nextHost-at, cr.nextSpan)
 		at += step
 		cr.shift += step
 		d.steered += step.Abs()
@@ -370,13 +371,30 @@ func (d *Device) rebase(c int32) {
 }
 
 // hostAnchor is how long rebase spins for its event to complete (so that
-// its host time is known to within half of it), and maxSteer the largest
-// correction of the GPU-derived clock toward the host's at one rebase
-// (about one a second: 200 ppm).
+// its host time is known to within half of it). An anchor found within
+// tightAnchor may correct the GPU-derived clock toward the host's by up to
+// maxSteer at one rebase (about one a second: 200 ppm); a looser one (the
+// host or the GPU busy: a training job's kernels, a stalled VM) by up to
+// looseSteer, still above the clocks' drift (tens of ppm), so the clock
+// keeps following the host's however busy the machine is, its error from
+// one loose anchor bounded by looseSteer.
 const (
-	hostAnchor = 20 * time.Microsecond
-	maxSteer   = 200 * time.Microsecond
+	hostAnchor  = 200 * time.Microsecond
+	tightAnchor = 20 * time.Microsecond
+	maxSteer    = 200 * time.Microsecond
+	looseSteer  = 50 * time.Microsecond
 )
+
+// steerStep is the correction rebase applies for an event clock offset
+// from the host's by off (host minus event), whose host time was found
+// within a spin of span.
+func steerStep(off, span time.Duration) time.Duration {
+	bound := maxSteer
+	if span > tightAnchor {
+		bound = looseSteer
+	}
+	return min(max(off, -bound), bound)
+}
 
 // ClockSteering reports how far rebases have moved the event clock toward
 // the host clock in total, and the largest single step.

@@ -1,6 +1,9 @@
 package cuda
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // Completion times asked in record order never run backwards within a
 // stream, even when a rebase steers the clock back between two readings;
@@ -24,5 +27,28 @@ func TestGiveKeepsStreamOrder(t *testing.T) {
 	}
 	if got := d.give(a0, 400); got != 400 {
 		t.Errorf("an earlier event asked last was moved to %v", got)
+	}
+}
+
+// A rebase corrects the event clock toward the host's by up to maxSteer
+// when its anchor was tight, by up to looseSteer when the spin took
+// longer (a busy host or GPU), and never past the offset itself.
+func TestSteerStep(t *testing.T) {
+	us := time.Microsecond
+	for _, c := range []struct{ off, span, want time.Duration }{
+		{30 * us, 5 * us, 30 * us},
+		{-30 * us, 5 * us, -30 * us},
+		{900 * us, 5 * us, maxSteer},
+		{-900 * us, 20 * us, -maxSteer},
+		{900 * us, 150 * us, looseSteer},
+		{-900 * us, 150 * us, -looseSteer},
+		{10 * us, 150 * us, 10 * us},
+	} {
+		if got := steerStep(c.off, c.span); got != c.want {
+			t.Errorf("steerStep(%v, %v) = %v, want %v", c.off, c.span, got, c.want)
+		}
+	}
+	if looseSteer <= 0 || looseSteer >= maxSteer || tightAnchor >= hostAnchor {
+		t.Errorf("looseSteer %v, maxSteer %v, tightAnchor %v, hostAnchor %v: want 0 < loose < max and tight < anchor", looseSteer, maxSteer, tightAnchor, hostAnchor)
 	}
 }
