@@ -103,7 +103,7 @@ type Report struct {
 	GraphLaunches int    `json:"graphLaunches,omitempty"`
 	HPGraphs      string `json:"hpGraphs,omitempty"`
 	// BLAS is the vendor library the device ran whole launches of GEMMs
-	// and 1x1 convolutions on (gpu.Info.BLAS; "" for none).
+	// and convolutions on (gpu.Info.BLAS; "" for none).
 	BLAS string `json:"blas,omitempty"`
 	// GraphWaits are HP requests that waited in the driver for a graph
 	// instance; StaleGraphEvents the device's stale graph-event answers
@@ -293,7 +293,7 @@ func Describe(r *Report) string {
 	}
 	fmt.Fprintf(&b, "\nprofiles: %s; %.1f s per run after %.1f s warm-up, seed %d", w.Profiles, w.DurationSec, w.WarmupSec, w.Seed)
 	if r.BLAS != "" {
-		fmt.Fprintf(&b, "\nGEMMs and 1x1 convolutions: %s where launched whole; every other kernel atoll's own", r.BLAS)
+		fmt.Fprintf(&b, "\nGEMMs and convolutions (but depthwise): %s where launched whole; every other kernel and form atoll's own", r.BLAS)
 	}
 	switch {
 	case r.HPGraphs == "on":

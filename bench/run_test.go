@@ -202,7 +202,7 @@ func TestProfilesLabel(t *testing.T) {
 func TestDescribeSaysWhatRan(t *testing.T) {
 	r := &Report{Policy: "atoll", Backend: "cuda", Device: "NVIDIA H200", BLAS: "cuBLASLt 13.1.0", HPGraphs: "on", GraphLaunches: 7}
 	got := Describe(r)
-	for _, want := range []string{"GEMMs and 1x1 convolutions: cuBLASLt 13.1.0", "one graph each", "7 in the atoll run"} {
+	for _, want := range []string{"GEMMs and convolutions (but depthwise): cuBLASLt 13.1.0", "one graph each", "7 in the atoll run"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("header %q lacks %q", got, want)
 		}

@@ -37,7 +37,7 @@ memory % of peaks measured on this GPU first, class, SMs needed, and the
 duration at 8, 16, 33, 66 and all SMs (what padding needs). See
 docs/profiles.md, "Measuring".
 
-GEMMs and 1x1 convolutions are timed as they will run: on cuBLASLt when it
+GEMMs and convolutions (but depthwise) are timed as they will run: on cuBLASLt when it
 is found (tagged "blas" in the profile), on atoll's own kernels with
 ATOLL_CUBLASLT=off. Profile and run the same way: a GPU run refuses a
 profile that timed kernels on cuBLASLt where it would run them on atoll's
