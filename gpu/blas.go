@@ -106,16 +106,23 @@ func (m Matmul) String() string {
 	if m.Batch > 1 {
 		s += fmt.Sprintf(" batch=%d", m.Batch)
 	}
-	if m.Bias {
+	return s + epilogueString(m.Bias, m.BiasType, m.Accumulate, m.Act)
+}
+
+// epilogueString names a product's epilogue: bias (and its type when not
+// f32), accumulation, activation.
+func epilogueString(bias bool, biasType ElemType, accumulate bool, act Epilogue) string {
+	s := ""
+	if bias {
 		s += " +bias"
-		if m.BiasType != 0 && m.BiasType != F32 {
-			s += "(" + m.BiasType.String() + ")"
+		if biasType != 0 && biasType != F32 {
+			s += "(" + biasType.String() + ")"
 		}
 	}
-	if m.Accumulate {
+	if accumulate {
 		s += " +C"
 	}
-	switch m.Act {
+	switch act {
 	case EpiReLU:
 		s += " relu"
 	case EpiGELU:
@@ -232,22 +239,7 @@ func (c Conv) String() string {
 	if c.Split > 0 {
 		s += fmt.Sprintf(" split=%d", c.Split)
 	}
-	if c.Bias {
-		s += " +bias"
-		if c.BiasType != 0 && c.BiasType != F32 {
-			s += "(" + c.BiasType.String() + ")"
-		}
-	}
-	if c.Accumulate {
-		s += " +C"
-	}
-	switch c.Act {
-	case EpiReLU:
-		s += " relu"
-	case EpiGELU:
-		s += " gelu"
-	}
-	return s
+	return s + epilogueString(c.Bias, c.BiasType, c.Accumulate, c.Act)
 }
 
 // BLAS is implemented by devices that run matrix products with a vendor

@@ -95,15 +95,7 @@ func matmulOf(op Op) (m gpu.Matmul, at [5]int, ok bool) {
 		}
 		bt, _ := elemType(o.BiasType)
 		m = gpu.Matmul{M: pixels, N: o.OutC, K: o.C, In: in, Out: in, Bias: o.Bias, BiasType: bt, Act: act, Accumulate: o.Residual}
-		i := 3
-		if o.Bias {
-			at[3] = i
-			i++
-		}
-		if o.Residual {
-			at[4] = i
-		}
-		return m, at, true
+		return m, epilogueOperands(o.Bias, o.Residual), true
 	}
 	return m, at, false
 }
@@ -137,15 +129,21 @@ func convOf(op Op) (c gpu.Conv, at [5]int, ok bool) {
 	}
 	c.BiasType, _ = elemType(o.BiasType)
 	c.Bias, c.Act, c.Accumulate = o.Bias, act, o.Residual
-	i := 3
-	if o.Bias {
+	return c, epilogueOperands(o.Bias, o.Residual), true
+}
+
+// epilogueOperands is where a forward convolution's operands are among its
+// tensors (X, W, Y, then the bias and the residual when it has them).
+func epilogueOperands(bias, residual bool) [5]int {
+	at, i := [5]int{0, 1, 2, -1, -1}, 3
+	if bias {
 		at[3] = i
 		i++
 	}
-	if o.Residual {
+	if residual {
 		at[4] = i
 	}
-	return c, at, true
+	return at
 }
 
 // blasCovers reports whether a BLAS may run op's whole Plain launches (as

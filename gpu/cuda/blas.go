@@ -469,12 +469,17 @@ func (d *Device) matmulOn(c int32, sh uintptr, ws gpu.Ptr, r *matmulRec, A, B, D
 	return blasCheck("cublasLtMatmul", uintptr(uint32(st)), name)
 }
 
-// blasWS returns the workspace at *ws, allocating it on first use.
+// blasWS returns the cuBLASLt workspace at *ws, allocating it on first use.
 func (d *Device) blasWS(ws *gpu.Ptr) (gpu.Ptr, error) {
+	return d.lazyAlloc(ws, blasWorkspace, "cuBLASLt")
+}
+
+// lazyAlloc returns the workspace at *ws, allocating n bytes on first use.
+func (d *Device) lazyAlloc(ws *gpu.Ptr, n int64, what string) (gpu.Ptr, error) {
 	if *ws == 0 {
-		p, err := d.Alloc(blasWorkspace)
+		p, err := d.Alloc(n)
 		if err != nil {
-			return 0, fmt.Errorf("cuda: a cuBLASLt workspace of %d MiB: %w", blasWorkspace>>20, err)
+			return 0, fmt.Errorf("cuda: a %s workspace of %d MiB: %w", what, n>>20, err)
 		}
 		*ws = p
 	}

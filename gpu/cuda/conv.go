@@ -378,14 +378,7 @@ func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *g
 
 // colWS returns the patch workspace at *ws, allocating it on first use.
 func (d *Device) colWS(ws *gpu.Ptr) (gpu.Ptr, error) {
-	if *ws == 0 {
-		p, err := d.Alloc(colWorkspace)
-		if err != nil {
-			return 0, fmt.Errorf("cuda: a convolution workspace of %d MiB: %w", colWorkspace>>20, err)
-		}
-		*ws = p
-	}
-	return *ws, nil
+	return d.lazyAlloc(ws, colWorkspace, "convolution")
 }
 
 // workspace is the memory a stream's (or a graph's) vendor products use:
