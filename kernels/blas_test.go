@@ -229,6 +229,19 @@ func TestLibraryWithoutTheBLAS(t *testing.T) {
 	if l, err := flib.Launch(op, gpu.Plain, fb, Control{}); err != nil || !IsBLAS(l) {
 		t.Errorf("after the failure: %v, %v; want the BLAS launch", l, err)
 	}
+	// A failing Conv the same way.
+	conv := Conv2D{N: 1, H: 5, W: 5, C: 8, OutC: 8, R: 3, S: 3, Stride: 1, Pad: 1, In: BF16}
+	fd.FailMethod("Conv", 1)
+	cb, err := Alloc(fd, conv, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flib.Launch(conv, gpu.Plain, cb, Control{}); !errors.Is(err, gpu.ErrDriver) {
+		t.Errorf("a failing Conv gave %v; want the driver error", err)
+	}
+	if l, err := flib.Launch(conv, gpu.Plain, cb, Control{}); err != nil || !IsBLAS(l) {
+		t.Errorf("after the failure: %v, %v; want the BLAS launch", l, err)
+	}
 }
 
 // The convolution convOf hands a BLAS names the op's tensors in the roles

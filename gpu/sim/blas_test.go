@@ -42,4 +42,23 @@ func TestSimBLAS(t *testing.T) {
 	if d.Info().BLAS == "" {
 		t.Error("Info().BLAS is empty with Config.BLAS")
 	}
+	// Convolutions the same way.
+	c := gpu.Conv{N: 2, H: 8, W: 8, C: 16, OutC: 32, R: 3, S: 3, Stride: 1, Pad: 1, In: gpu.BF16}
+	if _, err := off.Conv(c); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("conv without Config.BLAS: %v, want errors.ErrUnsupported", err)
+	}
+	c1, err := d.Conv(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := d.Conv(c)
+	c.Pass = gpu.ConvData
+	c3, _ := d.Conv(c)
+	if c1 != c2 || c1 == c3 || c1 == f1 {
+		t.Errorf("conv Funcs %d %d %d (product %d): want the same convolution once, another pass apart", c1, c2, c3, f1)
+	}
+	c.Bias = true // a data pass has no bias
+	if _, err := d.Conv(c); !errors.Is(err, gpu.ErrInvalidLaunch) {
+		t.Errorf("a biased data pass: %v, want ErrInvalidLaunch", err)
+	}
 }
