@@ -1,19 +1,12 @@
 package exec_test
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"math"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"atoll/gpu"
-	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/models/exec"
@@ -49,99 +42,7 @@ var tinyGPUBERT = models.BERTConfig{Layers: 2, Hidden: 128, Heads: 4, FFN: 256, 
 // It prints the worst layers and writes the summary to $OUT/bert_train_gpu.txt.
 // Skipped without a GPU.
 func TestGPUBERTTrainStep(t *testing.T) {
-	var b strings.Builder
-	printed := 0
-	flush := func() {
-		fmt.Print(b.String()[printed:])
-		printed = b.Len()
-		if out := os.Getenv("OUT"); out != "" {
-			if werr := os.WriteFile(filepath.Join(out, "bert_train_gpu.txt"), []byte(b.String()), 0o644); werr != nil {
-				t.Errorf("writing the summary: %v", werr)
-			}
-		}
-	}
-	err := cuda.Run(0, func(d *cuda.Device) error {
-		fmt.Fprintf(&b, "device: %s, driver %s\n", d.Info().Name, d.Info().Driver)
-		lib := kernels.New(d)
-		gpuRun := func(in *exec.Instance) func(int) error {
-			return func(i int) error { return in.RunLayers(context.Background(), i, i+1) }
-		}
-		if err := tinyBERTCheck(d, lib, &b, gpuRun); err != nil {
-			t.Errorf("tiny BERT step: %v", err)
-			fmt.Fprintf(&b, "  FAIL tiny BERT step: %v\n", err)
-		}
-		flush()
-		if *bertModel != "" {
-			if err := gpuZooBERT(d, lib, &b); err != nil {
-				t.Errorf("%s: %v", *bertModel, err)
-				fmt.Fprintf(&b, "  FAIL %s: %v\n", *bertModel, err)
-			}
-		}
-		return nil
-	})
-	if errors.Is(err, gpu.ErrNoDevice) {
-		t.Skipf("no GPU: %v", err)
-	}
-	flush()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// bertStepErr is a BERT step's distance from the reference: the loss and
-// the Adam first moments (the gradients, scaled), median and worst.
-func bertStepErr(g *models.Graph, ref models.Activations, got func(string) ([]float64, error)) (stepErr, error) {
-	var s stepErr
-	out, err := got(g.Output)
-	if err != nil {
-		return s, err
-	}
-	s.loss = models.RelErr(out, ref[g.Output])
-	var es []float64
-	for _, tt := range g.Tensors {
-		if tt.Kind != models.KindState || !strings.HasPrefix(tt.Name, "adam.m:") {
-			continue
-		}
-		v, err := got(tt.Name)
-		if err != nil {
-			return s, err
-		}
-		e := models.RelErr(v, ref[tt.Name])
-		if math.IsNaN(e) {
-			e = math.Inf(1)
-		}
-		es = append(es, e)
-		if e > s.worst || s.worstName == "" {
-			s.worst, s.worstName = e, tt.Name
-		}
-	}
-	if len(es) == 0 {
-		return s, fmt.Errorf("%s has no Adam moments", g.Model)
-	}
-	slices.Sort(es)
-	s.median = es[len(es)/2]
-	return s, nil
-}
-
-// bertSpread is how far the CPU reference's own step moves when every
-// bf16 weight moves one ulp (the inputs are token ids: nothing to move).
-func bertSpread(g *models.Graph, w, inputs *models.Bundle, ref models.Activations, runs int) (stepErr, error) {
-	var s stepErr
-	for seed := range uint64(runs) {
-		alt, err := models.Reference(g, perturbUlp(w, seed+1), inputs)
-		if err != nil {
-			return s, err
-		}
-		e, err := bertStepErr(g, ref, func(n string) ([]float64, error) { return alt[n], nil })
-		if err != nil {
-			return s, err
-		}
-		s.loss, s.median = max(s.loss, e.loss), max(s.median, e.median)
-		if e.worst > s.worst {
-			s.worst, s.worstName = e.worst, e.worstName
-		}
-	}
-	return s, nil
+	gpuStepTest(t, "bert_train_gpu.txt", "tiny BERT step", tinyBERTCheck, *bertModel, gpuZooBERT)
 }
 
 // tinyBERTCheck runs the reduced BERT step on dev layer by layer through
@@ -176,11 +77,11 @@ func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, ste
 	if err != nil {
 		return err
 	}
-	dv, err := bertStepErr(g, ref, in.Read)
+	dv, err := compareStep(g, ref, in.Read, "adam.m:")
 	if err != nil {
 		return err
 	}
-	spread, err := bertSpread(g, w, inputs, ref, spreadRuns)
+	spread, err := ulpSpread(g, ref, spreadRuns, "adam.m:", weightsMoved(w, inputs))
 	if err != nil {
 		return err
 	}

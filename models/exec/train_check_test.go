@@ -1,13 +1,19 @@
 package exec_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"testing"
 
 	"atoll/gpu"
+	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/models/exec"
@@ -15,9 +21,10 @@ import (
 
 // This file holds the per-layer checks of a training step (each layer's
 // device outputs against the CPU computed from that layer's device
-// inputs) and the measure of how sensitive a whole step is to one bf16 ulp
-// (the CPU against itself), which TestGPUTrainStep uses and the simulator
-// tests below exercise.
+// inputs), the measure of how sensitive a whole step is to one bf16 ulp
+// (the CPU against itself), and the driver of the GPU step tests, which
+// TestGPUTrainStep and TestGPUBERTTrainStep use and the simulator tests
+// exercise.
 
 // layerErr is one output of one layer against the CPU from the layer's
 // device inputs.
@@ -293,8 +300,10 @@ func (s stepErr) String() string {
 	return fmt.Sprintf("loss %.3g; momenta median %.3g worst %.3g (%s)", s.loss, s.median, s.worst, s.worstName)
 }
 
-// compareStep measures got (read by name) against ref.
-func compareStep(g *models.Graph, ref models.Activations, got func(string) ([]float64, error)) (stepErr, error) {
+// compareStep measures got (read by name) against ref: the loss, and the
+// optimizer state tensors whose names start with state ("" for all of
+// them: SGD's momenta; "adam.m:" for Adam's first moments).
+func compareStep(g *models.Graph, ref models.Activations, got func(string) ([]float64, error), state string) (stepErr, error) {
 	var s stepErr
 	out, err := got(g.Output)
 	if err != nil {
@@ -303,7 +312,7 @@ func compareStep(g *models.Graph, ref models.Activations, got func(string) ([]fl
 	s.loss = models.RelErr(out, ref[g.Output])
 	var es []float64
 	for _, tt := range g.Tensors {
-		if tt.Kind != models.KindState {
+		if tt.Kind != models.KindState || !strings.HasPrefix(tt.Name, state) {
 			continue
 		}
 		v, err := got(tt.Name)
@@ -320,27 +329,29 @@ func compareStep(g *models.Graph, ref models.Activations, got func(string) ([]fl
 		}
 	}
 	if len(es) == 0 {
-		return s, fmt.Errorf("%s has no optimizer state", g.Model)
+		return s, fmt.Errorf("%s has no optimizer state %q", g.Model, state+"*")
 	}
 	slices.Sort(es)
 	s.median = es[len(es)/2]
 	return s, nil
 }
 
-// ulpSpread is how far the CPU reference's own step moves when the inputs
-// move by one bf16 ulp (perturbUlp, seeds 1..runs): the largest loss,
-// median and worst momentum errors over the runs. A device step whose
-// kernels are right, but round at other points than the CPU (fp32
-// accumulation order, so an occasional bf16 output one ulp apart), cannot
-// be expected to come closer to the reference than this.
-func ulpSpread(g *models.Graph, w, inputs *models.Bundle, ref models.Activations, runs int) (stepErr, error) {
+// ulpSpread is how far the CPU reference's own step moves when what moved
+// gives (for seeds 1..runs) moves its weights or inputs by one bf16 ulp
+// (perturbUlp): the largest loss, median and worst state errors over the
+// runs (compareStep with state). A device step whose kernels are right, but
+// round at other points than the CPU (fp32 accumulation order, so an
+// occasional bf16 output one ulp apart), cannot be expected to come closer
+// to the reference than this.
+func ulpSpread(g *models.Graph, ref models.Activations, runs int, state string, moved func(seed uint64) (w, inputs *models.Bundle)) (stepErr, error) {
 	var s stepErr
 	for seed := range uint64(runs) {
-		alt, err := models.Reference(g, w, perturbUlp(inputs, seed+1))
+		w, inputs := moved(seed + 1)
+		alt, err := models.Reference(g, w, inputs)
 		if err != nil {
 			return s, err
 		}
-		e, err := compareStep(g, ref, func(n string) ([]float64, error) { return alt[n], nil })
+		e, err := compareStep(g, ref, func(n string) ([]float64, error) { return alt[n], nil }, state)
 		if err != nil {
 			return s, err
 		}
@@ -350,4 +361,61 @@ func ulpSpread(g *models.Graph, w, inputs *models.Bundle, ref models.Activations
 		}
 	}
 	return s, nil
+}
+
+// inputsMoved and weightsMoved are ulpSpread's two perturbations: the
+// step's inputs (images) or its weights (BERT's inputs are token ids,
+// nothing to move) one bf16 ulp away.
+func inputsMoved(w, inputs *models.Bundle) func(uint64) (*models.Bundle, *models.Bundle) {
+	return func(seed uint64) (*models.Bundle, *models.Bundle) { return w, perturbUlp(inputs, seed) }
+}
+
+func weightsMoved(w, inputs *models.Bundle) func(uint64) (*models.Bundle, *models.Bundle) {
+	return func(seed uint64) (*models.Bundle, *models.Bundle) { return perturbUlp(w, seed), inputs }
+}
+
+// gpuStepTest runs a training step check on GPU 0: tiny (a reduced step
+// run layer by layer), then, when model is named, zoo (the zoo step at full
+// size). The summary is printed as it grows and written to $OUT/file, so
+// that a check cut off by a timeout leaves what came before it. Skipped
+// without a GPU.
+func gpuStepTest(t *testing.T, file, tinyName string, tiny func(gpu.Device, *kernels.Library, *strings.Builder, func(*exec.Instance) func(int) error) error,
+	model string, zoo func(gpu.Device, *kernels.Library, *strings.Builder) error) {
+	var b strings.Builder
+	printed := 0
+	flush := func() {
+		fmt.Print(b.String()[printed:])
+		printed = b.Len()
+		if out := os.Getenv("OUT"); out != "" {
+			if werr := os.WriteFile(filepath.Join(out, file), []byte(b.String()), 0o644); werr != nil {
+				t.Errorf("writing the summary: %v", werr)
+			}
+		}
+	}
+	err := cuda.Run(0, func(d *cuda.Device) error {
+		fmt.Fprintf(&b, "device: %s, driver %s\n", d.Info().Name, d.Info().Driver)
+		lib := kernels.New(d)
+		gpuRun := func(in *exec.Instance) func(int) error {
+			return func(i int) error { return in.RunLayers(context.Background(), i, i+1) }
+		}
+		if err := tiny(d, lib, &b, gpuRun); err != nil {
+			t.Errorf("%s: %v", tinyName, err)
+			fmt.Fprintf(&b, "  FAIL %s: %v\n", tinyName, err)
+		}
+		flush()
+		if model != "" {
+			if err := zoo(d, lib, &b); err != nil {
+				t.Errorf("%s: %v", model, err)
+				fmt.Fprintf(&b, "  FAIL %s: %v\n", model, err)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, gpu.ErrNoDevice) {
+		t.Skipf("no GPU: %v", err)
+	}
+	flush()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -6,15 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"atoll/gpu"
-	"atoll/gpu/cuda"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/models/exec"
@@ -70,45 +67,7 @@ const (
 // It prints the worst layers and writes the summary to $OUT/train_gpu.txt.
 // Skipped without a GPU.
 func TestGPUTrainStep(t *testing.T) {
-	var b strings.Builder
-	printed := 0
-	// flush prints what b gained and rewrites the summary file, so that a
-	// step cut off by a timeout leaves what came before it.
-	flush := func() {
-		fmt.Print(b.String()[printed:])
-		printed = b.Len()
-		if out := os.Getenv("OUT"); out != "" {
-			if werr := os.WriteFile(filepath.Join(out, "train_gpu.txt"), []byte(b.String()), 0o644); werr != nil {
-				t.Errorf("writing the summary: %v", werr)
-			}
-		}
-	}
-	err := cuda.Run(0, func(d *cuda.Device) error {
-		fmt.Fprintf(&b, "device: %s, driver %s\n", d.Info().Name, d.Info().Driver)
-		lib := kernels.New(d)
-		gpuRun := func(in *exec.Instance) func(int) error {
-			return func(i int) error { return in.RunLayers(context.Background(), i, i+1) }
-		}
-		if err := tinyTrainCheck(d, lib, &b, gpuRun); err != nil {
-			t.Errorf("tiny step: %v", err)
-			fmt.Fprintf(&b, "  FAIL tiny step: %v\n", err)
-		}
-		flush()
-		if *trainModel != "" {
-			if err := gpuZooTrain(t, d, lib, &b); err != nil {
-				t.Errorf("%s: %v", *trainModel, err)
-				fmt.Fprintf(&b, "  FAIL %s: %v\n", *trainModel, err)
-			}
-		}
-		return nil
-	})
-	if errors.Is(err, gpu.ErrNoDevice) {
-		t.Skipf("no GPU: %v", err)
-	}
-	flush()
-	if err != nil {
-		t.Fatal(err)
-	}
+	gpuStepTest(t, "train_gpu.txt", "tiny step", tinyTrainCheck, *trainModel, gpuZooTrain)
 }
 
 // tinyTrainCheck runs the reduced step on dev layer by layer through
@@ -141,11 +100,11 @@ func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, st
 	if err != nil {
 		return err
 	}
-	dv, err := compareStep(g, ref, in.Read)
+	dv, err := compareStep(g, ref, in.Read, "")
 	if err != nil {
 		return err
 	}
-	spread, err := ulpSpread(g, w, inputs, ref, spreadRuns)
+	spread, err := ulpSpread(g, ref, spreadRuns, "", inputsMoved(w, inputs))
 	if err != nil {
 		return err
 	}
@@ -180,7 +139,7 @@ func stepVerdict(bad []layerErr, dv, spread stepErr, state string) error {
 // (a 2x2 final feature map; batch 8 gives split weight gradients).
 var tinyGPUTrain = models.ResNetConfig{Blocks: [4]int{2, 2, 2, 2}, Image: 64, Width: 16, Classes: 10, Train: true}
 
-func gpuZooTrain(t *testing.T, dev gpu.Device, lib *kernels.Library, b *strings.Builder) error {
+func gpuZooTrain(dev gpu.Device, lib *kernels.Library, b *strings.Builder) error {
 	return gpuZooStep(dev, lib, b, *trainModel, *trainBatch, *trainRuns, spotRef)
 }
 

@@ -304,14 +304,14 @@ func TestTrainingULPSpread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	self, err := compareStep(g, ref, func(n string) ([]float64, error) { return ref[n], nil })
+	self, err := compareStep(g, ref, func(n string) ([]float64, error) { return ref[n], nil }, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if self.loss != 0 || self.worst != 0 {
 		t.Errorf("reference vs itself: %v", self)
 	}
-	s, err := ulpSpread(g, w, inputs, ref, spreadRuns)
+	s, err := ulpSpread(g, ref, spreadRuns, "", inputsMoved(w, inputs))
 	if err != nil {
 		t.Fatal(err)
 	}
