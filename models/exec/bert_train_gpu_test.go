@@ -2,7 +2,6 @@ package exec_test
 
 import (
 	"flag"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -46,47 +45,15 @@ func TestGPUBERTTrainStep(t *testing.T) {
 }
 
 // tinyBERTCheck runs the reduced BERT step on dev layer by layer through
-// step(in)(i) and checks it (per layer, then whole), writing the summary
-// to b.
+// step(in)(i) and checks it (tinyStepCheck: Adam's first moments, the
+// weights moved for the spread: the inputs are token ids).
 func tinyBERTCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, step func(*exec.Instance) func(int) error) error {
 	m, err := models.NewBERT("tiny-bert-train", tinyGPUBERT)
 	if err != nil {
 		return err
 	}
-	g, err := m.Graph(4)
-	if err != nil {
-		return err
-	}
-	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
-	in, err := exec.New(dev, lib, g, w, inputs)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if in.Runnable() != len(g.Layers) {
-		return in.Err(in.Runnable())
-	}
-	errs, err := checkedStep(dev, in, step(in), func(int) refFn { return fullRef })
-	if err != nil {
-		return err
-	}
-	sum, bad := worstLayers(errs, 8, tolTrainSpot)
-	fmt.Fprintf(b, "%s batch %d: %d layers on the GPU, run one by one; each vs the CPU from its device inputs: %d outputs, %d above %g\n%s\n",
-		g.Model, g.Batch, len(g.Layers), len(errs), len(bad), tolTrainSpot, sum)
-	ref, err := models.Reference(g, w, inputs)
-	if err != nil {
-		return err
-	}
-	dv, err := compareStep(g, ref, in.Read, "adam.m:")
-	if err != nil {
-		return err
-	}
-	spread, err := ulpSpread(g, ref, spreadRuns, "adam.m:", weightsMoved(w, inputs))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(b, "  whole step vs CPU reference (Adam m = 0.1 x gradients): %v\n  CPU vs itself, weights moved 1 bf16 ulp (%d runs, largest): %v\n", dv, spreadRuns, spread)
-	return stepVerdict(bad, dv, spread, "gradient")
+	return tinyStepCheck(dev, lib, b, step, tinyStep{model: m, batch: 4, state: "adam.m:", compared: " (Adam m = 0.1 x gradients)",
+		moved: weightsMoved, movedWhat: "weights", verdict: "gradient"})
 }
 
 // bertSpotRef is how the full-size check recomputes op: spotRef's choice

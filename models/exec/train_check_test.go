@@ -374,6 +374,58 @@ func weightsMoved(w, inputs *models.Bundle) func(uint64) (*models.Bundle, *model
 	return func(seed uint64) (*models.Bundle, *models.Bundle) { return perturbUlp(w, seed), inputs }
 }
 
+// tinyStep is a reduced training step tinyStepCheck checks: the model and
+// batch, the optimizer state compared (compareStep's prefix) and how it is
+// named in the summary and the verdict, and what the one-ulp spread moves.
+type tinyStep struct {
+	model              models.Model
+	batch              int
+	state, compared    string
+	moved              func(w, inputs *models.Bundle) func(uint64) (*models.Bundle, *models.Bundle)
+	movedWhat, verdict string
+}
+
+// tinyStepCheck runs c's step on dev layer by layer through step(in)(i)
+// and checks it: every layer against its kernel's CPU reference from its
+// device inputs, then the whole step against models.Reference within the
+// CPU's own one-ulp spread (stepVerdict); the summary goes to b.
+func tinyStepCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, step func(*exec.Instance) func(int) error, c tinyStep) error {
+	g, err := c.model.Graph(c.batch)
+	if err != nil {
+		return err
+	}
+	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
+	in, err := exec.New(dev, lib, g, w, inputs)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if in.Runnable() != len(g.Layers) {
+		return in.Err(in.Runnable())
+	}
+	errs, err := checkedStep(dev, in, step(in), func(int) refFn { return fullRef })
+	if err != nil {
+		return err
+	}
+	sum, bad := worstLayers(errs, 8, tolTrainSpot)
+	fmt.Fprintf(b, "%s batch %d: %d layers on the GPU, run one by one; each vs the CPU from its device inputs: %d outputs, %d above %g\n%s\n",
+		g.Model, g.Batch, len(g.Layers), len(errs), len(bad), tolTrainSpot, sum)
+	ref, err := models.Reference(g, w, inputs)
+	if err != nil {
+		return err
+	}
+	dv, err := compareStep(g, ref, in.Read, c.state)
+	if err != nil {
+		return err
+	}
+	spread, err := ulpSpread(g, ref, spreadRuns, c.state, c.moved(w, inputs))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "  whole step vs CPU reference%s: %v\n  CPU vs itself, %s moved 1 bf16 ulp (%d runs, largest): %v\n", c.compared, dv, c.movedWhat, spreadRuns, spread)
+	return stepVerdict(bad, dv, spread, c.verdict)
+}
+
 // gpuStepTest runs a training step check on GPU 0: tiny (a reduced step
 // run layer by layer), then, when model is named, zoo (the zoo step at full
 // size). The summary is printed as it grows and written to $OUT/file, so

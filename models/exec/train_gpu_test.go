@@ -70,46 +70,15 @@ func TestGPUTrainStep(t *testing.T) {
 	gpuStepTest(t, "train_gpu.txt", "tiny step", tinyTrainCheck, *trainModel, gpuZooTrain)
 }
 
-// tinyTrainCheck runs the reduced step on dev layer by layer through
-// step(in)(i) and checks it (per layer, then whole), writing the summary to
-// b.
+// tinyTrainCheck runs the reduced ResNet step on dev layer by layer
+// through step(in)(i) and checks it (tinyStepCheck: SGD's momenta, inputs
+// moved for the spread).
 func tinyTrainCheck(dev gpu.Device, lib *kernels.Library, b *strings.Builder, step func(*exec.Instance) func(int) error) error {
 	m, err := models.NewResNet("tiny-resnet-train", tinyGPUTrain)
 	if err != nil {
 		return err
 	}
-	g, err := m.Graph(8)
-	if err != nil {
-		return err
-	}
-	w, inputs := models.InitWeights(g, 1), models.InitInputs(g, 2)
-	in, err := exec.New(dev, lib, g, w, inputs)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	errs, err := checkedStep(dev, in, step(in), func(int) refFn { return fullRef })
-	if err != nil {
-		return err
-	}
-	sum, bad := worstLayers(errs, 8, tolTrainSpot)
-	fmt.Fprintf(b, "%s batch %d: %d layers on the GPU, run one by one; each vs the CPU from its device inputs: %d outputs, %d above %g\n%s\n",
-		g.Model, g.Batch, len(g.Layers), len(errs), len(bad), tolTrainSpot, sum)
-
-	ref, err := models.Reference(g, w, inputs)
-	if err != nil {
-		return err
-	}
-	dv, err := compareStep(g, ref, in.Read, "")
-	if err != nil {
-		return err
-	}
-	spread, err := ulpSpread(g, ref, spreadRuns, "", inputsMoved(w, inputs))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(b, "  whole step vs CPU reference: %v\n  CPU vs itself, input moved 1 bf16 ulp (%d runs, largest): %v\n", dv, spreadRuns, spread)
-	return stepVerdict(bad, dv, spread, "momentum")
+	return tinyStepCheck(dev, lib, b, step, tinyStep{model: m, batch: 8, moved: inputsMoved, movedWhat: "input", verdict: "momentum"})
 }
 
 // stepVerdict fails a reduced training step on any layer output above
