@@ -165,6 +165,45 @@ func checkMatmul(t *testing.T, d *Device, m gpu.Matmul, launch func(l *gpu.Launc
 	}
 }
 
+// onStream runs a launch on st to completion.
+func onStream(t *testing.T, d *Device, st gpu.Stream) func(*gpu.Launch) {
+	return func(l *gpu.Launch) {
+		must(t, d.Launch(st, l))
+		must(t, d.Synchronize())
+	}
+}
+
+// inGraph runs a launch as a one-step CUDA graph replayed on s, to
+// completion.
+func inGraph(t *testing.T, d *Device, s gpu.Stream) func(*gpu.Launch) {
+	e, err := d.NewEvent()
+	must(t, err)
+	return func(l *gpu.Launch) {
+		g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: l, Event: e}})
+		must(t, err)
+		must(t, d.LaunchGraph(g, s))
+		must(t, d.Synchronize())
+		must(t, d.DestroyGraph(g))
+	}
+}
+
+// onPartition calls check with launches on a stream of a 64-SM partition
+// (a green context), where the device makes one.
+func onPartition(t *testing.T, d *Device, check func(launch func(*gpu.Launch))) {
+	if err := gpu.CheckPartition(d.Info().Spec, 64); err != nil {
+		return
+	}
+	c, err := d.NewPartition(64)
+	if err != nil {
+		t.Logf("no partition here (%v): skipped", err)
+		return
+	}
+	ps, err := d.NewStream(gpu.StreamOptions{Context: c, Priority: d.Info().Priorities.Least})
+	must(t, err)
+	check(onStream(t, d, ps))
+	must(t, d.DestroyStream(ps))
+}
+
 // cuBLASLt's products match a float64 product of the same inputs, for every
 // operand layout the kernels library asks for, launched on a stream, from a
 // CUDA graph and on a green context's stream.
@@ -176,12 +215,6 @@ func TestGPUMatmul(t *testing.T) {
 	t.Logf("BLAS: %s", d.BLASName())
 	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Least})
 	must(t, err)
-	onStream := func(st gpu.Stream) func(l *gpu.Launch) {
-		return func(l *gpu.Launch) {
-			must(t, d.Launch(st, l))
-			must(t, d.Synchronize())
-		}
-	}
 	cases := []gpu.Matmul{
 		{M: 70, N: 48, K: 96, In: gpu.BF16, Out: gpu.F32},
 		{M: 70, N: 48, K: 96, In: gpu.BF16, Out: gpu.BF16, Act: gpu.EpiReLU, Accumulate: true},
@@ -192,7 +225,7 @@ func TestGPUMatmul(t *testing.T) {
 		{M: 40, N: 56, K: 100, TransA: true, In: gpu.BF16, Out: gpu.F32, Batch: 2, StrideA: 100 * 40, StrideB: 100 * 56, StrideD: 40 * 56},
 	}
 	for _, m := range cases {
-		checkMatmul(t, d, m, onStream(s))
+		checkMatmul(t, d, m, onStream(t, d, s))
 	}
 	// The same product twice in a row is the same Func.
 	f1, err := d.Matmul(cases[0])
@@ -202,28 +235,8 @@ func TestGPUMatmul(t *testing.T) {
 	if f1 != f2 {
 		t.Errorf("the same product gave Funcs %d and %d", f1, f2)
 	}
-	// From a graph.
-	e, err := d.NewEvent()
-	must(t, err)
-	checkMatmul(t, d, cases[1], func(l *gpu.Launch) {
-		g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: l, Event: e}})
-		must(t, err)
-		must(t, d.LaunchGraph(g, s))
-		must(t, d.Synchronize())
-		must(t, d.DestroyGraph(g))
-	})
-	// On a partition's stream.
-	if err := gpu.CheckPartition(d.Info().Spec, 64); err == nil {
-		c, err := d.NewPartition(64)
-		if err != nil {
-			t.Logf("no partition here (%v): skipped", err)
-			return
-		}
-		ps, err := d.NewStream(gpu.StreamOptions{Context: c, Priority: d.Info().Priorities.Least})
-		must(t, err)
-		checkMatmul(t, d, cases[2], onStream(ps))
-		must(t, d.DestroyStream(ps))
-	}
+	checkMatmul(t, d, cases[1], inGraph(t, d, s))
+	onPartition(t, d, func(launch func(*gpu.Launch)) { checkMatmul(t, d, cases[2], launch) })
 	// An f32 bias with a bf16 output is refused as unsupported (the
 	// library then runs its own kernel).
 	if _, err := d.Matmul(gpu.Matmul{M: 8, N: 8, K: 8, In: gpu.BF16, Out: gpu.BF16, Bias: true}); !errors.Is(err, errors.ErrUnsupported) {

@@ -22,12 +22,6 @@ func TestGPUConv(t *testing.T) {
 	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Least})
 	must(t, err)
 	rng := rand.New(rand.NewPCG(3, 4))
-	onStream := func(st gpu.Stream) func(l *gpu.Launch) {
-		return func(l *gpu.Launch) {
-			must(t, d.Launch(st, l))
-			must(t, d.Synchronize())
-		}
-	}
 	cases := []gpu.Conv{
 		{N: 2, H: 14, W: 14, C: 16, OutC: 32, R: 3, S: 3, Stride: 1, Pad: 1, In: gpu.BF16, Bias: true, BiasType: gpu.BF16, Act: gpu.EpiReLU, Accumulate: true},
 		{N: 2, H: 15, W: 15, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: gpu.BF16},
@@ -43,28 +37,10 @@ func TestGPUConv(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Logf("%s", c) // a hang names its case
-		checkConv(t, d, c, rng, onStream(s))
+		checkConv(t, d, c, rng, onStream(t, d, s))
 	}
-	e, err := d.NewEvent()
-	must(t, err)
-	checkConv(t, d, cases[0], rng, func(l *gpu.Launch) {
-		g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: l, Event: e}})
-		must(t, err)
-		must(t, d.LaunchGraph(g, s))
-		must(t, d.Synchronize())
-		must(t, d.DestroyGraph(g))
-	})
-	if err := gpu.CheckPartition(d.Info().Spec, 64); err == nil {
-		c, err := d.NewPartition(64)
-		if err != nil {
-			t.Logf("no partition here (%v): skipped", err)
-			return
-		}
-		ps, err := d.NewStream(gpu.StreamOptions{Context: c, Priority: d.Info().Priorities.Least})
-		must(t, err)
-		checkConv(t, d, cases[5], rng, onStream(ps))
-		must(t, d.DestroyStream(ps))
-	}
+	checkConv(t, d, cases[0], rng, inGraph(t, d, s))
+	onPartition(t, d, func(launch func(*gpu.Launch)) { checkConv(t, d, cases[5], rng, launch) })
 }
 
 // checkConv runs c through launch on bf16 operands of small integers and
