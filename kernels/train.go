@@ -211,8 +211,9 @@ func (c ColumnSum) Shape() string { return fmt.Sprintf("rows=%d cols=%d", c.Rows
 // PoolBackward is the input gradient of Pool: average pooling spreads each
 // output's gradient over its window (divided by R·S, as the forward
 // divides); max pooling gives it to the window's first maximum in scan
-// order (PyTorch's tie rule), found again from the forward input X. One
-// thread per input element (a gather: no atomics), 256 per block.
+// order (PyTorch's tie rule), found again from the forward input X. A
+// gather (no atomics) of 1024 input elements per block of 256 threads:
+// four channels of a pixel a thread where channels and pointers allow.
 type PoolBackward struct {
 	Pool Pool
 }
@@ -225,7 +226,7 @@ func (p PoolBackward) Kernel() string {
 	return "avgpool_bwd_" + p.Pool.In.String()
 }
 func (p PoolBackward) Geometry() Geometry {
-	return Geometry{Grid: gpu.D1(ceilDiv(p.inputs(), 256)), Block: gpu.D1(256), Registers: 32}
+	return Geometry{Grid: gpu.D1(ceilDiv(p.inputs(), 1024)), Block: gpu.D1(256), Registers: 40}
 }
 func (p PoolBackward) FLOPs() float64 { return float64(p.Pool.outputs() * p.Pool.R * p.Pool.S) }
 func (p PoolBackward) Bytes() float64 {

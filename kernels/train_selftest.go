@@ -30,6 +30,9 @@ func trainCheckOps() []Op {
 		PoolBackward{Pool{N: 2, H: 15, W: 15, C: 16, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: BF16}},
 		PoolBackward{Pool{N: 2, H: 7, W: 7, C: 40, R: 7, S: 7, Stride: 1, In: BF16}},
 		PoolBackward{Pool{N: 1, H: 8, W: 8, C: 8, R: 2, S: 2, Stride: 2, In: F32}},
+		// Channels not a multiple of 4: an element a thread.
+		PoolBackward{Pool{N: 3, H: 11, W: 11, C: 3, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: BF16}},
+		PoolBackward{Pool{N: 2, H: 9, W: 9, C: 6, R: 3, S: 3, Stride: 1, Pad: 1, In: F16}},
 		SGD{Elems: 3000, In: BF16},
 		SGD{Elems: 1000, In: F32, LR: 0.1, Momentum: 0.5},
 		SplitSum{Parts: 5, Elems: 3000, Out: BF16},

@@ -199,9 +199,10 @@ type blasState struct {
 	arena  [][]byte // mmapped pages holding matmulMem records
 	used   int      // records used in the last page
 
-	// The convolutions' gather and scatter kernels (conv.go), loaded by
-	// the first Conv.
+	// The convolutions' gather, scatter and padding kernels (conv.go),
+	// loaded by the first Conv.
 	im2col8, im2col1, col2im8, col2im1 gpu.Func
+	im2colp, padrows, unpadrows        gpu.Func
 }
 
 var _ gpu.BLAS = (*Device)(nil)

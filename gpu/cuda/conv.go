@@ -70,6 +70,53 @@ extern "C" __global__ void atoll_im2col1(const u16 *x, u16 *col, int p0, int row
 	gather<1>(x, col, p0, rows, ld, H, W, C, OH, OW, S, st, pad, t0, taps);
 }
 
+// As gather, for a row of R·S·C elements that is not a multiple of 8: the
+// row is padded with zeros to ld (a multiple of 8) and a thread writes 8
+// elements (16 bytes), reading the input an element at a time.
+extern "C" __global__ void atoll_im2colp(const u16 *__restrict__ x, u16 *__restrict__ col, int p0, int rows, int ld,
+		int H, int W, int C, int OH, int OW, int S, int st, int pad, int t0, int taps) {
+	const int per = taps * C, vecs = ld / 8;
+	const long long total = (long long)rows * vecs;
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+		int row = (int)(i / vecs), j0 = (int)(i - (long long)row * vecs) * 8;
+		int p = p0 + row, ow = p % OW, q = p / OW, oh = q % OH, n = q / OH;
+		int h0 = oh * st - pad, w0 = ow * st - pad;
+		const u16 *xn = x + (long long)n * H * W * C;
+		int tl = j0 / C, c = j0 - tl * C;
+		uint4 v;
+		u16 *e = (u16 *)&v;
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			u16 u = 0;
+			if (j0 + k < per) {
+				int t = t0 + tl, r = t / S, ih = h0 + r, iw = w0 + (t - r * S);
+				if (ih >= 0 && ih < H && iw >= 0 && iw < W) u = xn[((long long)ih * W + iw) * C + c];
+			}
+			e[k] = u;
+			if (++c == C) { c = 0; tl++; }
+		}
+		*(uint4 *)(col + (long long)row * ld + j0) = v;
+	}
+}
+
+// dst[r][j] = src[r][j] for the k rows of src, zero for rows k..kp-1 (n
+// elements a row): a filter padded to a product's K.
+extern "C" __global__ void atoll_padrows(const u16 *__restrict__ src, u16 *__restrict__ dst, int k, int kp, int n) {
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kp * n; i += gridDim.x * blockDim.x)
+		dst[i] = i < k * n ? src[i] : (u16)0;
+}
+
+// The first k rows of each of nb batches of kp rows (u elements of 16 bits
+// a row) of src, packed into dst: a padded product's result without its
+// padding.
+extern "C" __global__ void atoll_unpadrows(const u16 *__restrict__ src, u16 *__restrict__ dst, int nb, int k, int kp, int u) {
+	const long long per = (long long)k * u, total = nb * per;
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+		long long b = i / per;
+		dst[i] = src[b * kp * u + (i - b * per)];
+	}
+}
+
 // dX[n][h][w][c] = sum over the taps (r, s) that read (h, w) of
 // dcol[(n*OH + oh)*OW + ow][(r*S + s)*C + c], in tap order, for the imgs
 // images whose patch gradients dcol holds.
@@ -134,17 +181,30 @@ type convStep struct {
 	ld         int
 	img0, imgs int
 	m          gpu.Matmul
-	// Byte offsets into the pass's operands: the product's A (data: dY)
-	// and D and C (forward, filter; data: dX, where the scatter writes).
-	aOff, dOff int64
+	// Byte offsets into the pass's operands: the product's A (data: dY),
+	// B (filter: dY) and D and C (forward, filter; data: dX, where the
+	// scatter writes).
+	aOff, bOff, dOff int64
+	// Padded steps (R·S·C not a multiple of 8, whose products would run
+	// on slow kernels): rows of kp elements, zeros past R·S·C. Forward: the
+	// product's B is the filter copied to the workspace's start with kp
+	// rows (before the first step). Filter: the product writes nb batches
+	// of kp rows to the workspace's start, whose first R·S·C rows are then
+	// copied to D. colOff is where the patches start in the workspace.
+	kp, nb int
+	colOff int64
 }
 
 // planConv cuts c into steps whose patches take at most colBytes: a
 // forward pass by output pixels, a filter pass by taps (every split's
 // partial sums in one batched product), a data pass by whole images.
 // Gathered rows are padded to 8 elements (16 bytes), which the products'
-// fast paths need. A pass one of whose smallest steps does not fit is
-// refused (errors.ErrUnsupported).
+// fast paths need. Where R·S·C is not a multiple of 8 (first layers: 3
+// channels), the products are padded too (cuBLASLt picks kernels several
+// times slower for such a K or M): forward steps multiply by a padded copy
+// of the filter, filter steps take all taps for whole splits and leave the
+// padding rows of their product in the workspace. A pass one of whose
+// smallest steps does not fit is refused (errors.ErrUnsupported).
 func planConv(c gpu.Conv, colBytes int64) ([]convStep, error) {
 	const es = 2 // bytes of a 16-bit element
 	oh, ow := c.Out()
@@ -154,6 +214,12 @@ func planConv(c gpu.Conv, colBytes int64) ([]convStep, error) {
 	switch c.Pass {
 	case gpu.ConvForward:
 		ld := pad8(rsc)
+		var kp int
+		var colOff int64
+		if ld != rsc {
+			kp, colOff = ld, align256(int64(ld*c.OutC*es))
+			colBytes -= colOff
+		}
 		rows := int(colBytes / int64(ld*es))
 		if rows >= 128 {
 			rows &^= 127
@@ -164,8 +230,11 @@ func planConv(c gpu.Conv, colBytes int64) ([]convStep, error) {
 		for r0 := 0; r0 < pix; r0 += rows {
 			n := min(rows, pix-r0)
 			off := int64(r0) * int64(c.OutC) * es
-			steps = append(steps, convStep{row0: r0, rows: n, taps: c.R * c.S, ld: ld, dOff: off,
-				m: gpu.Matmul{M: n, N: c.OutC, K: rsc, LdA: lda(ld, rsc), In: c.In, Out: c.In, Bias: c.Bias, BiasType: c.BiasType, Act: c.Act, Accumulate: c.Accumulate}})
+			m := gpu.Matmul{M: n, N: c.OutC, K: rsc, LdA: lda(ld, rsc), In: c.In, Out: c.In, Bias: c.Bias, BiasType: c.BiasType, Act: c.Act, Accumulate: c.Accumulate}
+			if kp > 0 {
+				m.K, m.LdA = kp, 0
+			}
+			steps = append(steps, convStep{row0: r0, rows: n, taps: c.R * c.S, ld: ld, dOff: off, kp: kp, colOff: colOff, m: m})
 		}
 	case gpu.ConvData:
 		per := int64(oh*ow) * int64(rsc) * es
@@ -185,6 +254,30 @@ func planConv(c gpu.Conv, colBytes int64) ([]convStep, error) {
 		outEs := int64(es)
 		if c.OutType() == gpu.F32 {
 			outEs = 4
+		}
+		if kp := pad8(rsc); kp != rsc {
+			// Every tap at once, padded, in steps of whole splits.
+			scratch, patches := int64(kp*c.OutC)*outEs, int64(rows)*int64(kp)*es
+			if nb := int(colBytes / (scratch + patches)); nb >= 1 {
+				nb = min(nb, splits)
+				colOff := align256(int64(nb) * scratch)
+				for nb > 1 && colOff+int64(nb)*patches > colBytes {
+					nb--
+					colOff = align256(int64(nb) * scratch)
+				}
+				if colOff+int64(nb)*patches <= colBytes {
+					for s0 := 0; s0 < splits; s0 += nb {
+						k := min(nb, splits-s0)
+						m := gpu.Matmul{M: kp, N: c.OutC, K: rows, TransA: true, In: c.In, Out: c.OutType()}
+						if k > 1 {
+							m.Batch, m.StrideA, m.StrideB, m.StrideD = k, int64(rows)*int64(kp), int64(rows)*int64(c.OutC), int64(kp)*int64(c.OutC)
+						}
+						steps = append(steps, convStep{row0: s0 * rows, rows: k * rows, taps: c.R * c.S, ld: kp, kp: kp, nb: k, colOff: colOff,
+							bOff: int64(s0*rows) * int64(c.OutC) * es, dOff: int64(s0) * int64(rsc) * int64(c.OutC) * outEs, m: m})
+					}
+					return steps, nil
+				}
+			}
 		}
 		taps := 0
 		for taps < c.R*c.S && int64(pix)*int64(pad8((taps+1)*c.C))*es <= colBytes {
@@ -209,6 +302,9 @@ func planConv(c gpu.Conv, colBytes int64) ([]convStep, error) {
 	return steps, nil
 }
 
+// align256 is n rounded up to a multiple of 256.
+func align256(n int64) int64 { return (n + 255) &^ 255 }
+
 // pad8 is n rounded up to a multiple of 8.
 func pad8(n int) int { return (n + 7) &^ 7 }
 
@@ -227,6 +323,9 @@ type convRec struct {
 	steps  []convStep
 	mms    []*matmulRec // per step
 	k8, k1 gpu.Func     // gather (forward, filter) or scatter (data), 8 channels a thread or 1
+	kp     gpu.Func     // the padded steps' gather
+	pad    gpu.Func     // a filter padded to kp rows (padded forward steps)
+	unpad  gpu.Func     // a padded product's rows copied to D (padded filter steps)
 }
 
 // Conv implements gpu.BLAS: the pass's steps (planConv within
@@ -262,7 +361,7 @@ func (d *Device) Conv(c gpu.Conv) (gpu.Func, error) {
 	if err := d.convKernels(b); err != nil {
 		return 0, err
 	}
-	r.k8, r.k1 = b.im2col8, b.im2col1
+	r.k8, r.k1, r.kp, r.pad, r.unpad = b.im2col8, b.im2col1, b.im2colp, b.padrows, b.unpadrows
 	if c.Pass == gpu.ConvData {
 		r.k8, r.k1 = b.col2im8, b.col2im1
 	}
@@ -284,7 +383,8 @@ func (d *Device) convKernels(b *blasState) error {
 	for _, k := range []struct {
 		f    *gpu.Func
 		name string
-	}{{&b.im2col8, "atoll_im2col8"}, {&b.im2col1, "atoll_im2col1"}, {&b.col2im8, "atoll_col2im8"}, {&b.col2im1, "atoll_col2im1"}} {
+	}{{&b.im2col8, "atoll_im2col8"}, {&b.im2col1, "atoll_im2col1"}, {&b.col2im8, "atoll_col2im8"}, {&b.col2im1, "atoll_col2im1"},
+		{&b.im2colp, "atoll_im2colp"}, {&b.padrows, "atoll_padrows"}, {&b.unpadrows, "atoll_unpadrows"}} {
 		if *k.f, err = m.Function(k.name); err != nil {
 			return err
 		}
@@ -327,11 +427,26 @@ func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *g
 	var kl gpu.Launch
 	kl.Form = gpu.Plain
 	// gather: a warp a row, 8 rows a block; scatter: a thread a vector.
-	gather := func(rows int) error {
+	gather := func(s convStep) error {
 		kl.Name, kl.Func = "atoll conv gather", k
-		kl.Block, kl.Grid = gpu.Dim3{X: 32, Y: 8, Z: 1}, gpu.D1(max(1, min((rows+7)/8, 1<<20)))
+		kl.Block, kl.Grid = gpu.Dim3{X: 32, Y: 8, Z: 1}, gpu.D1(max(1, min((s.rows+7)/8, 1<<20)))
+		if s.kp > 0 {
+			kl.Func = r.kp
+			kl.Block, kl.Grid = gpu.D1(256), gpu.D1(max(1, min((s.rows*s.ld/8+255)/256, 1<<20)))
+		}
 		return d.launchOn(c, sh, ws, &kl)
 	}
+	// rows launches f over n elements with the packed arguments.
+	rows := func(name string, f gpu.Func, n int) error {
+		kl.Name, kl.Func = name, f
+		kl.Block, kl.Grid = gpu.D1(256), gpu.D1(max(1, min((n+255)/256, 1<<20)))
+		return d.launchOn(c, sh, ws, &kl)
+	}
+	outU16 := 1 // 16-bit words of one element of the filter pass's D
+	if cv.OutType() == gpu.F32 {
+		outU16 = 2
+	}
+	rsc := cv.R * cv.S * cv.C
 	scatter := func(threads int) error {
 		kl.Name, kl.Func = "atoll conv scatter", k
 		kl.Block, kl.Grid = gpu.D1(256), gpu.D1(max(1, min((threads+255)/256, 1<<20)))
@@ -341,17 +456,35 @@ func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *g
 		mm := r.mms[i]
 		switch cv.Pass {
 		case gpu.ConvForward, gpu.ConvFilter:
+			front, patches := col, col+gpu.Ptr(s.colOff)
+			if i == 0 && s.kp > 0 && cv.Pass == gpu.ConvForward {
+				kl.Args.Reset()
+				kl.Args.Ptr(B).Ptr(front).I32(int32(rsc)).I32(int32(s.kp)).I32(int32(cv.OutC))
+				if err := rows("atoll conv filter padding", r.pad, s.kp*cv.OutC); err != nil {
+					return err
+				}
+			}
 			kl.Args.Reset()
-			kl.Args.Ptr(A).Ptr(col).I32(int32(s.row0)).I32(int32(s.rows)).I32(int32(s.ld)).
+			kl.Args.Ptr(A).Ptr(patches).I32(int32(s.row0)).I32(int32(s.rows)).I32(int32(s.ld)).
 				I32(int32(cv.H)).I32(int32(cv.W)).I32(int32(cv.C)).I32(int32(oh)).I32(int32(ow)).
 				I32(int32(cv.S)).I32(st).I32(int32(cv.Pad)).I32(int32(s.tap0)).I32(int32(s.taps))
-			if err := gather(s.rows); err != nil {
+			if err := gather(s); err != nil {
 				return err
 			}
-			if cv.Pass == gpu.ConvForward {
-				err = d.matmulOn(c, sh, blasWS, mm, col, B, D+gpu.Ptr(s.dOff), bias, C+gpu.Ptr(s.dOff), l.Name)
-			} else {
-				err = d.matmulOn(c, sh, blasWS, mm, col, B, D+gpu.Ptr(s.dOff), 0, D+gpu.Ptr(s.dOff), l.Name)
+			switch {
+			case cv.Pass == gpu.ConvForward && s.kp > 0:
+				err = d.matmulOn(c, sh, blasWS, mm, patches, front, D+gpu.Ptr(s.dOff), bias, C+gpu.Ptr(s.dOff), l.Name)
+			case cv.Pass == gpu.ConvForward:
+				err = d.matmulOn(c, sh, blasWS, mm, patches, B, D+gpu.Ptr(s.dOff), bias, C+gpu.Ptr(s.dOff), l.Name)
+			case s.kp > 0:
+				if err = d.matmulOn(c, sh, blasWS, mm, patches, B+gpu.Ptr(s.bOff), front, 0, front, l.Name); err != nil {
+					return err
+				}
+				kl.Args.Reset()
+				kl.Args.Ptr(front).Ptr(D+gpu.Ptr(s.dOff)).I32(int32(s.nb)).I32(int32(rsc)).I32(int32(s.kp)).I32(int32(cv.OutC*outU16))
+				err = rows("atoll conv unpadding", r.unpad, s.nb*rsc*cv.OutC*outU16)
+			default:
+				err = d.matmulOn(c, sh, blasWS, mm, patches, B+gpu.Ptr(s.bOff), D+gpu.Ptr(s.dOff), 0, D+gpu.Ptr(s.dOff), l.Name)
 			}
 			if err != nil {
 				return err

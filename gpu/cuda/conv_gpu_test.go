@@ -34,6 +34,11 @@ func TestGPUConv(t *testing.T) {
 		{N: 8, H: 112, W: 112, C: 64, OutC: 64, R: 3, S: 3, Stride: 1, Pad: 1, In: gpu.BF16},
 		{N: 8, H: 112, W: 112, C: 64, OutC: 64, R: 3, S: 3, Stride: 1, Pad: 1, In: gpu.BF16, Pass: gpu.ConvData},
 		{N: 8, H: 112, W: 112, C: 64, OutC: 64, R: 3, S: 3, Stride: 1, Pad: 1, In: gpu.BF16, Pass: gpu.ConvFilter, Split: 2},
+		// R·S·C not a multiple of 8: padded steps (an epilogue; several
+		// steps of the workspace).
+		{N: 2, H: 15, W: 15, C: 3, OutC: 16, R: 7, S: 7, Stride: 2, Pad: 3, In: gpu.BF16, Bias: true, BiasType: gpu.BF16, Act: gpu.EpiReLU, Accumulate: true},
+		{N: 24, H: 224, W: 224, C: 3, OutC: 64, R: 7, S: 7, Stride: 2, Pad: 3, In: gpu.BF16},
+		{N: 24, H: 224, W: 224, C: 3, OutC: 64, R: 7, S: 7, Stride: 2, Pad: 3, In: gpu.BF16, Pass: gpu.ConvFilter, Split: 24},
 	}
 	for _, c := range cases {
 		t.Logf("%s", c) // a hang names its case

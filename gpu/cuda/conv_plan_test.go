@@ -126,10 +126,23 @@ func runConvPlan(t *testing.T, c gpu.Conv, steps []convStep, budget int64, d *co
 	for _, s := range steps {
 		switch c.Pass {
 		case gpu.ConvForward, gpu.ConvFilter:
-			if n := s.rows * s.ld; n > len(col) || s.ld < s.taps*c.C || s.ld%8 != 0 {
-				t.Fatalf("a step gathers %d elements, %d a row of %d taps, into a workspace of %d", n, s.ld, s.taps, len(col))
+			if n := s.colOff/2 + int64(s.rows*s.ld); n > int64(len(col)) || s.ld < s.taps*c.C || s.ld%8 != 0 || s.colOff%256 != 0 {
+				t.Fatalf("a step gathers %d elements, %d a row of %d taps, at byte %d into a workspace of %d", s.rows*s.ld, s.ld, s.taps, s.colOff, len(col))
+			}
+			patches := col[s.colOff/2:]
+			// The padding of a row is zeros in a padded step; elsewhere
+			// nothing writes it, and a product reading it gets NaN.
+			pad := math.NaN()
+			if s.kp > 0 {
+				pad = 0
+				if s.kp != s.ld || s.taps != c.R*c.S || s.kp%8 != 0 {
+					t.Fatalf("a padded step of %d taps, rows of %d, padded to %d", s.taps, s.ld, s.kp)
+				}
 			}
 			for row := range s.rows {
+				for j := s.taps * c.C; j < s.ld; j++ {
+					patches[row*s.ld+j] = pad
+				}
 				p := s.row0 + row
 				x0, y0, n := p%ow, p/ow%oh, p/ow/oh
 				for tl := range s.taps {
@@ -140,14 +153,38 @@ func runConvPlan(t *testing.T, c gpu.Conv, steps []convStep, budget int64, d *co
 						if ih >= 0 && ih < c.H && iw >= 0 && iw < c.W {
 							v = d.x[((n*c.H+ih)*c.W+iw)*c.C+ch]
 						}
-						col[row*s.ld+tl*c.C+ch] = v
+						patches[row*s.ld+tl*c.C+ch] = v
 					}
 				}
 			}
-			if c.Pass == gpu.ConvForward {
-				matmul(s.m, col, d.w, out[s.dOff/2:], d.bias, out[s.dOff/2:])
-			} else {
-				matmul(s.m, col, d.dy, out[s.dOff/outEs:], nil, nil)
+			switch {
+			case c.Pass == gpu.ConvForward && s.kp > 0:
+				// The filter padded to kp rows at the workspace's start.
+				if int64(s.kp*c.OutC*2) > s.colOff {
+					t.Fatalf("a filter of %d rows overlaps the patches at byte %d", s.kp, s.colOff)
+				}
+				w := make([]float64, s.kp*c.OutC)
+				copy(w, d.w)
+				matmul(s.m, patches, w, out[s.dOff/2:], d.bias, out[s.dOff/2:])
+			case c.Pass == gpu.ConvForward:
+				matmul(s.m, patches, d.w, out[s.dOff/2:], d.bias, out[s.dOff/2:])
+			case s.kp > 0:
+				// nb batches of kp rows at the workspace's start, then their
+				// first R·S·C rows copied to D.
+				if int64(s.nb*s.kp*c.OutC)*outEs > s.colOff {
+					t.Fatalf("%d products of %d rows overlap the patches at byte %d", s.nb, s.kp, s.colOff)
+				}
+				front := make([]float64, s.nb*s.kp*c.OutC)
+				for i := range front {
+					front[i] = math.NaN()
+				}
+				matmul(s.m, patches, d.dy[s.bOff/2:], front, nil, nil)
+				dst := out[s.dOff/outEs:]
+				for b := range s.nb {
+					copy(dst[b*rsc*c.OutC:(b+1)*rsc*c.OutC], front[b*s.kp*c.OutC:])
+				}
+			default:
+				matmul(s.m, patches, d.dy[s.bOff/2:], out[s.dOff/outEs:], nil, nil)
 			}
 		case gpu.ConvData:
 			if n := s.imgs * oh * ow * rsc; n > len(col) {

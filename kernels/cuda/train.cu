@@ -253,51 +253,94 @@ template <int DT> __device__ __forceinline__ void body_colsum(int lb, const ColS
   p.out[j] = s;
 }
 
-// ---- pooling backward NHWC, one thread per input element (a gather: no
-// atomics). Average: Σ dy/(R·S) over the windows covering the element.
-// Max: a window's gradient goes to its first maximum in scan order (rows,
-// then columns; PyTorch's choice), found again from x.
+// ---- pooling backward NHWC, 1024 input elements per logical block (a
+// gather: no atomics). Average: Σ dy/(R·S) over the windows covering the
+// element. Max: a window's gradient goes to its first maximum in scan order
+// (rows, then columns; PyTorch's choice), found again from x. Where the
+// channels and pointers allow, a thread takes four consecutive channels of
+// one pixel (one window walk, 8-byte loads); otherwise four elements 256
+// apart. Sums run over the windows in (oy, ox) order, as the reference's.
 struct PoolBwP { const void* dy; const void* x; void* dx; int n, h, w, c, oh, ow, r, s, stride, pad, is_max; };
-template <int DT> __device__ __forceinline__ void body_pool_bwd(int lb, const PoolBwP& p) {
+template <int DT, int V> __device__ __forceinline__ void pool_bwd_at(const PoolBwP& p, long long i) {
   typedef DTy<DT> D;
   typedef typename D::T T;
-  const long long i = (long long)lb * 256 + threadIdx.x;
   const long long total = (long long)p.n * p.h * p.w * p.c;
-  if (i >= total) return;
-  const int ch = (int)(i % p.c);
-  long long t = i / p.c;
-  const int ix = (int)(t % p.w); t /= p.w;
-  const int iy = (int)(t % p.h);
-  const int img = (int)(t / p.h);
+  int ch, ix, iy, img;
+  if (total <= 0x7fffffffLL) {
+    unsigned t = (unsigned)i;
+    ch = (int)(t % (unsigned)p.c); t /= (unsigned)p.c;
+    ix = (int)(t % (unsigned)p.w); t /= (unsigned)p.w;
+    iy = (int)(t % (unsigned)p.h); img = (int)(t / (unsigned)p.h);
+  } else {
+    long long t = i / p.c;
+    ch = (int)(i - t * p.c);
+    ix = (int)(t % p.w); t /= p.w;
+    iy = (int)(t % p.h); img = (int)(t / p.h);
+  }
   // Windows oy with oy*stride - pad <= iy <= oy*stride - pad + r - 1.
   const int ylo = max(0, (iy + p.pad - p.r + p.stride) / p.stride), yhi = min(p.oh - 1, (iy + p.pad) / p.stride);
   const int xlo = max(0, (ix + p.pad - p.s + p.stride) / p.stride), xhi = min(p.ow - 1, (ix + p.pad) / p.stride);
-  float acc = 0.f;
+  float acc[V];
+#pragma unroll
+  for (int u = 0; u < V; u++) acc[u] = 0.f;
   const float inv = 1.f / (float)(p.r * p.s);
+  const long long xrow = (long long)img * p.h;
   for (int oy = ylo; oy <= yhi; oy++) {
     for (int ox = xlo; ox <= xhi; ox++) {
-      const float g = D::load((const T*)p.dy, (((long long)img * p.oh + oy) * p.ow + ox) * p.c + ch);
+      float g[V];
+      const long long o = (((long long)img * p.oh + oy) * p.ow + ox) * p.c + ch;
+      if (V == 4) Quad<DT>::load(p.dy, o, g);
+      else g[0] = D::load((const T*)p.dy, o);
       if (!p.is_max) {
-        acc += g * inv;
+#pragma unroll
+        for (int u = 0; u < V; u++) acc[u] += g[u] * inv;
         continue;
       }
-      // The window's first maximum.
-      float best = -3.402823466e38f;
-      int by = -1, bx = -1;
+      // The window's first maximum, per channel.
+      float best[V];
+      bool mine[V];
+#pragma unroll
+      for (int u = 0; u < V; u++) { best[u] = -3.402823466e38f; mine[u] = false; }
+      bool first = true;
       for (int ry = 0; ry < p.r; ry++) {
         const int yy = oy * p.stride - p.pad + ry;
         if (yy < 0 || yy >= p.h) continue;
         for (int sx = 0; sx < p.s; sx++) {
           const int xx = ox * p.stride - p.pad + sx;
           if (xx < 0 || xx >= p.w) continue;
-          const float v = D::load((const T*)p.x, (((long long)img * p.h + yy) * p.w + xx) * p.c + ch);
-          if (by < 0 || v > best) { best = v; by = yy; bx = xx; }
+          float v[V];
+          const long long xi = ((xrow + yy) * p.w + xx) * p.c + ch;
+          if (V == 4) Quad<DT>::load(p.x, xi, v);
+          else v[0] = D::load((const T*)p.x, xi);
+          const bool here = yy == iy && xx == ix;
+#pragma unroll
+          for (int u = 0; u < V; u++)
+            if (first || v[u] > best[u]) { best[u] = v[u]; mine[u] = here; }
+          first = false;
         }
       }
-      if (by == iy && bx == ix) acc += g;
+#pragma unroll
+      for (int u = 0; u < V; u++)
+        if (mine[u]) acc[u] += g[u];
     }
   }
-  D::store((T*)p.dx, i, acc);
+  if (V == 4) Quad<DT>::store(p.dx, i, acc);
+  else D::store((T*)p.dx, i, acc[0]);
+}
+template <int DT> __device__ __forceinline__ void body_pool_bwd(int lb, const PoolBwP& p) {
+  const long long total = (long long)p.n * p.h * p.w * p.c;
+  if (quad_ok<DT>(total, p.c, p.dy, p.x, p.dx)) {
+    const long long i = (long long)lb * 1024 + threadIdx.x * 4;
+    if (i < total) pool_bwd_at<DT, 4>(p, i);
+    return;
+  }
+  const long long base = (long long)lb * 1024 + threadIdx.x;
+#pragma unroll 1
+  for (int u = 0; u < 4; u++) {
+    const long long i = base + u * 256;
+    if (i >= total) return;
+    pool_bwd_at<DT, 1>(p, i);
+  }
 }
 
 // ---- SGD with momentum, fp32 state: m' = mu·m + g; w' = w − lr·m'.
