@@ -212,8 +212,10 @@ func (c ColumnSum) Shape() string { return fmt.Sprintf("rows=%d cols=%d", c.Rows
 // output's gradient over its window (divided by R·S, as the forward
 // divides); max pooling gives it to the window's first maximum in scan
 // order (PyTorch's tie rule), found again from the forward input X. A
-// gather (no atomics) of 1024 input elements per block of 256 threads:
-// four channels of a pixel a thread where channels and pointers allow.
+// gather (no atomics), 256 threads a block: with channels a multiple of 4
+// a thread takes four channels of a tile of pixels (2×2 for stride 2,
+// where every window's maxima are found once for four pixels; else one
+// pixel), otherwise an element a thread, 1024 a block.
 type PoolBackward struct {
 	Pool Pool
 }
@@ -226,7 +228,16 @@ func (p PoolBackward) Kernel() string {
 	return "avgpool_bwd_" + p.Pool.In.String()
 }
 func (p PoolBackward) Geometry() Geometry {
-	return Geometry{Grid: gpu.D1(ceilDiv(p.inputs(), 1024)), Block: gpu.D1(256), Registers: 40}
+	q := p.Pool
+	if q.C%4 != 0 {
+		return Geometry{Grid: gpu.D1(ceilDiv(p.inputs(), 1024)), Block: gpu.D1(256), Registers: 40}
+	}
+	t := 1 // the tile's side (train.cu, body_pool_bwd)
+	if q.Stride == 2 {
+		t = 2
+	}
+	tiles := q.N * ceilDiv(q.H, t) * ceilDiv(q.W, t) * (q.C / 4)
+	return Geometry{Grid: gpu.D1(ceilDiv(tiles, 256)), Block: gpu.D1(256), Registers: 64}
 }
 func (p PoolBackward) FLOPs() float64 { return float64(p.Pool.outputs() * p.Pool.R * p.Pool.S) }
 func (p PoolBackward) Bytes() float64 {

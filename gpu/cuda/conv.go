@@ -70,30 +70,31 @@ extern "C" __global__ void atoll_im2col1(const u16 *x, u16 *col, int p0, int row
 	gather<1>(x, col, p0, rows, ld, H, W, C, OH, OW, S, st, pad, t0, taps);
 }
 
-// As gather, for a row of R·S·C elements that is not a multiple of 8: the
-// row is padded with zeros to ld (a multiple of 8) and a thread writes 8
-// elements (16 bytes), reading the input an element at a time.
+// As gather, for rows of R·S·C elements, not a multiple of 8: a row is
+// padded with zeros to ld (a multiple of 8) and a thread writes 8 elements
+// (16 bytes). Element e = (r·S + s)·C + c of a row is input element
+// (h0 + r, w0 + s, c): the S·C elements of a filter row are consecutive in
+// the input, so a thread walks them without dividing.
 extern "C" __global__ void atoll_im2colp(const u16 *__restrict__ x, u16 *__restrict__ col, int p0, int rows, int ld,
 		int H, int W, int C, int OH, int OW, int S, int st, int pad, int t0, int taps) {
-	const int per = taps * C, vecs = ld / 8;
-	const long long total = (long long)rows * vecs;
+	const int vecs = ld / 8, SC = S * C, end = (t0 + taps) * C;
+	const long long total = (long long)rows * vecs, rowC = (long long)W * C;
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
 		int row = (int)(i / vecs), j0 = (int)(i - (long long)row * vecs) * 8;
 		int p = p0 + row, ow = p % OW, q = p / OW, oh = q % OH, n = q / OH;
 		int h0 = oh * st - pad, w0 = ow * st - pad;
-		const u16 *xn = x + (long long)n * H * W * C;
-		int tl = j0 / C, c = j0 - tl * C;
+		// Within a filter row, elements [kl, kh) are inside the input.
+		const int kl = max(0, -w0) * C, kh = min(S, W - w0) * C;
+		const long long base = (long long)n * H * rowC + (long long)w0 * C;
+		int e = t0 * C + j0, r = e / SC, k = e - r * SC;
 		uint4 v;
-		u16 *e = (u16 *)&v;
+		u16 *u = (u16 *)&v;
 		#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			u16 u = 0;
-			if (j0 + k < per) {
-				int t = t0 + tl, r = t / S, ih = h0 + r, iw = w0 + (t - r * S);
-				if (ih >= 0 && ih < H && iw >= 0 && iw < W) u = xn[((long long)ih * W + iw) * C + c];
-			}
-			e[k] = u;
-			if (++c == C) { c = 0; tl++; }
+		for (int m = 0; m < 8; m++) {
+			int ih = h0 + r;
+			u[m] = e < end && ih >= 0 && ih < H && k >= kl && k < kh ? x[base + ih * rowC + k] : (u16)0;
+			e++;
+			if (++k == SC) { k = 0; r++; }
 		}
 		*(uint4 *)(col + (long long)row * ld + j0) = v;
 	}

@@ -253,93 +253,151 @@ template <int DT> __device__ __forceinline__ void body_colsum(int lb, const ColS
   p.out[j] = s;
 }
 
-// ---- pooling backward NHWC, 1024 input elements per logical block (a
-// gather: no atomics). Average: Σ dy/(R·S) over the windows covering the
-// element. Max: a window's gradient goes to its first maximum in scan order
-// (rows, then columns; PyTorch's choice), found again from x. Where the
-// channels and pointers allow, a thread takes four consecutive channels of
-// one pixel (one window walk, 8-byte loads); otherwise four elements 256
-// apart. Sums run over the windows in (oy, ox) order, as the reference's.
+// ---- pooling backward NHWC (a gather: no atomics). Average: Σ dy/(R·S)
+// over the windows covering an element. Max: a window's gradient goes to
+// its first maximum in scan order (rows, then columns; PyTorch's choice),
+// found again from x. Sums run over the windows in (oy, ox) order, as the
+// reference's. Channels a multiple of 4: a thread takes four channels of a
+// tile of T×T pixels (T = 2 for stride 2, else 1) and finds each window's
+// maxima once for the whole tile, 256 tiles a logical block (8-byte
+// accesses where the pointers allow). Otherwise an element a thread, 1024
+// a logical block. PoolBackward.Geometry follows the same split.
 struct PoolBwP { const void* dy; const void* x; void* dx; int n, h, w, c, oh, ow, r, s, stride, pad, is_max; };
-template <int DT, int V> __device__ __forceinline__ void pool_bwd_at(const PoolBwP& p, long long i) {
+template <int DT> __device__ __forceinline__ void pool_ld4(const void* p, long long i, bool vec, float* v) {
   typedef DTy<DT> D;
-  typedef typename D::T T;
-  const long long total = (long long)p.n * p.h * p.w * p.c;
-  int ch, ix, iy, img;
-  if (total <= 0x7fffffffLL) {
-    unsigned t = (unsigned)i;
-    ch = (int)(t % (unsigned)p.c); t /= (unsigned)p.c;
-    ix = (int)(t % (unsigned)p.w); t /= (unsigned)p.w;
-    iy = (int)(t % (unsigned)p.h); img = (int)(t / (unsigned)p.h);
-  } else {
-    long long t = i / p.c;
-    ch = (int)(i - t * p.c);
-    ix = (int)(t % p.w); t /= p.w;
-    iy = (int)(t % p.h); img = (int)(t / p.h);
-  }
-  // Windows oy with oy*stride - pad <= iy <= oy*stride - pad + r - 1.
-  const int ylo = max(0, (iy + p.pad - p.r + p.stride) / p.stride), yhi = min(p.oh - 1, (iy + p.pad) / p.stride);
-  const int xlo = max(0, (ix + p.pad - p.s + p.stride) / p.stride), xhi = min(p.ow - 1, (ix + p.pad) / p.stride);
-  float acc[V];
+  if (vec) { Quad<DT>::load(p, i, v); return; }
 #pragma unroll
-  for (int u = 0; u < V; u++) acc[u] = 0.f;
+  for (int u = 0; u < 4; u++) v[u] = D::load((const typename D::T*)p, i + u);
+}
+template <int DT, int T> __device__ __forceinline__ void pool_bwd_tile(const PoolBwP& p, long long q, bool vec) {
+  typedef DTy<DT> D;
+  const int cqn = p.c / 4, th = (p.h + T - 1) / T, tw = (p.w + T - 1) / T;
+  long long t = q / cqn;
+  const int ch = (int)(q - t * cqn) * 4;
+  const int tx = (int)(t % tw); t /= tw;
+  const int ty = (int)(t % th);
+  const int img = (int)(t / th);
+  const int y0 = ty * T, x0 = tx * T;
+  // Windows oy with oy*stride - pad <= iy <= oy*stride - pad + r - 1 for
+  // some row iy of the tile; likewise columns.
+  const int ylo = max(0, (y0 + p.pad - p.r + p.stride) / p.stride), yhi = min(p.oh - 1, (y0 + T - 1 + p.pad) / p.stride);
+  const int xlo = max(0, (x0 + p.pad - p.s + p.stride) / p.stride), xhi = min(p.ow - 1, (x0 + T - 1 + p.pad) / p.stride);
+  float acc[T * T][4];
+#pragma unroll
+  for (int k = 0; k < T * T; k++)
+#pragma unroll
+    for (int u = 0; u < 4; u++) acc[k][u] = 0.f;
   const float inv = 1.f / (float)(p.r * p.s);
   const long long xrow = (long long)img * p.h;
   for (int oy = ylo; oy <= yhi; oy++) {
+    const int wy = oy * p.stride - p.pad;
     for (int ox = xlo; ox <= xhi; ox++) {
-      float g[V];
-      const long long o = (((long long)img * p.oh + oy) * p.ow + ox) * p.c + ch;
-      if (V == 4) Quad<DT>::load(p.dy, o, g);
-      else g[0] = D::load((const T*)p.dy, o);
+      const int wx = ox * p.stride - p.pad;
+      float g[4];
+      pool_ld4<DT>(p.dy, (((long long)img * p.oh + oy) * p.ow + ox) * p.c + ch, vec, g);
       if (!p.is_max) {
 #pragma unroll
-        for (int u = 0; u < V; u++) acc[u] += g[u] * inv;
+        for (int k = 0; k < T * T; k++) {
+          const int iy = y0 + k / T, ix = x0 + k % T;
+          if (iy >= wy && iy < wy + p.r && ix >= wx && ix < wx + p.s)
+#pragma unroll
+            for (int u = 0; u < 4; u++) acc[k][u] += g[u] * inv;
+        }
         continue;
       }
-      // The window's first maximum, per channel.
-      float best[V];
-      bool mine[V];
+      // The window's first maximum, per channel (its pixel as y·w + x).
+      float best[4];
+      int at[4];
 #pragma unroll
-      for (int u = 0; u < V; u++) { best[u] = -3.402823466e38f; mine[u] = false; }
-      bool first = true;
+      for (int u = 0; u < 4; u++) { best[u] = 0.f; at[u] = -1; }
+      for (int ry = 0; ry < p.r; ry++) {
+        const int yy = wy + ry;
+        if (yy < 0 || yy >= p.h) continue;
+        for (int sx = 0; sx < p.s; sx++) {
+          const int xx = wx + sx;
+          if (xx < 0 || xx >= p.w) continue;
+          float v[4];
+          pool_ld4<DT>(p.x, ((xrow + yy) * p.w + xx) * p.c + ch, vec, v);
+#pragma unroll
+          for (int u = 0; u < 4; u++)
+            if (at[u] < 0 || v[u] > best[u]) { best[u] = v[u]; at[u] = yy * p.w + xx; }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < T * T; k++) {
+        const int here = (y0 + k / T) * p.w + x0 + k % T;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (at[u] == here) acc[k][u] += g[u];
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < T * T; k++) {
+    const int iy = y0 + k / T, ix = x0 + k % T;
+    if (iy >= p.h || ix >= p.w) continue;
+    const long long i = ((xrow + iy) * p.w + ix) * p.c + ch;
+    if (vec) Quad<DT>::store(p.dx, i, acc[k]);
+    else
+#pragma unroll
+      for (int u = 0; u < 4; u++) D::store((typename D::T*)p.dx, i + u, acc[k][u]);
+  }
+}
+template <int DT> __device__ __forceinline__ void pool_bwd_one(const PoolBwP& p, long long i) {
+  typedef DTy<DT> D;
+  typedef typename D::T T;
+  const long long t0 = i / p.c;
+  const int ch = (int)(i - t0 * p.c);
+  long long t = t0;
+  const int ix = (int)(t % p.w); t /= p.w;
+  const int iy = (int)(t % p.h);
+  const int img = (int)(t / p.h);
+  const int ylo = max(0, (iy + p.pad - p.r + p.stride) / p.stride), yhi = min(p.oh - 1, (iy + p.pad) / p.stride);
+  const int xlo = max(0, (ix + p.pad - p.s + p.stride) / p.stride), xhi = min(p.ow - 1, (ix + p.pad) / p.stride);
+  float acc = 0.f;
+  const float inv = 1.f / (float)(p.r * p.s);
+  for (int oy = ylo; oy <= yhi; oy++) {
+    for (int ox = xlo; ox <= xhi; ox++) {
+      const float g = D::load((const T*)p.dy, (((long long)img * p.oh + oy) * p.ow + ox) * p.c + ch);
+      if (!p.is_max) {
+        acc += g * inv;
+        continue;
+      }
+      float best = 0.f;
+      int by = -1, bx = -1;
       for (int ry = 0; ry < p.r; ry++) {
         const int yy = oy * p.stride - p.pad + ry;
         if (yy < 0 || yy >= p.h) continue;
         for (int sx = 0; sx < p.s; sx++) {
           const int xx = ox * p.stride - p.pad + sx;
           if (xx < 0 || xx >= p.w) continue;
-          float v[V];
-          const long long xi = ((xrow + yy) * p.w + xx) * p.c + ch;
-          if (V == 4) Quad<DT>::load(p.x, xi, v);
-          else v[0] = D::load((const T*)p.x, xi);
-          const bool here = yy == iy && xx == ix;
-#pragma unroll
-          for (int u = 0; u < V; u++)
-            if (first || v[u] > best[u]) { best[u] = v[u]; mine[u] = here; }
-          first = false;
+          const float v = D::load((const T*)p.x, (((long long)img * p.h + yy) * p.w + xx) * p.c + ch);
+          if (by < 0 || v > best) { best = v; by = yy; bx = xx; }
         }
       }
-#pragma unroll
-      for (int u = 0; u < V; u++)
-        if (mine[u]) acc[u] += g[u];
+      if (by == iy && bx == ix) acc += g;
     }
   }
-  if (V == 4) Quad<DT>::store(p.dx, i, acc);
-  else D::store((T*)p.dx, i, acc[0]);
+  D::store((T*)p.dx, i, acc);
 }
 template <int DT> __device__ __forceinline__ void body_pool_bwd(int lb, const PoolBwP& p) {
-  const long long total = (long long)p.n * p.h * p.w * p.c;
-  if (quad_ok<DT>(total, p.c, p.dy, p.x, p.dx)) {
-    const long long i = (long long)lb * 1024 + threadIdx.x * 4;
-    if (i < total) pool_bwd_at<DT, 4>(p, i);
+  if (p.c % 4 == 0) {
+    const bool vec = quad_ok<DT>(4, 4, p.dy, p.x, p.dx);
+    const long long q = (long long)lb * 256 + threadIdx.x;
+    if (p.stride == 2) {
+      if (q < (long long)p.n * ((p.h + 1) / 2) * ((p.w + 1) / 2) * (p.c / 4)) pool_bwd_tile<DT, 2>(p, q, vec);
+    } else if (q < (long long)p.n * p.h * p.w * (p.c / 4)) {
+      pool_bwd_tile<DT, 1>(p, q, vec);
+    }
     return;
   }
+  const long long total = (long long)p.n * p.h * p.w * p.c;
   const long long base = (long long)lb * 1024 + threadIdx.x;
 #pragma unroll 1
   for (int u = 0; u < 4; u++) {
     const long long i = base + u * 256;
     if (i >= total) return;
-    pool_bwd_at<DT, 1>(p, i);
+    pool_bwd_one<DT>(p, i);
   }
 }
 
