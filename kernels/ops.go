@@ -467,7 +467,8 @@ func (s Softmax) FLOPs() float64 { return 5 * float64(s.Rows*s.Cols) }
 func (s Softmax) Bytes() float64 { return 2 * float64(s.Rows*s.Cols) * float64(s.In.Size()) }
 func (s Softmax) Shape() string  { return fmt.Sprintf("rows=%d cols=%d", s.Rows, s.Cols) }
 
-// Pool is max or average pooling in NHWC, one thread per output element.
+// Pool is max or average pooling in NHWC, 1024 outputs per block of 256
+// threads (four channels of an output a thread where channels allow).
 type Pool struct {
 	N, H, W, C  int
 	R, S        int
@@ -488,7 +489,7 @@ func (p Pool) Kernel() string {
 	return "avgpool_" + p.In.String()
 }
 func (p Pool) Geometry() Geometry {
-	return Geometry{Grid: gpu.D1(ceilDiv(p.outputs(), 256)), Block: gpu.D1(256), Registers: 32}
+	return Geometry{Grid: gpu.D1(ceilDiv(p.outputs(), 1024)), Block: gpu.D1(256), Registers: 32}
 }
 func (p Pool) FLOPs() float64 { return float64(p.outputs() * p.R * p.S) }
 func (p Pool) Bytes() float64 {

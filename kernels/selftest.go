@@ -156,6 +156,8 @@ func checkOps() []Op {
 		Softmax{Rows: 33, Cols: 1000, In: F16},
 		Pool{N: 2, H: 15, W: 15, C: 16, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: BF16},
 		Pool{N: 1, H: 8, W: 8, C: 8, R: 2, S: 2, Stride: 2, In: F32},
+		Pool{N: 3, H: 11, W: 11, C: 3, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: BF16}, // an output a thread
+		Pool{N: 2, H: 7, W: 7, C: 12, R: 7, S: 7, In: F16},
 		Reduce{Name: "mean", Rows: 70, Cols: 490, In: BF16},
 		Reduce{Name: "sum", Rows: 33, Cols: 100, In: F32},
 		Gather{Rows: 50, Cols: 72, In: BF16, Vocab: 500},

@@ -47,13 +47,15 @@ extern "C" __global__ void atoll_flag_watch(const volatile u32* flag, u64* seen,
 
 // minBlocks is the blocks per SM the kernel's register allocation must
 // allow: 2 for the GEMM family (128 registers for 256 threads) and the
-// strided GEMM (attn: 128 threads, up to 255 registers), full
-// occupancy (2048 threads per SM) for the rest.
+// strided GEMM (attn: 128 threads, up to 255 registers); for the rest full
+// occupancy (2048 threads per SM, 32 registers a thread) unless the
+// Geometry asks for more registers a thread (kernels that hold a tile per
+// thread and would otherwise spill to local memory).
 func (k *kspec) minBlocks() int {
 	if k.family == "gemm" || k.family == "attn" {
 		return 2
 	}
-	return max(1, min(2048/k.threads, 32))
+	return max(1, min(2048/k.threads, 65536/(k.threads*max(k.regs, 32)), 32))
 }
 
 func (k *kspec) syncFlag() int {

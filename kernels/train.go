@@ -230,7 +230,7 @@ func (p PoolBackward) Kernel() string {
 func (p PoolBackward) Geometry() Geometry {
 	q := p.Pool
 	if q.C%4 != 0 {
-		return Geometry{Grid: gpu.D1(ceilDiv(p.inputs(), 1024)), Block: gpu.D1(256), Registers: 40}
+		return Geometry{Grid: gpu.D1(ceilDiv(p.inputs(), 1024)), Block: gpu.D1(256), Registers: 64}
 	}
 	t := 1 // the tile's side (train.cu, body_pool_bwd)
 	if q.Stride == 2 {

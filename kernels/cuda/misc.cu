@@ -148,30 +148,60 @@ template <int DT> __device__ __forceinline__ void body_softmax(int lb, const SmP
 // ---- max / average pooling NHWC, one thread per output. Average divides by
 // R*S (padding counts as zeros, PyTorch's count_include_pad=True).
 struct PoolP { const void* x; void* y; int n, h, w, c, oh, ow, r, s, stride, pad, is_max; };
-template <int DT> __device__ __forceinline__ void body_pool(int lb, const PoolP& p) {
+template <int DT, int V> __device__ __forceinline__ void pool_at(const PoolP& p, long long i, long long total) {
   typedef DTy<DT> D;
   typedef typename D::T T;
-  const long long i = (long long)lb * 256 + threadIdx.x;
-  const long long total = (long long)p.n * p.oh * p.ow * p.c;
-  if (i >= total) return;
-  const int ch = (int)(i % p.c);
-  long long t = i / p.c;
-  const int ox = (int)(t % p.ow); t /= p.ow;
-  const int oy = (int)(t % p.oh);
-  const int img = (int)(t / p.oh);
-  float acc = p.is_max ? -3.402823466e38f : 0.f;
+  int ch, ox, oy, img;
+  if (total <= 0x7fffffffLL) {
+    unsigned t = (unsigned)i;
+    ch = (int)(t % (unsigned)p.c); t /= (unsigned)p.c;
+    ox = (int)(t % (unsigned)p.ow); t /= (unsigned)p.ow;
+    oy = (int)(t % (unsigned)p.oh); img = (int)(t / (unsigned)p.oh);
+  } else {
+    long long t = i / p.c;
+    ch = (int)(i - t * p.c);
+    ox = (int)(t % p.ow); t /= p.ow;
+    oy = (int)(t % p.oh); img = (int)(t / p.oh);
+  }
+  float acc[V];
+#pragma unroll
+  for (int u = 0; u < V; u++) acc[u] = p.is_max ? -3.402823466e38f : 0.f;
   for (int ry = 0; ry < p.r; ry++) {
     const int iy = oy * p.stride - p.pad + ry;
     if (iy < 0 || iy >= p.h) continue;
     for (int sx = 0; sx < p.s; sx++) {
       const int ix = ox * p.stride - p.pad + sx;
       if (ix < 0 || ix >= p.w) continue;
-      const float v = D::load((const T*)p.x, (((long long)img * p.h + iy) * p.w + ix) * p.c + ch);
-      acc = p.is_max ? fmaxf(acc, v) : acc + v;
+      const long long xi = (((long long)img * p.h + iy) * p.w + ix) * p.c + ch;
+      float v[V];
+      if (V == 4) Quad<DT>::load(p.x, xi, v);
+      else v[0] = D::load((const T*)p.x, xi);
+#pragma unroll
+      for (int u = 0; u < V; u++) acc[u] = p.is_max ? fmaxf(acc[u], v[u]) : acc[u] + v[u];
     }
   }
-  if (!p.is_max) acc /= (float)(p.r * p.s);
-  D::store((T*)p.y, i, acc);
+  if (!p.is_max)
+#pragma unroll
+    for (int u = 0; u < V; u++) acc[u] /= (float)(p.r * p.s);
+  if (V == 4) Quad<DT>::store(p.y, i, acc);
+  else D::store((T*)p.y, i, acc[0]);
+}
+// 1024 outputs per logical block: four channels of one output a thread
+// where channels and pointers allow, else four outputs 256 apart.
+template <int DT> __device__ __forceinline__ void body_pool(int lb, const PoolP& p) {
+  const long long total = (long long)p.n * p.oh * p.ow * p.c;
+  if (quad_ok<DT>(total, p.c, p.x, p.y)) {
+    const long long i = (long long)lb * 1024 + threadIdx.x * 4;
+    if (i < total) pool_at<DT, 4>(p, i, total);
+    return;
+  }
+  const long long base = (long long)lb * 1024 + threadIdx.x;
+#pragma unroll 1
+  for (int u = 0; u < 4; u++) {
+    const long long i = base + u * 256;
+    if (i >= total) return;
+    pool_at<DT, 1>(p, i, total);
+  }
 }
 
 // ---- row reduction: out[row] (fp32) = sum or mean of x[row][0..cols).
