@@ -163,8 +163,9 @@ func (e EmbedTable) String() string {
 // in token order, of the tokens that looked it up (Table says how a token
 // picks its row; word ids outside [0, Rows) pick none, as the forward
 // gather reads none). Each logical block owns one table row (256 threads)
-// and scans every token's key: a deterministic, atomic-free scatter-add
-// whose re-run block stores the same bytes. Rows no token picks are zero.
+// and scans every token's key, 256 at a time by warp ballots: a
+// deterministic, atomic-free scatter-add whose re-run block stores the
+// same bytes. Rows no token picks are zero.
 type EmbeddingBackward struct {
 	Tokens, Seq, Cols, Rows int
 	Table                   EmbedTable

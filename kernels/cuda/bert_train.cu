@@ -134,31 +134,34 @@ template <int DT> __device__ __forceinline__ void body_ln_partial(int lb, const 
 
 // ---- embedding table gradient: logical block = one table row, 256 threads.
 // Token t belongs to row key(t): mode 0 ids[t] (word), 1 t % seq (position),
-// 2 row 0 (token type 0). The block scans the keys in chunks of 256 (shared
-// memory) and sums, in token order, the gradients of the tokens whose key
-// is its row; 1024 columns per pass (4 per thread).
+// 2 row 0 (token type 0). The block takes the keys 256 at a time, each warp
+// marking its 32 tokens that belong to the row (a ballot), and sums, in
+// token order, the gradients of the marked tokens; 1024 columns per pass
+// (4 per thread). A row no token picks costs a scan of the keys and a store.
 struct EmbBwP { const void* dy; const int* ids; float* out; int tokens, cols, rows, seq, mode; };
 template <int DT> __device__ __forceinline__ void body_embed_bwd(int lb, const EmbBwP& p) {
   typedef DTy<DT> D;
   typedef typename D::T T;
-  __shared__ int key[256];
+  __shared__ unsigned marks[8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int c0 = 0; c0 < p.cols; c0 += 1024) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (int t0 = 0; t0 < p.tokens; t0 += 256) {
       const int t = t0 + threadIdx.x;
-      BSYNC(256); // the previous chunk's keys are read
       int k = -1;
       if (t < p.tokens) k = p.mode == 0 ? p.ids[t] : (p.mode == 1 ? t % p.seq : 0);
-      key[threadIdx.x] = k;
+      const unsigned m = __ballot_sync(0xffffffffu, k == lb);
+      BSYNC(256); // the previous chunk's marks are read
+      if (lane == 0) marks[warp] = m;
       BSYNC(256);
-      const int nt = p.tokens - t0 < 256 ? p.tokens - t0 : 256;
-      for (int q = 0; q < nt; q++) {
-        if (key[q] != lb) continue; // uniform across the block
-        const long long base = (long long)(t0 + q) * p.cols;
+      for (int w = 0; w < 8; w++) {
+        for (unsigned mm = marks[w]; mm != 0u; mm &= mm - 1u) { // uniform across the block
+          const long long base = (long long)(t0 + w * 32 + __ffs(mm) - 1) * p.cols;
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-          const int j = c0 + u * 256 + threadIdx.x;
-          if (j < p.cols) acc[u] += D::load((const T*)p.dy, base + j);
+          for (int u = 0; u < 4; u++) {
+            const int j = c0 + u * 256 + threadIdx.x;
+            if (j < p.cols) acc[u] += D::load((const T*)p.dy, base + j);
+          }
         }
       }
     }
@@ -168,7 +171,7 @@ template <int DT> __device__ __forceinline__ void body_embed_bwd(int lb, const E
       if (j < p.cols) p.out[(long long)lb * p.cols + j] = acc[u];
     }
   }
-  BSYNC(256); // key is reused by the ticket's next block
+  BSYNC(256); // marks is reused by the ticket's next block
 }
 
 // ---- [CLS] gradient scatter: dx[n·seq + s][j] = s == 0 ? dcls[n][j] : 0;
