@@ -155,7 +155,7 @@ func TestMisalignedClockIsRefused(t *testing.T) {
 // solo time. Run it with -cpu 1 for the acceptance figures (under 5 s of
 // wall time per 10 s simulated at load 0.5, under 20 s at load 2, one core).
 func BenchmarkDemoWorkload10s(b *testing.B) {
-	for _, load := range []float64{0.5, 2} {
+	for _, load := range []float64{0.3, 0.5, 0.9, 2} {
 		for _, policy := range []string{"priority", "orion", "reef", "atoll"} {
 			b.Run(fmt.Sprintf("load%g/%s", load, policy), func(b *testing.B) {
 				c := demoConfig(b, 10*time.Second)
