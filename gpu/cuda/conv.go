@@ -427,7 +427,8 @@ func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *g
 	}
 	var kl gpu.Launch
 	kl.Form = gpu.Plain
-	// gather: a warp a row, 8 rows a block; scatter: a thread a vector.
+	// gather: a warp a row, 8 rows a block (padded steps: a thread 8
+	// elements); scatter: a thread a vector.
 	gather := func(s convStep) error {
 		kl.Name, kl.Func = "atoll conv gather", k
 		kl.Block, kl.Grid = gpu.Dim3{X: 32, Y: 8, Z: 1}, gpu.D1(max(1, min((s.rows+7)/8, 1<<20)))
@@ -448,11 +449,6 @@ func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *g
 		outU16 = 2
 	}
 	rsc := cv.R * cv.S * cv.C
-	scatter := func(threads int) error {
-		kl.Name, kl.Func = "atoll conv scatter", k
-		kl.Block, kl.Grid = gpu.D1(256), gpu.D1(max(1, min((threads+255)/256, 1<<20)))
-		return d.launchOn(c, sh, ws, &kl)
-	}
 	for i, s := range r.steps {
 		mm := r.mms[i]
 		switch cv.Pass {
@@ -473,16 +469,18 @@ func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *g
 				return err
 			}
 			switch {
-			case cv.Pass == gpu.ConvForward && s.kp > 0:
-				err = d.matmulOn(c, sh, blasWS, mm, patches, front, D+gpu.Ptr(s.dOff), bias, C+gpu.Ptr(s.dOff), l.Name)
 			case cv.Pass == gpu.ConvForward:
-				err = d.matmulOn(c, sh, blasWS, mm, patches, B, D+gpu.Ptr(s.dOff), bias, C+gpu.Ptr(s.dOff), l.Name)
+				w := B
+				if s.kp > 0 {
+					w = front // the padded filter
+				}
+				err = d.matmulOn(c, sh, blasWS, mm, patches, w, D+gpu.Ptr(s.dOff), bias, C+gpu.Ptr(s.dOff), l.Name)
 			case s.kp > 0:
 				if err = d.matmulOn(c, sh, blasWS, mm, patches, B+gpu.Ptr(s.bOff), front, 0, front, l.Name); err != nil {
 					return err
 				}
 				kl.Args.Reset()
-				kl.Args.Ptr(front).Ptr(D+gpu.Ptr(s.dOff)).I32(int32(s.nb)).I32(int32(rsc)).I32(int32(s.kp)).I32(int32(cv.OutC*outU16))
+				kl.Args.Ptr(front).Ptr(D + gpu.Ptr(s.dOff)).I32(int32(s.nb)).I32(int32(rsc)).I32(int32(s.kp)).I32(int32(cv.OutC * outU16))
 				err = rows("atoll conv unpadding", r.unpad, s.nb*rsc*cv.OutC*outU16)
 			default:
 				err = d.matmulOn(c, sh, blasWS, mm, patches, B+gpu.Ptr(s.bOff), D+gpu.Ptr(s.dOff), 0, D+gpu.Ptr(s.dOff), l.Name)
@@ -502,7 +500,7 @@ func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *g
 			kl.Args.Ptr(col).Ptr(D + gpu.Ptr(s.dOff)).I32(int32(s.imgs)).
 				I32(int32(cv.H)).I32(int32(cv.W)).I32(int32(cv.C)).I32(int32(oh)).I32(int32(ow)).
 				I32(int32(cv.R)).I32(int32(cv.S)).I32(st).I32(int32(cv.Pad)).I32(bf)
-			if err := scatter(s.imgs * cv.H * cv.W * cv.C / v); err != nil {
+			if err := rows("atoll conv scatter", k, s.imgs*cv.H*cv.W*cv.C/v); err != nil {
 				return err
 			}
 		}
