@@ -43,11 +43,11 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 	if within != f.Within || runs != f.Runs || len(f.Policies) != 4 {
 		t.Errorf("per policy %d of %d runs over %d policies, overall %d of %d", within, runs, len(f.Policies), f.Within, f.Runs)
 	}
-	gpu, err = bench.ReadMatrixDir("../../results/matrix-h100-conv")
+	gpu, err = bench.ReadMatrixDir("../../results/matrix-h100-embed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sim, err = bench.ReadMatrixDir("../../results/matrix-sim-h100-conv"); err != nil {
+	if sim, err = bench.ReadMatrixDir("../../results/matrix-sim-h100-embed"); err != nil {
 		t.Fatal(err)
 	}
 	c := bench.FidelitySummary(gpu, sim)
