@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"atoll/bench"
@@ -35,8 +36,16 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	w.register(fs)
 	policy := fs.String("policy", "atoll", "scheduling policy (see 'atoll policies')")
 	out := fs.String("out", "", "write the report here (default: standard output)")
+	cpuProfile := fs.String("cpuprofile", "", "also write the host's CPU profile of the whole command to this file (read it with 'go tool pprof FILE': where the host time of launches, polls and decisions goes)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if _, err := policies.ByName(*policy); err != nil {
 		return err
@@ -74,4 +83,21 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, bench.Describe(r))
 	return bench.Table(e.stdout, []*bench.Report{r})
+}
+
+// startCPUProfile starts Go's CPU profiler into a new file at path and
+// returns what stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
