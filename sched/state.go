@@ -561,7 +561,7 @@ func (s *State) completeBE(f *flight, t time.Duration, o Outcome) {
 	} else {
 		b = s.be[f.l.Client.Index]
 	}
-	b.inflight = slices.DeleteFunc(b.inflight, func(id LaunchID) bool { return id == f.l.ID })
+	b.inflight = dropID(b.inflight, f.l.ID)
 	// Close preemption records waiting for this launch.
 	b.opens = slices.DeleteFunc(b.opens, func(op *openPreemption) bool {
 		n := len(op.waiting)
@@ -666,4 +666,19 @@ func (s *State) startBE(b *BEClient, t time.Duration, budget int) {
 	b.budget, b.runStart = budget, b.iter
 	b.runs++
 	b.ready = true
+}
+
+// dropID removes id from ids, keeping launch order. ids holds each launch
+// once; completions mostly come in launch order (a stream runs its kernels
+// in order), so the head is tried first and dropped without moving the
+// rest: a BE client that queued a whole iteration (hundreds of launches)
+// pays O(1), not O(n), per completion.
+func dropID(ids []LaunchID, id LaunchID) []LaunchID {
+	if len(ids) > 0 && ids[0] == id {
+		return ids[1:]
+	}
+	if i := slices.Index(ids, id); i >= 0 {
+		return slices.Delete(ids, i, i+1)
+	}
+	return ids
 }
