@@ -208,10 +208,7 @@ func onPartition(t *testing.T, d *Device, check func(launch func(*gpu.Launch))) 
 // operand layout the kernels library asks for, launched on a stream, from a
 // CUDA graph and on a green context's stream.
 func TestGPUMatmul(t *testing.T) {
-	d, _ := openGPU(t)
-	if name := d.BLASName(); strings.HasPrefix(name, "none") {
-		t.Skipf("no cuBLASLt here: %s", name)
-	}
+	d := openGPUWithBLAS(t)
 	t.Logf("BLAS: %s", d.BLASName())
 	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Least})
 	must(t, err)
@@ -246,4 +243,15 @@ func TestGPUMatmul(t *testing.T) {
 	if _, err := d.Matmul(gpu.Matmul{M: 1, N: 1, K: 0, In: gpu.BF16, Out: gpu.BF16}); !errors.Is(err, gpu.ErrInvalidLaunch) {
 		t.Errorf("K=0: %v, want ErrInvalidLaunch", err)
 	}
+}
+
+// openGPUWithBLAS opens the GPU as openGPU does and skips where no cuBLASLt was
+// found.
+func openGPUWithBLAS(t testing.TB) *Device {
+	t.Helper()
+	d, _ := openGPU(t)
+	if name := d.BLASName(); strings.HasPrefix(name, "none") {
+		t.Skipf("no cuBLASLt here: %s", name)
+	}
+	return d
 }

@@ -256,29 +256,8 @@ func planConv(c gpu.Conv, colBytes int64) ([]convStep, error) {
 		if c.OutType() == gpu.F32 {
 			outEs = 4
 		}
-		if kp := pad8(rsc); kp != rsc {
-			// Every tap at once, padded, in steps of whole splits.
-			scratch, patches := int64(kp*c.OutC)*outEs, int64(rows)*int64(kp)*es
-			if nb := int(colBytes / (scratch + patches)); nb >= 1 {
-				nb = min(nb, splits)
-				colOff := align256(int64(nb) * scratch)
-				for nb > 1 && colOff+int64(nb)*patches > colBytes {
-					nb--
-					colOff = align256(int64(nb) * scratch)
-				}
-				if colOff+int64(nb)*patches <= colBytes {
-					for s0 := 0; s0 < splits; s0 += nb {
-						k := min(nb, splits-s0)
-						m := gpu.Matmul{M: kp, N: c.OutC, K: rows, TransA: true, In: c.In, Out: c.OutType()}
-						if k > 1 {
-							m.Batch, m.StrideA, m.StrideB, m.StrideD = k, int64(rows)*int64(kp), int64(rows)*int64(c.OutC), int64(kp)*int64(c.OutC)
-						}
-						steps = append(steps, convStep{row0: s0 * rows, rows: k * rows, taps: c.R * c.S, ld: kp, kp: kp, nb: k, colOff: colOff,
-							bOff: int64(s0*rows) * int64(c.OutC) * es, dOff: int64(s0) * int64(rsc) * int64(c.OutC) * outEs, m: m})
-					}
-					return steps, nil
-				}
-			}
+		if padded := planFilterPadded(c, colBytes, rows, splits, outEs); padded != nil {
+			return padded, nil
 		}
 		taps := 0
 		for taps < c.R*c.S && int64(pix)*int64(pad8((taps+1)*c.C))*es <= colBytes {
@@ -301,6 +280,38 @@ func planConv(c gpu.Conv, colBytes int64) ([]convStep, error) {
 		return nil, c.Check()
 	}
 	return steps, nil
+}
+
+// planFilterPadded plans a filter pass whose R·S·C is not a multiple of 8:
+// every tap at once, rows padded to kp, in steps of whole splits (rows
+// pixels each), each step's products (kp rows a split, outEs bytes an
+// element) at the workspace's start and its patches after them. Nil when
+// R·S·C needs no padding or one split does not fit.
+func planFilterPadded(c gpu.Conv, colBytes int64, rows, splits int, outEs int64) []convStep {
+	const es = 2
+	rsc := c.R * c.S * c.C
+	kp := pad8(rsc)
+	if kp == rsc {
+		return nil
+	}
+	scratch, patches := int64(kp*c.OutC)*outEs, int64(rows)*int64(kp)*es
+	// Less than 256 bytes of the workspace go to aligning the patches.
+	nb := min(int((colBytes-255)/(scratch+patches)), splits)
+	if nb < 1 {
+		return nil
+	}
+	colOff := align256(int64(nb) * scratch)
+	var steps []convStep
+	for s0 := 0; s0 < splits; s0 += nb {
+		k := min(nb, splits-s0)
+		m := gpu.Matmul{M: kp, N: c.OutC, K: rows, TransA: true, In: c.In, Out: c.OutType()}
+		if k > 1 {
+			m.Batch, m.StrideA, m.StrideB, m.StrideD = k, int64(rows)*int64(kp), int64(rows)*int64(c.OutC), int64(kp)*int64(c.OutC)
+		}
+		steps = append(steps, convStep{row0: s0 * rows, rows: k * rows, taps: c.R * c.S, ld: kp, kp: kp, nb: k, colOff: colOff,
+			bOff: int64(s0*rows) * int64(c.OutC) * es, dOff: int64(s0) * int64(rsc) * int64(c.OutC) * outEs, m: m})
+	}
+	return steps
 }
 
 // align256 is n rounded up to a multiple of 256.

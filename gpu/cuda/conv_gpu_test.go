@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"atoll/gpu"
@@ -15,10 +14,7 @@ import (
 // graph and on a partition's stream, including passes cut into several
 // steps and filters whose rows are padded.
 func TestGPUConv(t *testing.T) {
-	d, _ := openGPU(t)
-	if name := d.BLASName(); strings.HasPrefix(name, "none") {
-		t.Skipf("no cuBLASLt here: %s", name)
-	}
+	d := openGPUWithBLAS(t)
 	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Least})
 	must(t, err)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -123,10 +119,7 @@ func checkConv(t *testing.T, d *Device, c gpu.Conv, rng *rand.Rand, launch func(
 //
 //	bin/cuda.test -test.run '^$' -test.bench GPUConv
 func BenchmarkGPUConv(b *testing.B) {
-	d, _ := openGPU(b)
-	if name := d.BLASName(); strings.HasPrefix(name, "none") {
-		b.Skipf("no cuBLASLt here: %s", name)
-	}
+	d := openGPUWithBLAS(b)
 	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Least})
 	must(b, err)
 	e0, err := d.NewEvent()
