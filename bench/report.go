@@ -34,8 +34,9 @@ type WorkloadInfo struct {
 	Seed        uint64  `json:"seed"`
 	DurationSec float64 `json:"durationSec"`
 	WarmupSec   float64 `json:"warmupSec"`
-	SoloHPUs    float64 `json:"soloHpUs"`       // HP request service time alone (the load's unit)
-	Cell        string  `json:"cell,omitempty"` // the matrix cell, when a matrix ran it
+	SoloHPUs    float64 `json:"soloHpUs"`            // HP request service time alone (the load's unit)
+	HPStreams   int     `json:"hpStreams,omitempty"` // HP clients serving the model at once (Config.HPStreams; absent: one)
+	Cell        string  `json:"cell,omitempty"`      // the matrix cell, when a matrix ran it
 }
 
 // Report is one policy's run of one co-location workload, with the

@@ -55,6 +55,11 @@ type Config struct {
 	// NoHPGraphs launches HP requests kernel by kernel instead of one graph
 	// per request (sched.Options.NoHPGraphs).
 	NoHPGraphs bool
+	// HPStreams serves the HP model with this many clients (0: one), each
+	// with its own stream and buffers (on a GPU, its own instance of the
+	// model), the arrivals dealt to them in turn: up to HPStreams requests
+	// run at once, where one client serves them one after another.
+	HPStreams int
 	// Parallel is how many policy runs Suite makes at once (0:
 	// GOMAXPROCS). Each run owns its device, so more than one is only
 	// sound for the simulator: set 1 for a real GPU.
@@ -79,6 +84,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: load must be in (0, 4], got %v", ErrConfig, c.Load)
 	case c.Arrival == Trace && len(c.Trace) == 0:
 		return fmt.Errorf("%w: trace arrivals requested but no trace given", ErrConfig)
+	case c.HPStreams < 0 || c.HPStreams > maxHPStreams:
+		return fmt.Errorf("%w: HP streams must be in [1, %d], got %d", ErrConfig, maxHPStreams, c.HPStreams)
 	}
 	if c.BE != nil && c.HP.GPU != c.BE.GPU {
 		return fmt.Errorf("%w: HP profile is for %s but BE profile is for %s", ErrConfig, c.HP.GPU, c.BE.GPU)
@@ -188,16 +195,15 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	}
 	defer dev.Close()
 	c.lastInfo = dev.Info()
-	w := sched.Workload{}
-	if len(arrivals) > 0 {
-		w.HP = []sched.HPWorkload{{Name: c.HP.Model, Profile: c.HP, Arrivals: arrivals}}
-	}
+	w := sched.Workload{HP: c.hpClients(arrivals)}
 	if withBE && c.BE != nil {
 		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
 	}
 	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs}
-	if c.KernelSolo != nil && len(w.HP) > 0 {
-		opt.KernelSolo = [][]time.Duration{c.KernelSolo}
+	if c.KernelSolo != nil {
+		for range w.HP {
+			opt.KernelSolo = append(opt.KernelSolo, c.KernelSolo)
+		}
 	}
 	if c.Binder != nil {
 		if opt.Binder, err = c.Binder(dev, w); err != nil {
@@ -209,6 +215,25 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 		c.lastSpans = tr.KernelSpans[0]
 	}
 	return tr, err
+}
+
+// maxHPStreams bounds Config.HPStreams (each is an instance of the model
+// in device memory).
+const maxHPStreams = 16
+
+// hpClients deals arrivals to the HP clients in turn (HPStreams of them;
+// a client with no arrival is left out).
+func (c *Config) hpClients(arrivals []time.Duration) []sched.HPWorkload {
+	n := max(c.HPStreams, 1)
+	var hp []sched.HPWorkload
+	for i := range min(n, len(arrivals)) {
+		a := make([]time.Duration, 0, len(arrivals)/n+1)
+		for j := i; j < len(arrivals); j += n {
+			a = append(a, arrivals[j])
+		}
+		hp = append(hp, sched.HPWorkload{Name: c.HP.Model, Profile: c.HP, Arrivals: a})
+	}
+	return hp
 }
 
 // RunPolicy runs one policy on the shared workload and reports it against
@@ -285,6 +310,9 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 			WarmupSec:   c.Warmup.Seconds(),
 			SoloHPUs:    float64(b.Solo) / float64(time.Microsecond),
 		},
+	}
+	if c.HPStreams > 1 {
+		r.Workload.HPStreams = c.HPStreams
 	}
 	if c.Arrival == Trace {
 		r.Workload.Load = b.Rate * b.Solo.Seconds()

@@ -101,6 +101,8 @@ func TestConfigErrors(t *testing.T) {
 		"load must be":         func(c *Config) { c.Load = 0 },
 		"no trace given":       func(c *Config) { c.Arrival = Trace },
 		"BE profile is for A1": func(c *Config) { be := *c.BE; be.GPU = "A100-SXM"; c.BE = &be },
+		"HP streams must be":   func(c *Config) { c.HPStreams = 17 },
+		"HP streams must be 1": func(c *Config) { c.HPStreams = -1 },
 	}
 	for want, mutate := range cases {
 		c := *base
@@ -109,6 +111,57 @@ func TestConfigErrors(t *testing.T) {
 		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), strings.TrimSuffix(want, "1")) {
 			t.Errorf("%s: err = %v", want, err)
 		}
+	}
+}
+
+// With HPStreams the arrivals are dealt in turn to that many HP clients
+// (every arrival to exactly one, in order), and every request completes.
+// On the simulator, whose batch-1 ResNet-50 leaves most SMs idle, two
+// streams at load 0.9 cut the queueing one stream has (M/D/1: p99 about
+// 20 service times) to a few service times.
+func TestHPStreams(t *testing.T) {
+	c := demoConfig(t, 2*time.Second)
+	arr, err := Arrivals(Poisson, 1000, 50*time.Millisecond, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.HPStreams = 3
+	hp := c.hpClients(arr)
+	var got []time.Duration
+	for i, w := range hp {
+		for j, a := range w.Arrivals {
+			if a != arr[i+3*j] {
+				t.Fatalf("client %d arrival %d = %v, want %v", i, j, a, arr[i+3*j])
+			}
+		}
+		got = append(got, w.Arrivals...)
+	}
+	if len(hp) != 3 || len(got) != len(arr) {
+		t.Fatalf("%d clients with %d arrivals, want 3 with %d", len(hp), len(got), len(arr))
+	}
+	if n := len(c.hpClients(arr[:2])); n != 2 {
+		t.Errorf("two arrivals over three streams: %d clients, want 2 (none empty)", n)
+	}
+
+	c.BE, c.Load = nil, 0.9
+	p99 := map[int]float64{}
+	for _, n := range []int{1, 2} {
+		c.HPStreams = n
+		rs, err := Suite(context.Background(), c, []string{"atoll"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rs[0]
+		if r.HPCompleted != r.Dedicated.Count || r.HPCompleted == 0 {
+			t.Fatalf("%d streams: %d completed, %d dedicated", n, r.HPCompleted, r.Dedicated.Count)
+		}
+		if want := map[int]int{1: 0, 2: 2}[n]; r.Workload.HPStreams != want {
+			t.Errorf("%d streams: report says %d, want %d", n, r.Workload.HPStreams, want)
+		}
+		p99[n] = r.HP.P99 / r.Workload.SoloHPUs
+	}
+	if !(p99[1] > 10 && p99[2] < p99[1]/3) {
+		t.Errorf("p99 / solo at load 0.9: one stream %.1f, two %.1f: want an M/D/1 queue (> 10) cut by at least 3x", p99[1], p99[2])
 	}
 }
 

@@ -162,10 +162,12 @@ func (e EmbedTable) String() string {
 // from the gradient of the embeddings dY [Tokens, Cols]: row r is the sum,
 // in token order, of the tokens that looked it up (Table says how a token
 // picks its row; word ids outside [0, Rows) pick none, as the forward
-// gather reads none). Each logical block owns one table row (256 threads)
-// and scans every token's key, 256 at a time by warp ballots: a
-// deterministic, atomic-free scatter-add whose re-run block stores the
-// same bytes. Rows no token picks are zero.
+// gather reads none). Each logical block owns one table row's columns, or
+// a chunk of 64 of them in tables of fewer than 256 rows (position, type:
+// a row many tokens pick is spread over blocks), and scans every token's
+// key, 256 at a time by warp ballots: a deterministic, atomic-free
+// scatter-add whose re-run block stores the same bytes. Rows no token
+// picks are zero.
 type EmbeddingBackward struct {
 	Tokens, Seq, Cols, Rows int
 	Table                   EmbedTable
@@ -174,7 +176,15 @@ type EmbeddingBackward struct {
 
 func (e EmbeddingBackward) Kernel() string { return "embed_bwd_" + e.In.String() }
 func (e EmbeddingBackward) Geometry() Geometry {
-	return Geometry{Grid: gpu.D1(e.Rows), Block: gpu.D1(256), Registers: 32}
+	return Geometry{Grid: gpu.D1(e.Rows * ceilDiv(e.Cols, e.chunk())), Block: gpu.D1(256), Registers: 40}
+}
+
+// chunk is the columns of a row one logical block sums.
+func (e EmbeddingBackward) chunk() int {
+	if e.Rows < 256 {
+		return 64
+	}
+	return max(e.Cols, 1)
 }
 func (e EmbeddingBackward) FLOPs() float64 { return float64(e.Tokens * e.Cols) }
 func (e EmbeddingBackward) Bytes() float64 {
@@ -490,7 +500,7 @@ func embeddingBackwardSpec(o EmbeddingBackward, k *kspec) error {
 			ids = p[1]
 		}
 		a.Ptr(p[0]).Ptr(ids).Ptr(p[len(p)-1])
-		for _, v := range []int{o.Tokens, o.Cols, o.Rows, o.Seq, int(o.Table)} {
+		for _, v := range []int{o.Tokens, o.Cols, o.Rows, o.Seq, int(o.Table), o.chunk()} {
 			a.I32(int32(v))
 		}
 	}

@@ -220,6 +220,7 @@ func bertTrainCheckOps() []Op {
 		EmbeddingBackward{Tokens: 300, Seq: 50, Cols: 72, Rows: 40, Table: EmbedWord, In: BF16},
 		EmbeddingBackward{Tokens: 300, Seq: 50, Cols: 1100, Rows: 64, Table: EmbedPosition, In: BF16},
 		EmbeddingBackward{Tokens: 300, Seq: 50, Cols: 72, Rows: 2, Table: EmbedType, In: F32},
+		EmbeddingBackward{Tokens: 2200, Seq: 100, Cols: 300, Rows: 300, Table: EmbedWord, In: BF16}, // marks past 2048 tokens scanned again
 		CLSScatter{Seqs: 3, Seq: 50, Cols: 72, In: BF16},
 		Transpose{Batch: 6, Rows: 50, Cols: 70, In: BF16},
 		Adam{Elems: 3000, In: F32, Grad: F32},
@@ -253,6 +254,7 @@ func (r *runner) bertIdentity(rep *Report, minPreempt int, next func() uint64) e
 		LNGradPartial{Rows: 1 << 16, Cols: 768, In: BF16},
 		ColumnPartial{Rows: 1 << 16, Cols: 768, In: BF16},
 		EmbeddingBackward{Tokens: 1024, Seq: 128, Cols: 768, Rows: 30522, Table: EmbedWord, In: BF16},
+		EmbeddingBackward{Tokens: 1024, Seq: 128, Cols: 768, Rows: 2, Table: EmbedType, In: BF16},
 	} {
 		if !r.selected(op) {
 			continue

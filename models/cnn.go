@@ -26,6 +26,11 @@ type ResNetConfig struct {
 	// Train builds one training step (forward with batch norm, loss,
 	// backward, SGD with momentum) instead of inference with BN folded.
 	Train bool `json:"train"`
+	// MaxPatchBytes bounds the patches (im2col rows) one launch of a
+	// training convolution pass gathers; a pass over more is cut into
+	// launches over fewer images (Layer.Part). 0: 64 MiB. Tests set small
+	// bounds to cut small networks.
+	MaxPatchBytes int64 `json:"-"`
 }
 
 var resnet50 = ResNetConfig{Blocks: [4]int{3, 4, 6, 3}, Image: imageSize, Width: 64, Classes: classes}
@@ -208,9 +213,8 @@ func (b *builder) cbnForward(u cbn, x, short string) string {
 	_, pixels := u.outElems()
 	oh, ow := u.conv.Out()
 	c := u.conv.OutC
-	l := b.add(u.name, u.conv, ConvParams(u.conv))
 	conv := b.act(u.name+".conv", bf16, u.conv.N, oh, ow, c)
-	l.In, l.W, l.Out = []string{x}, []string{b.weight(u.name+".weight", bf16, u.conv.R, u.conv.S, u.conv.C, c)}, []string{conv}
+	b.convPass(u.name, u.conv, ConvParams(u.conv), []string{x}, []string{b.weight(u.name+".weight", bf16, u.conv.R, u.conv.S, u.conv.C, c)}, []string{conv})
 	stats := kernels.BNStats{Pixels: pixels, C: c, In: bf16}
 	part := b.act(u.name+".bn.partials", kernels.F32, stats.Partials())
 	b.op(u.name+".bn.stats", stats, 0, []string{conv}, nil, []string{part})
@@ -261,7 +265,7 @@ func (b *builder) cbnBackward(u cbn, dy, dx, dshort string) {
 	if !u.first {
 		d := u.conv
 		d.BackwardData = true
-		b.op(u.name+".dgrad", d, 0, []string{dconv}, []string{u.name + ".weight"}, []string{dx})
+		b.convPass(u.name+".dgrad", d, 0, []string{dconv}, []string{u.name + ".weight"}, []string{dx})
 	}
 	w := u.conv
 	w.BackwardFilter = true
@@ -275,11 +279,61 @@ func (b *builder) cbnBackward(u cbn, dy, dx, dshort string) {
 // that adds them up in order. Every batch size gets both layers (split 1
 // at small batches), so the launch sequence does not depend on the batch.
 func (b *builder) wgrad(name string, w kernels.Conv2D, x, dy, weight string) {
-	w.Split = wgradSplit(w)
+	w.Split = max(wgradSplit(w), convParts(w, b.patchBytes)) // powers of two dividing N
 	t := b.list[b.tensors[weight]]
 	part := b.tensor(GradName(weight)+".split", KindGradient, kernels.F32, w.Split*t.Elems())
-	b.op(name+".wgrad", w, 0, []string{x, dy}, nil, []string{part})
+	b.convPass(name+".wgrad", w, 0, []string{x, dy}, nil, []string{part})
 	b.op(name+".wgrad.sum", kernels.SplitSum{Parts: w.Split, Elems: t.Elems(), Out: t.DType}, 0, []string{part}, nil, []string{b.grad(weight)})
+}
+
+// maxPatchBytes is the default bound on the patches one launch of a
+// training convolution gathers: one step of the CUDA device's plan (its
+// patch workspace, gpu/cuda), so that no launch of a training step chains
+// several gathers and products (ResNet-50's stem at batch 32 gathers
+// 122 MB: one launch ran 226 µs forward and 276 µs for the filter gradient
+// on an H100, where a scheduler cannot cut it).
+const maxPatchBytes = 64 << 20
+
+// convParts is the number of launches, over equal slices of the images, a
+// convolution pass takes so that each gathers at most max bytes of
+// patches (rows of R·S·C elements, padded to 8, per output pixel; 0:
+// maxPatchBytes): the smallest power of two that gets there and divides
+// the images. Products (1x1, stride 1, no padding) gather nothing: 1.
+func convParts(c kernels.Conv2D, max int64) int {
+	if max <= 0 {
+		max = maxPatchBytes
+	}
+	if c.R == 1 && c.S == 1 && c.Stride <= 1 && c.Pad == 0 {
+		return 1
+	}
+	oh, ow := c.Out()
+	patches := int64(c.N*oh*ow) * int64((c.R*c.S*c.C+7)&^7) * int64(c.In.Size())
+	p := 1
+	for patches > int64(p)*max && c.N%(2*p) == 0 {
+		p *= 2
+	}
+	return p
+}
+
+// convPass adds a training convolution pass c (forward, data or filter
+// gradient) as one layer name, or, where convParts cuts it, as layers
+// name.part0, name.part1, ... each over its slice of the images (a filter
+// gradient's slice of the Split partial sums); the first holds params.
+func (b *builder) convPass(name string, c kernels.Conv2D, params int, in, w, out []string) {
+	parts := convParts(c, b.patchBytes)
+	if parts == 1 {
+		b.op(name, c, params, in, w, out)
+		return
+	}
+	pc := c
+	pc.N /= parts
+	if c.BackwardFilter {
+		pc.Split = c.Split / parts
+	}
+	for i := range parts {
+		l := b.op(fmt.Sprintf("%s.part%d", name, i), pc, params, in, w, out)
+		l.Part, params = Part{I: i, Of: parts}, 0
+	}
 }
 
 // wgradSplit is the split of a wgrad over the images: doubled while the
@@ -300,6 +354,7 @@ func wgradSplit(w kernels.Conv2D) int {
 // resnetTraining is one SGD-with-momentum step of ResNet v1.5 with batch
 // norm kept (training statistics), softmax cross-entropy loss.
 func resnetTraining(b *builder, n int, cfg ResNetConfig) {
+	b.patchBytes = cfg.MaxPatchBytes
 	conv := func(h, c, out, r, s, pad int) kernels.Conv2D {
 		return kernels.Conv2D{N: n, H: h, W: h, C: c, OutC: out, R: r, S: r, Stride: s, Pad: pad, In: bf16}
 	}

@@ -142,6 +142,16 @@ func (g *Graph) check() error {
 		if len(l.Out) == 0 {
 			return fmt.Errorf("layer %d (%s) writes nothing", i, l.Name)
 		}
+		if l.Part != (Part{}) {
+			if l.Part.Of < 1 || l.Part.I < 0 || l.Part.I >= l.Part.Of {
+				return fmt.Errorf("layer %d (%s) is part %d of %d", i, l.Name, l.Part.I, l.Part.Of)
+			}
+			for _, n := range slices.Concat(l.In, l.Out) {
+				if t, _ := g.Tensor(n); l.Sliced(t) && t.Elems()%l.Part.Of != 0 {
+					return fmt.Errorf("layer %d (%s): tensor %v does not cut into %d slices", i, l.Name, t, l.Part.Of)
+				}
+			}
+		}
 		for _, n := range l.Out {
 			written[n] = true
 		}

@@ -66,7 +66,23 @@ type Layer struct {
 	// Instance refuses to bind the layer. GlueNote says why in words.
 	Glue     string
 	GlueNote string
+	// Part, when Part.Of > 0, makes the layer one of Of launches that
+	// together compute one op over a batch cut into equal slices: Op is
+	// the op on one slice, and every In and Out tensor that is not a
+	// weight holds Of slices of the operand Op takes (leading dimension:
+	// images, or a filter gradient's partial sums), of which the layer
+	// reads and writes slice Part.I. W is whole. The other slices of its
+	// outputs are left as they are, written by the other parts.
+	Part Part
 }
+
+// Part is a layer's slice of a batch cut into Of equal slices (see
+// Layer.Part); the zero Part is the whole batch.
+type Part struct{ I, Of int }
+
+// Sliced reports whether the layer reads or writes only a slice of t (a
+// tensor of its graph that is not a weight, in a layer with a Part).
+func (l Layer) Sliced(t Tensor) bool { return l.Part.Of > 0 && t.Kind != KindWeight }
 
 // InPlace reports whether the layer writes a tensor it also reads (Out
 // names one of In or W): an optimizer update. Re-running it after a partial
@@ -257,6 +273,9 @@ type builder struct {
 	list    []Tensor
 	inputs  []string
 	output  string
+	// patchBytes bounds the patches one launch of a training convolution
+	// gathers (convParts; 0: maxPatchBytes).
+	patchBytes int64
 }
 
 // add appends a layer and returns it so that the caller can wire its

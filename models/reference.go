@@ -213,6 +213,9 @@ func referenceLayer(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float
 			return nil, fmt.Errorf("%w: layer %s: no value for weight %q", ErrNoReference, l.Name, n)
 		}
 	}
+	if l.Part.Of > 0 {
+		return referencePart(g, l, vals, env)
+	}
 	outs, err := refLayer(g, l, vals, env)
 	if err != nil {
 		return nil, err
@@ -228,6 +231,74 @@ func referenceLayer(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float
 		Round(t.DType, outs[j])
 	}
 	return outs, nil
+}
+
+// partShape is the shape of one of of slices of a tensor of shape s: the
+// leading dimension cut where it divides, otherwise flat.
+func partShape(s []int, of int) []int {
+	if len(s) > 0 && s[0]%of == 0 {
+		return append([]int{s[0] / of}, s[1:]...)
+	}
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return []int{n / of}
+}
+
+// referencePart computes a layer with a Part: its op over slice I of its
+// sliced inputs, written into slice I of its outputs. An output vals
+// already holds (an earlier part's) is written in place; a new one is NaN
+// outside the slice until the other parts write it.
+func referencePart(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64, error) {
+	i, of := l.Part.I, l.Part.Of
+	slice := func(v []float64) []float64 {
+		n := len(v) / of
+		return v[i*n : (i+1)*n : (i+1)*n]
+	}
+	pv := make(Activations, len(l.In)+len(l.W))
+	pg := &Graph{Model: g.Model, Batch: g.Batch, index: map[string]int{}}
+	declare := func(name string) {
+		t, _ := g.Tensor(name)
+		v := vals[name]
+		if l.Sliced(t) {
+			v = slice(v)
+			t.Shape = partShape(t.Shape, of)
+		}
+		pv[name] = v
+		if _, ok := pg.index[name]; !ok {
+			pg.index[name] = len(pg.Tensors)
+			pg.Tensors = append(pg.Tensors, t)
+		}
+	}
+	for _, n := range slices.Concat(l.In, l.W) {
+		declare(n)
+	}
+	for _, n := range l.Out {
+		t, _ := g.Tensor(n)
+		pg.index[n] = len(pg.Tensors)
+		pg.Tensors = append(pg.Tensors, Tensor{Name: n, Shape: partShape(t.Shape, of), DType: t.DType, Kind: t.Kind})
+	}
+	whole := l
+	whole.Part = Part{}
+	outs, err := referenceLayer(pg, whole, pv, env)
+	if err != nil {
+		return nil, err
+	}
+	full := make([][]float64, len(l.Out))
+	for j, name := range l.Out {
+		t, _ := g.Tensor(name)
+		v, ok := vals[name]
+		if !ok || len(v) != t.Elems() {
+			v = make([]float64, t.Elems())
+			for k := range v {
+				v[k] = math.NaN()
+			}
+		}
+		copy(slice(v), outs[j])
+		full[j] = v
+	}
+	return full, nil
 }
 
 // Round rounds values to d (in place) and returns them.

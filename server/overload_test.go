@@ -14,10 +14,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"atoll/profiles"
 	"atoll/server"
 )
 
-// TestOverloadIsAnswered: open-loop requests at 1.6 times what the (paced,
+// TestOverloadIsAnswered: open-loop requests at twice what the (paced,
 // simulated) daemon serves, with the default limits: every request gets an
 // answer — served, or refused at once with 503 and Retry-After — none is
 // left to the client's time-out (10 s, generous for a loaded CI machine
@@ -29,8 +30,13 @@ func TestOverloadIsAnswered(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	// Paced to the wall clock: each request holds the simulated GPU for
-	// ResNet-50's profiled ~2 ms, so the daemon serves about 500 req/s.
-	addr, stop := startDaemon(t, func(*server.EngineConfig) {})
+	// ResNet-152's profiled time (about 1.5 ms on the default H100), so the
+	// daemon serves at most 1/that; the load is twice that.
+	prof, err := profiles.Lookup("H100-SXM", "resnet152", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startDaemon(t, func(c *server.EngineConfig) { c.GPU, c.Models[0].Zoo = "H100-SXM", "resnet152" })
 	defer stop()
 	u := "http://" + addr + "/v2/models/rn/infer"
 	data := make([]float64, 32*32*3)
@@ -38,12 +44,13 @@ func TestOverloadIsAnswered(t *testing.T) {
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
 	defer c.CloseIdleConnections()
 
-	const rate, dur = 800, 3 * time.Second
+	const dur = 3 * time.Second
+	rate := int(2 / prof.Total().Seconds())
 	var ok, refused, noRetryAfter, timedOut, other atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := 0; time.Since(start) < dur; i++ {
-		if d := time.Until(start.Add(time.Duration(i) * time.Second / rate)); d > 0 {
+		if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
 			time.Sleep(d)
 		}
 		wg.Add(1)

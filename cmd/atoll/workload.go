@@ -34,6 +34,7 @@ type workloadFlags struct {
 	quiet    bool
 	hostCost time.Duration
 	graphs   bool
+	streams  int
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
@@ -53,7 +54,10 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
+	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
 }
+
+const hpStreamsHelp = "serve HP with this many clients of the model, each its own stream and buffers (on a GPU, its own copy of the model's activations and weights), arrivals dealt to them in turn: up to this many requests run at once (1: one after another; more raises the rate HP alone sustains where one request leaves the GPU partly idle, at the memory of a copy each)"
 
 const hpGraphsHelp = "submit each HP request launched whole (kernels all at once, none padded) as one recorded graph: one host call per request instead of one per kernel (a CUDA graph on the GPU); false launches kernel by kernel"
 
@@ -122,6 +126,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		return nil, fmt.Errorf("unknown backend %q (want sim or cuda)", w.backend)
 	}
 	c.NoHPGraphs = !w.graphs
+	c.HPStreams = w.streams
 	return c, nil
 }
 

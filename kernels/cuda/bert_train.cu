@@ -132,46 +132,87 @@ template <int DT> __device__ __forceinline__ void body_ln_partial(int lb, const 
   BSYNC(256); // red is reused by the ticket's next block
 }
 
-// ---- embedding table gradient: logical block = one table row, 256 threads.
+// ---- embedding table gradient: logical block = one table row's columns
+// [chunk·cw, chunk·cw + cw) (lb = row·chunks + chunk), 256 threads.
 // Token t belongs to row key(t): mode 0 ids[t] (word), 1 t % seq (position),
-// 2 row 0 (token type 0). The block takes the keys 256 at a time, each warp
-// marking its 32 tokens that belong to the row (a ballot), and sums, in
-// token order, the gradients of the marked tokens; 1024 columns per pass
-// (4 per thread). A row no token picks costs a scan of the keys and a store.
-struct EmbBwP { const void* dy; const int* ids; float* out; int tokens, cols, rows, seq, mode; };
+// 2 row 0 (token type 0). The block takes the keys 256 at a time; warp w
+// marks by a ballot which of its 32 tokens belong to the row (the marks of
+// up to 2048 tokens kept in shared memory, more scanned again each pass)
+// and sums their gradients, two tokens an iteration, 256 columns a pass
+// (8 a lane); the block then adds the 8 warps' sums in warp order
+// (deterministic, no atomics). A row no token picks costs one scan and its
+// zeros. Few-row tables (position, type) cut rows into chunks so that a
+// row every token picks is spread over blocks.
+struct EmbBwP { const void* dy; const int* ids; float* out; int tokens, cols, rows, seq, mode, cw; };
+__device__ __forceinline__ int embed_key(const EmbBwP& p, int t) {
+  if (t >= p.tokens) return -1;
+  return p.mode == 0 ? p.ids[t] : (p.mode == 1 ? t % p.seq : 0);
+}
+// bar.sync over the block's 256 threads that also ORs v across them.
+__device__ __forceinline__ int bsync_or256(int v) {
+  int r;
+  asm volatile("{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n bar.red.or.pred q, 0, 256, p;\n selp.s32 %0, 1, 0, q;\n}"
+               : "=r"(r) : "r"(v) : "memory");
+  return r;
+}
 template <int DT> __device__ __forceinline__ void body_embed_bwd(int lb, const EmbBwP& p) {
   typedef DTy<DT> D;
   typedef typename D::T T;
-  __shared__ unsigned marks[8];
+  __shared__ float red[8][256];
+  __shared__ unsigned marks[8][8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int c0 = 0; c0 < p.cols; c0 += 1024) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int t0 = 0; t0 < p.tokens; t0 += 256) {
-      const int t = t0 + threadIdx.x;
-      int k = -1;
-      if (t < p.tokens) k = p.mode == 0 ? p.ids[t] : (p.mode == 1 ? t % p.seq : 0);
-      const unsigned m = __ballot_sync(0xffffffffu, k == lb);
-      BSYNC(256); // the previous chunk's marks are read
-      if (lane == 0) marks[warp] = m;
-      BSYNC(256);
-      for (int w = 0; w < 8; w++) {
-        for (unsigned mm = marks[w]; mm != 0u; mm &= mm - 1u) { // uniform across the block
-          const long long base = (long long)(t0 + w * 32 + __ffs(mm) - 1) * p.cols;
+  const int chunks = (p.cols + p.cw - 1) / p.cw, row = lb / chunks, cb = (lb - row * chunks) * p.cw;
+  const int ce = min(p.cols, cb + p.cw), rounds = (p.tokens + 255) >> 8;
+  const bool cached = rounds <= 8;
+  int hit = !cached;
+  if (cached) {
+    for (int r = 0; r < rounds; r++) {
+      const unsigned m = __ballot_sync(0xffffffffu, embed_key(p, r * 256 + warp * 32 + lane) == row);
+      if (lane == 0) marks[warp][r] = m;
+      hit |= m != 0u;
+    }
+  }
+  if (!bsync_or256(hit)) { // block-uniform: no token picks the row
+    for (int j = cb + threadIdx.x; j < ce; j += 256) p.out[(long long)row * p.cols + j] = 0.f;
+    return;
+  }
+  const T* dy = (const T*)p.dy;
+  for (int c0 = cb; c0 < ce; c0 += 256) {
+    float acc[8];
 #pragma unroll
-          for (int u = 0; u < 4; u++) {
-            const int j = c0 + u * 256 + threadIdx.x;
-            if (j < p.cols) acc[u] += D::load((const T*)p.dy, base + j);
-          }
+    for (int u = 0; u < 8; u++) acc[u] = 0.f;
+    for (int r = 0; r < rounds; r++) {
+      const int t0 = r * 256 + warp * 32;
+      unsigned m = cached ? marks[warp][r] : __ballot_sync(0xffffffffu, embed_key(p, t0 + lane) == row);
+      while (m != 0u) { // uniform across the warp
+        const int a = __ffs(m) - 1;
+        m &= m - 1u;
+        const int b = m != 0u ? __ffs(m) - 1 : -1;
+        if (b >= 0) m &= m - 1u;
+        const long long ra = (long long)(t0 + a) * p.cols, rb = (long long)(t0 + b) * p.cols;
+        float va[8], vb[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+          const int j = c0 + u * 32 + lane;
+          va[u] = j < ce ? D::load(dy, ra + j) : 0.f;
+          vb[u] = j < ce && b >= 0 ? D::load(dy, rb + j) : 0.f;
         }
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc[u] = (acc[u] + va[u]) + vb[u];
       }
     }
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int j = c0 + u * 256 + threadIdx.x;
-      if (j < p.cols) p.out[(long long)lb * p.cols + j] = acc[u];
+    for (int u = 0; u < 8; u++) red[warp][u * 32 + lane] = acc[u];
+    BSYNC(256);
+    const int j = c0 + threadIdx.x;
+    if (j < ce) {
+      float v = 0.f;
+#pragma unroll
+      for (int w = 0; w < 8; w++) v += red[w][threadIdx.x];
+      p.out[(long long)row * p.cols + j] = v;
     }
+    BSYNC(256); // red and marks are reused by the next pass and the ticket's next block
   }
-  BSYNC(256); // marks is reused by the ticket's next block
 }
 
 // ---- [CLS] gradient scatter: dx[n·seq + s][j] = s == 0 ? dcls[n][j] : 0;

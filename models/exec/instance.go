@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -172,10 +173,19 @@ func (in *Instance) bind(l models.Layer, weights *models.Bundle) (kernels.Buffer
 			continue
 		}
 		t, _ := in.g.Tensor(names[i])
-		if t.DType != s.DType || t.Elems() != s.Elems {
-			return kernels.Buffers{}, fmt.Errorf("%w: operand %s wants %s[%d], tensor %v is %s[%d]", models.ErrOperands, s.Name, s.DType, s.Elems, t.Name, t.DType, t.Elems())
+		// A layer with a Part binds slice I of its sliced tensors.
+		cut, at := 1, 0
+		if l.Sliced(t) {
+			cut, at = l.Part.Of, l.Part.I
 		}
-		b.T[i] = kernels.Tensor{TensorSpec: s, Ptr: in.ptr[names[i]]}
+		if t.DType != s.DType || t.Elems() != cut*s.Elems {
+			what := ""
+			if cut > 1 {
+				what = fmt.Sprintf(" (%d slices)", cut)
+			}
+			return kernels.Buffers{}, fmt.Errorf("%w: operand %s wants %s[%d]%s, tensor %v is %s[%d]", models.ErrOperands, s.Name, s.DType, s.Elems, what, t.Name, t.DType, t.Elems())
+		}
+		b.T[i] = kernels.Tensor{TensorSpec: s, Ptr: in.ptr[names[i]] + gpu.Ptr(int64(at)*s.Bytes())}
 	}
 	return b, nil
 }
@@ -589,7 +599,11 @@ func (in *Instance) RunHybrid(ctx context.Context) (host []string, err error) {
 			return host, err
 		}
 		vals := models.Activations{}
-		for _, n := range append(append([]string{}, l.In...), l.W...) {
+		read := slices.Concat(l.In, l.W)
+		if l.Part.Of > 0 {
+			read = append(read, l.Out...) // the other parts' slices stay
+		}
+		for _, n := range read {
 			if _, ok := vals[n]; ok {
 				continue
 			}

@@ -105,8 +105,10 @@ func stepVerdict(bad []layerErr, dv, spread stepErr, state string) error {
 }
 
 // tinyGPUTrain is the reduced ResNet step TestGPUTrainStep checks in full
-// (a 2x2 final feature map; batch 8 gives split weight gradients).
-var tinyGPUTrain = models.ResNetConfig{Blocks: [4]int{2, 2, 2, 2}, Image: 64, Width: 16, Classes: 10, Train: true}
+// (a 2x2 final feature map; batch 8 gives split weight gradients; the
+// patch bound cuts the stem's and the first stage's 3x3 passes into
+// launches over slices of the images, Layer.Part).
+var tinyGPUTrain = models.ResNetConfig{Blocks: [4]int{2, 2, 2, 2}, Image: 64, Width: 16, Classes: 10, Train: true, MaxPatchBytes: 256 << 10}
 
 func gpuZooTrain(dev gpu.Device, lib *kernels.Library, b *strings.Builder) error {
 	return gpuZooStep(dev, lib, b, *trainModel, *trainBatch, *trainRuns, spotRef)

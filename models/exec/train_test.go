@@ -103,6 +103,66 @@ func TestEmulatedTrainingStep(t *testing.T) {
 	compare("step 2", ref2)
 }
 
+// A training step whose convolutions are cut into launches over slices of
+// the images (Layer.Part: forward, data and filter gradients) binds each
+// part to its slices: the emulated device computes what the CPU reference
+// computes for the cut graph, and that is the uncut step's result (the
+// filter gradients' partial sums only grouped differently).
+func TestEmulatedTrainingStepInParts(t *testing.T) {
+	dev := newSim(t)
+	cfg := tinyResNet
+	cfg.Train, cfg.MaxPatchBytes = true, 16<<10
+	m, err := models.NewResNet("tiny-resnet-train-parts", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := instance(t, dev, kernels.New(dev), m, nil, 4)
+	g := in.Graph()
+	if in.Runnable() != len(g.Layers) {
+		t.Fatalf("runnable %d of %d layers: %v", in.Runnable(), len(g.Layers), in.Err(in.Runnable()))
+	}
+	parts := map[string]int{}
+	for _, l := range g.Layers {
+		if l.Part.Of > 1 {
+			c := l.Op.(kernels.Conv2D)
+			parts[map[bool]string{true: "dgrad", false: map[bool]string{true: "wgrad", false: "forward"}[c.BackwardFilter]}[c.BackwardData]]++
+		}
+	}
+	if parts["forward"] == 0 || parts["dgrad"] == 0 || parts["wgrad"] == 0 {
+		t.Fatalf("parts %v: want forward, dgrad and wgrad passes cut", parts)
+	}
+	w := models.InitWeights(g, 1)
+	inputs := models.InitInputs(g, 2)
+	emulate(t, dev, in)
+	ref, err := models.Reference(g, w, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg, err := tinyTrain(t).Graph(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := models.Reference(wg, w, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range g.Tensors {
+		if tt.Kind != models.KindWeight && tt.Kind != models.KindState && tt.Name != g.Output {
+			continue
+		}
+		got, err := in.Read(tt.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := models.RelErr(got, ref[tt.Name]); e > 1e-6 {
+			t.Errorf("%s: relative error %.3g between the emulated device and the CPU reference", tt.Name, e)
+		}
+		if e := models.RelErr(ref[tt.Name], whole[tt.Name]); e > 1e-3 || math.IsNaN(e) {
+			t.Errorf("%s: relative error %.3g between the step in parts and whole", tt.Name, e)
+		}
+	}
+}
+
 // trainStepFrom runs the reference step from weights w and the optimizer
 // state of a previous step's values.
 func trainStepFrom(g *models.Graph, w, inputs *models.Bundle, prev models.Activations) (models.Activations, error) {

@@ -10,6 +10,8 @@
 #   SPEED_LOAD=1 tools/gpu/speed.sh OUT     # also each model alone at load 0.9
 #   SPEED_PROFILE=0 SPEED_LOAD=1 SPEED_GRAPHS="true false" tools/gpu/speed.sh OUT resnet50:1 bert-base:1
 #       # no profiling (the built-in profiles/<gpu>/), the load runs with HP graphs on and off
+#   SPEED_PROFILE=0 SPEED_TORCH=0 SPEED_LOAD=1 SPEED_STREAMS="1 2" tools/gpu/speed.sh OUT
+#       # the load runs with HP served one request at a time and two at once (--hp-streams)
 #   ATOLL_CUBLASLT=off SPEED_PROFILE_ARGS=--no-scaling tools/gpu/speed.sh OUT ...
 #       # atoll's own kernels only (no cuBLASLt); extra `atoll profile` flags
 #
@@ -51,23 +53,28 @@ if [ "${SPEED_LOAD:-0}" = 1 ]; then
 		m=${mb%:*} b=${mb#*:}
 		case $m in *-train) continue ;; esac
 		for g in ${SPEED_GRAPHS:-true}; do
-			f=$out/alone-$m-bs$b-0.9.json
-			[ "$g" = true ] || f=$out/alone-$m-bs$b-0.9-graphs-$g.json
-			[ -f "$f" ] && continue
-			"${profs[@]}" timeout 150 "$atoll" bench --backend cuda --be none --policy atoll --hp-graphs="$g" \
-				--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
-			echo "$m bs$b graphs=$g rc=$?" >> "$out/alone.log"
+			for st in ${SPEED_STREAMS:-1}; do
+				f=$out/alone-$m-bs$b-0.9
+				[ "$g" = true ] || f=$f-graphs-$g
+				[ "$st" = 1 ] || f=$f-streams-$st
+				f=$f.json
+				[ -f "$f" ] && continue
+				"${profs[@]}" timeout 150 "$atoll" bench --backend cuda --be none --policy atoll --hp-graphs="$g" --hp-streams "$st" \
+					--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
+				echo "$m bs$b graphs=$g streams=$st rc=$?" >> "$out/alone.log"
+			done
 		done
 	done
 fi
-[ "${SPEED_TORCH:-1}" = 0 ] && exit 0 # profiles only (the zoo's profiles for a GPU)
-[ -f "$out/torch-speed.json" ] || PYTHONUNBUFFERED=1 python3 tools/gpu/speed.py "$out/torch-speed.json" "${models[@]}" 2>> "$out/torch-speed.log"
+[ "${SPEED_TORCH:-1}" = 0 ] && [ "${SPEED_LOAD:-0}" != 1 ] && exit 0 # profiles only (the zoo's profiles for a GPU)
+[ "${SPEED_TORCH:-1}" = 0 ] || [ -f "$out/torch-speed.json" ] || PYTHONUNBUFFERED=1 python3 tools/gpu/speed.py "$out/torch-speed.json" "${models[@]}" 2>> "$out/torch-speed.log"
 profdir=$out/profiles
 [ "${SPEED_PROFILE:-1}" = 0 ] && profdir=profiles # the built-in profiles
 python3 - "$out" "$gpu" "$profdir" "${models[@]}" <<'PY' | tee "$out/speed.md"
 import json, os, sys
 out, gpu, profdir, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-torch = json.load(open(os.path.join(out, "torch-speed.json")))
+tf = os.path.join(out, "torch-speed.json")
+torch = json.load(open(tf)) if os.path.exists(tf) else {"models": {}, "device": "(PyTorch not run: SPEED_TORCH=0)", "torch": "–"}
 print(f"| model | atoll (sum of kernels) | PyTorch, CUDA graph (median, p10–p90) | atoll / PyTorch |")
 print(f"|---|---|---|---|")
 for mb in models:
@@ -102,12 +109,10 @@ if op_class:
             a = f"{mine[c]/1000:.2f}" if c in mine else "–"
             p = f"{t[c]/1000:.2f}" if c in t else "–"
             print(f"| {m} bs{b} | {c} | {a} | {p} |")
+import glob
 alone = []
 for mb in models:
-    for suffix in ("", "-graphs-false"):
-        f = os.path.join(out, "alone-%s-bs%s-0.9%s.json" % (*mb.split(":"), suffix))
-        if os.path.exists(f):
-            alone.append((mb, f))
+    alone += [(mb, f) for f in sorted(glob.glob(os.path.join(out, "alone-%s-bs%s-0.9*.json" % tuple(mb.split(":")))))]
 def fifo_p99(rho, n=1_000_000, seed=1):
     """p99 sojourn, in service times, of one FIFO server with a constant
     service time at utilisation rho under Poisson arrivals (M/D/1, Lindley's
@@ -120,17 +125,19 @@ def fifo_p99(rho, n=1_000_000, seed=1):
     so.sort()
     return so[int(n * 0.99)]
 if alone:
-    print("\n| model alone at load 0.9, 30 s | HP graphs | rate /s | solo ms | service ms (mean) | utilisation | p50 ms | p99 ms | p99 / solo | M/D/1 p99 / solo at that utilisation | host µs per request |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| model alone at load 0.9, 30 s | HP graphs | HP streams | rate /s | solo ms | service ms (mean) | utilisation | p50 ms | p99 ms | p99 / solo | M/D/1 p99 / solo at that utilisation | host µs per request |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mb, f in alone:
         r = json.load(open(f))
         solo, hp = r["workload"]["soloHpUs"], r["hp"]
         rate, svc = r["workload"]["ratePerSec"], r["hpService"]["meanUs"]
-        rho = rate * svc / 1e6
-        ideal = f"{fifo_p99(rho) * svc / solo:.1f}×" if rho < 1 else "unbounded"
+        streams = r["workload"].get("hpStreams", 1)
+        rho = rate * svc / 1e6 / streams  # per stream
+        ideal = "–" if streams > 1 else (f"{fifo_p99(rho) * svc / solo:.1f}×" if rho < 1 else "unbounded")
         graphs = r.get("hpGraphs", "off")
         per_req = r["hostUsPerLaunch"] * r["launches"] / max(r["hpCompleted"], 1) if r.get("hpCompleted") else float("nan")
-        print(f"| {mb} | {graphs} | {rate:.0f} | {solo/1000:.2f} | {svc/1000:.2f} | {rho:.2f} | {hp['p50Us']/1000:.2f} | {hp['p99Us']/1000:.2f} | {hp['p99Us']/solo:.1f}× | {ideal} | {per_req:.0f} |")
+        print(f"| {mb} | {graphs} | {streams} | {rate:.0f} | {solo/1000:.2f} | {svc/1000:.2f} | {rho:.2f} | {hp['p50Us']/1000:.2f} | {hp['p99Us']/1000:.2f} | {hp['p99Us']/solo:.1f}× | {ideal} | {per_req:.0f} |")
     print("\nM/D/1: one FIFO server whose every request takes the run's mean service time, at the run's arrival rate (Poisson); "
-          "at utilisation 0.9 its p99 is 22× the service time, so a p99 within 15× solo at load 0.9 needs requests served faster than solo (overlap) or in batches.")
+          "at utilisation 0.9 its p99 is 22× the service time, so a p99 within 15× solo at load 0.9 needs requests served faster than solo (overlap) or in batches. "
+          "With several HP streams the utilisation is per stream (rate × mean service ÷ streams; a request's service then includes the time it shares the GPU with the others) and the M/D/1 floor does not apply.")
 PY
