@@ -414,6 +414,10 @@ func (d *Device) use(c int32) error {
 	return check("cuCtxSetCurrent", d.fast(d.drv.cuCtxSetCurrent, want))
 }
 
+// alignTries bounds the recordings initContext makes to align a context's
+// clock base with the host's.
+const alignTries = 50
+
 // initContext creates context c's internal stream and aligns its clock base.
 func (d *Device) initContext(c int32) error {
 	if err := d.use(c); err != nil {
@@ -434,16 +438,20 @@ func (d *Device) initContext(c int32) error {
 		return err
 	}
 	cr.next = e
-	// Align: record the base event on an idle stream and spin until it
+	// Align: record an event on an idle stream and spin until it
 	// completes. The GPU stamped it between the two host readings; take the
-	// midpoint. Retry while the window is wide (first calls are slow).
-	for try := 0; ; try++ {
+	// midpoint. Retry while the window is wide (first calls are slow, a
+	// busy host stalls), keeping the narrowest window: the candidate is
+	// always recorded into the event that does not hold the best so far.
+	best := time.Duration(-1)
+	for try := 0; try < alignTries; try++ {
+		cand := cr.next
 		t1 := d.Now()
-		if err := check("cuEventRecord", d.fast(d.drv.cuEventRecord, cr.base, cr.copyStr)); err != nil {
+		if err := check("cuEventRecord", d.fast(d.drv.cuEventRecord, cand, cr.copyStr)); err != nil {
 			return err
 		}
 		for {
-			r := d.fast(d.drv.cuEventQuery, cr.base)
+			r := d.fast(d.drv.cuEventQuery, cand)
 			if r == resultSuccess {
 				break
 			}
@@ -452,16 +460,19 @@ func (d *Device) initContext(c int32) error {
 			}
 		}
 		t2 := d.Now()
-		cr.baseAt = t1 + (t2-t1)/2
-		un := (t2 - t1) / 2
-		if un < 5*time.Microsecond || try == 9 {
-			if c == 0 {
-				d.clockUn = un
-			} else {
-				d.clockUn = max(d.clockUn, un)
-			}
+		if un := (t2 - t1) / 2; best < 0 || un < best {
+			best = un
+			cr.base, cr.next = cand, cr.base
+			cr.baseAt = t1 + un
+		}
+		if best < 5*time.Microsecond {
 			break
 		}
+	}
+	if c == 0 {
+		d.clockUn = best
+	} else {
+		d.clockUn = max(d.clockUn, best)
 	}
 	return nil
 }
