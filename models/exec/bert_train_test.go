@@ -50,30 +50,10 @@ func TestEmulatedBERTTrainingStep(t *testing.T) {
 			t.Errorf("no %s layer in the step", want)
 		}
 	}
-	w := models.InitWeights(g, 1)
-	inputs := models.InitInputs(g, 2)
-	emulate(t, dev, in)
-	ref, err := models.Reference(g, w, inputs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, _, ref := emulatedStep(t, dev, in)
 	compare := func(step string, ref models.Activations) {
 		t.Helper()
-		n := 0
-		for _, tt := range g.Tensors {
-			if tt.Kind != models.KindWeight && tt.Kind != models.KindState && tt.Name != g.Output {
-				continue
-			}
-			got, err := in.Read(tt.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e := models.RelErr(got, ref[tt.Name]); e > 1e-6 {
-				t.Errorf("%s: %s: relative error %.3g between the emulated device and the CPU reference", step, tt.Name, e)
-			}
-			n++
-		}
-		if n < 3*len(w.Tensors()) {
+		if n := checkEmulatedStep(t, in, step, ref); n < 3*len(w.Tensors()) {
 			t.Errorf("%s: compared %d tensors, want the weights, their states and the loss", step, n)
 		}
 	}

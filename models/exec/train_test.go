@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"atoll/gpu"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/models/exec"
@@ -61,29 +62,8 @@ func TestEmulatedTrainingStep(t *testing.T) {
 			t.Errorf("no %s layer in the step", want)
 		}
 	}
-	w := models.InitWeights(g, 1)
-	inputs := models.InitInputs(g, 2)
-	emulate(t, dev, in)
-	ref, err := models.Reference(g, w, inputs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compare := func(step string, ref models.Activations) {
-		t.Helper()
-		for _, tt := range g.Tensors {
-			if tt.Kind != models.KindWeight && tt.Kind != models.KindState && tt.Name != g.Output {
-				continue
-			}
-			got, err := in.Read(tt.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e := models.RelErr(got, ref[tt.Name]); e > 1e-6 {
-				t.Errorf("%s: %s: relative error %.3g between the emulated device and the CPU reference", step, tt.Name, e)
-			}
-		}
-	}
-	compare("step 1", ref)
+	w, _, ref := emulatedStep(t, dev, in)
+	checkEmulatedStep(t, in, "step 1", ref)
 
 	// A second step on other inputs continues from the updated weights and
 	// momentum on both sides.
@@ -100,7 +80,7 @@ func TestEmulatedTrainingStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compare("step 2", ref2)
+	checkEmulatedStep(t, in, "step 2", ref2)
 }
 
 // A training step whose convolutions are cut into launches over slices of
@@ -123,21 +103,22 @@ func TestEmulatedTrainingStepInParts(t *testing.T) {
 	}
 	parts := map[string]int{}
 	for _, l := range g.Layers {
-		if l.Part.Of > 1 {
-			c := l.Op.(kernels.Conv2D)
-			parts[map[bool]string{true: "dgrad", false: map[bool]string{true: "wgrad", false: "forward"}[c.BackwardFilter]}[c.BackwardData]]++
+		if l.Part.Of <= 1 {
+			continue
+		}
+		switch c := l.Op.(kernels.Conv2D); {
+		case c.BackwardData:
+			parts["dgrad"]++
+		case c.BackwardFilter:
+			parts["wgrad"]++
+		default:
+			parts["forward"]++
 		}
 	}
 	if parts["forward"] == 0 || parts["dgrad"] == 0 || parts["wgrad"] == 0 {
 		t.Fatalf("parts %v: want forward, dgrad and wgrad passes cut", parts)
 	}
-	w := models.InitWeights(g, 1)
-	inputs := models.InitInputs(g, 2)
-	emulate(t, dev, in)
-	ref, err := models.Reference(g, w, inputs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, inputs, ref := emulatedStep(t, dev, in)
 	wg, err := tinyTrain(t).Graph(4)
 	if err != nil {
 		t.Fatal(err)
@@ -146,21 +127,57 @@ func TestEmulatedTrainingStepInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range g.Tensors {
-		if tt.Kind != models.KindWeight && tt.Kind != models.KindState && tt.Name != g.Output {
-			continue
+	checkEmulatedStep(t, in, "in parts", ref)
+	for _, tt := range stepTensors(g) {
+		if e := models.RelErr(ref[tt], whole[tt]); e > 1e-3 || math.IsNaN(e) {
+			t.Errorf("%s: relative error %.3g between the step in parts and whole", tt, e)
 		}
-		got, err := in.Read(tt.Name)
+	}
+}
+
+// emulatedStep runs in's step on the emulated device (emulate) from the
+// seeded weights and inputs Instance made it with, and returns those and
+// the CPU reference's values of the step.
+func emulatedStep(t *testing.T, dev gpu.Device, in *exec.Instance) (w, inputs *models.Bundle, ref models.Activations) {
+	t.Helper()
+	g := in.Graph()
+	w, inputs = models.InitWeights(g, 1), models.InitInputs(g, 2)
+	emulate(t, dev, in)
+	ref, err := models.Reference(g, w, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, inputs, ref
+}
+
+// stepTensors are what a training step of g updates: its weights, the
+// optimizer state and the loss (the output).
+func stepTensors(g *models.Graph) []string {
+	var names []string
+	for _, tt := range g.Tensors {
+		if tt.Kind == models.KindWeight || tt.Kind == models.KindState || tt.Name == g.Output {
+			names = append(names, tt.Name)
+		}
+	}
+	return names
+}
+
+// checkEmulatedStep checks every tensor a step updates (stepTensors) on the
+// emulated device against the CPU reference's values, and returns how many
+// it compared.
+func checkEmulatedStep(t *testing.T, in *exec.Instance, step string, ref models.Activations) int {
+	t.Helper()
+	names := stepTensors(in.Graph())
+	for _, n := range names {
+		got, err := in.Read(n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := models.RelErr(got, ref[tt.Name]); e > 1e-6 {
-			t.Errorf("%s: relative error %.3g between the emulated device and the CPU reference", tt.Name, e)
-		}
-		if e := models.RelErr(ref[tt.Name], whole[tt.Name]); e > 1e-3 || math.IsNaN(e) {
-			t.Errorf("%s: relative error %.3g between the step in parts and whole", tt.Name, e)
+		if e := models.RelErr(got, ref[n]); e > 1e-6 {
+			t.Errorf("%s: %s: relative error %.3g between the emulated device and the CPU reference", step, n, e)
 		}
 	}
+	return len(names)
 }
 
 // trainStepFrom runs the reference step from weights w and the optimizer
