@@ -57,8 +57,9 @@ type Config struct {
 	NoHPGraphs bool
 	// HPStreams serves the HP model with this many clients (0: one), each
 	// with its own stream and buffers (on a GPU, its own instance of the
-	// model), the arrivals dealt to them in turn: up to HPStreams requests
-	// run at once, where one client serves them one after another.
+	// model), an arrival going to the client with the fewest requests
+	// unfinished: up to HPStreams requests run at once, where one client
+	// serves them one after another.
 	HPStreams int
 	// Parallel is how many policy runs Suite makes at once (0:
 	// GOMAXPROCS). Each run owns its device, so more than one is only
@@ -221,17 +222,22 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 // in device memory).
 const maxHPStreams = 16
 
-// hpClients deals arrivals to the HP clients in turn (HPStreams of them;
-// a client with no arrival is left out).
+// hpClients is the HP side of a run: one client with every arrival, or
+// HPStreams clients of one group (sched.HPWorkload.Group), the arrivals on
+// the first, each arrival served by the member with the fewest requests
+// unfinished when it arrives.
 func (c *Config) hpClients(arrivals []time.Duration) []sched.HPWorkload {
+	if len(arrivals) == 0 {
+		return nil
+	}
 	n := max(c.HPStreams, 1)
-	var hp []sched.HPWorkload
-	for i := range min(n, len(arrivals)) {
-		a := make([]time.Duration, 0, len(arrivals)/n+1)
-		for j := i; j < len(arrivals); j += n {
-			a = append(a, arrivals[j])
-		}
-		hp = append(hp, sched.HPWorkload{Name: c.HP.Model, Profile: c.HP, Arrivals: a})
+	hp := []sched.HPWorkload{{Name: c.HP.Model, Profile: c.HP, Arrivals: arrivals}}
+	if n == 1 {
+		return hp
+	}
+	hp[0].Group = c.HP.Model
+	for range n - 1 {
+		hp = append(hp, sched.HPWorkload{Name: c.HP.Model, Profile: c.HP, Group: c.HP.Model})
 	}
 	return hp
 }

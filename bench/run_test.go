@@ -114,11 +114,12 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// With HPStreams the arrivals are dealt in turn to that many HP clients
-// (every arrival to exactly one, in order), and every request completes.
-// On the simulator, whose batch-1 ResNet-50 leaves most SMs idle, two
-// streams at load 0.9 cut the queueing one stream has (M/D/1: p99 about
-// 20 service times) to a few service times.
+// With HPStreams the HP model is served by that many clients of one group
+// holding the arrivals on the first (sched routes each to the member with
+// the fewest requests unfinished), and every request completes. On the
+// simulator, whose batch-1 ResNet-50 leaves most SMs idle, two streams at
+// load 0.9 cut the queueing one stream has (M/D/1: p99 about 20 service
+// times) to a few service times.
 func TestHPStreams(t *testing.T) {
 	c := demoConfig(t, 2*time.Second)
 	arr, err := Arrivals(Poisson, 1000, 50*time.Millisecond, 1, 1)
@@ -127,20 +128,17 @@ func TestHPStreams(t *testing.T) {
 	}
 	c.HPStreams = 3
 	hp := c.hpClients(arr)
-	var got []time.Duration
+	if len(hp) != 3 || len(hp[0].Arrivals) != len(arr) || len(hp[1].Arrivals)+len(hp[2].Arrivals) != 0 {
+		t.Fatalf("clients %d, arrivals %d/%d/%d: want 3, every arrival on the first", len(hp), len(hp[0].Arrivals), len(hp[1].Arrivals), len(hp[2].Arrivals))
+	}
 	for i, w := range hp {
-		for j, a := range w.Arrivals {
-			if a != arr[i+3*j] {
-				t.Fatalf("client %d arrival %d = %v, want %v", i, j, a, arr[i+3*j])
-			}
+		if w.Group == "" || w.Group != hp[0].Group || w.Profile != c.HP {
+			t.Errorf("client %d: group %q profile %p, want one group of the HP profile", i, w.Group, w.Profile)
 		}
-		got = append(got, w.Arrivals...)
 	}
-	if len(hp) != 3 || len(got) != len(arr) {
-		t.Fatalf("%d clients with %d arrivals, want 3 with %d", len(hp), len(got), len(arr))
-	}
-	if n := len(c.hpClients(arr[:2])); n != 2 {
-		t.Errorf("two arrivals over three streams: %d clients, want 2 (none empty)", n)
+	c.HPStreams = 1
+	if hp := c.hpClients(arr); len(hp) != 1 || hp[0].Group != "" {
+		t.Errorf("one stream: %d clients, group %q: want one client, no group", len(hp), hp[0].Group)
 	}
 
 	c.BE, c.Load = nil, 0.9

@@ -29,6 +29,9 @@ type driver struct {
 	dev gpu.Device
 	// hpNames and beNames name the clients in errors.
 	hpNames, beNames []string
+	// groups holds, per HP client, the clients of its HPWorkload.Group in
+	// workload order (nil: no group).
+	groups [][]int
 	core             *Core
 	opt              Options
 	binder           Binder
@@ -89,6 +92,10 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 		}
 		cfg.HP = append(cfg.HP, c.Profile)
 	}
+	groups, err := hpGroups(w.HP)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range w.BE {
 		beNames = append(beNames, c.Name)
 		cfg.BE = append(cfg.BE, c.Profile)
@@ -97,7 +104,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{dev: dev, hpNames: hpNames, beNames: beNames, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(w, opt)}
+	d := &driver{dev: dev, hpNames: hpNames, beNames: beNames, groups: groups, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(w, opt)}
 	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
 		BEWorkByClient: make([]time.Duration, len(w.BE))}
 	if d.binder == nil {
@@ -465,4 +472,27 @@ func (d *driver) launch(l Launch) error {
 		d.padsInFlight++
 	}
 	return nil
+}
+
+// hpGroups maps each HP client to the members of its Group (nil when it
+// has none), refusing a group whose members run different profiles.
+func hpGroups(hp []HPWorkload) ([][]int, error) {
+	byName := map[string][]int{}
+	for i, c := range hp {
+		if c.Group != "" {
+			byName[c.Group] = append(byName[c.Group], i)
+		}
+	}
+	groups := make([][]int, len(hp))
+	for i, c := range hp {
+		if c.Group == "" {
+			continue
+		}
+		m := byName[c.Group]
+		if p, q := hp[m[0]].Profile, c.Profile; p.Model != q.Model || p.Batch != q.Batch || len(p.Kernels) != len(q.Kernels) {
+			return nil, fmt.Errorf("%w: HP group %q: client %d (%s) and client %d (%s) run different profiles", ErrConfig, c.Group, m[0], hp[m[0]].Name, i, c.Name)
+		}
+		groups[i] = m
+	}
+	return groups, nil
 }

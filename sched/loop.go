@@ -257,7 +257,7 @@ func (l *loop) round(ctx context.Context, draining bool) (roundEnd, error) {
 func (l *loop) input(ev Event) error {
 	switch ev.Kind {
 	case EvArrive:
-		c := ev.Client.Index
+		c := l.route(ev.Client.Index)
 		l.pend[c] = append(l.pend[c], &request{client: c, id: uint64(ev.Request), arrival: ev.Time})
 		return l.injectHP(false, ev.Time)
 	case EvReady:
@@ -266,6 +266,18 @@ func (l *loop) input(ev Event) error {
 		return l.startBE(false, ev.Time)
 	}
 	return l.feed(ev)
+}
+
+// route is the HP client an arrival of client c goes to: c, or in a group
+// (HPWorkload.Group) the member with the fewest requests unfinished.
+func (l *loop) route(c int) int {
+	best, least := c, -1
+	for _, m := range l.d.groups[c] {
+		if n := len(l.in[m]) + len(l.pend[m]); least < 0 || n < least {
+			best, least = m, n
+		}
+	}
+	return best
 }
 
 // wantsWork reports whether the core holds work the policy should be

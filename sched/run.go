@@ -22,6 +22,12 @@ type HPWorkload struct {
 	Name     string
 	Profile  *profiles.Profile
 	Arrivals []time.Duration // device-clock times, ascending
+	// Group, when set, makes the clients of one Group (same profile) the
+	// streams of one server: an arrival of any of them goes, when it
+	// arrives, to the member with the fewest requests unfinished (the first
+	// such in workload order), so that a request waits only while every
+	// stream is busy.
+	Group string
 }
 
 // BEWorkload is one closed-loop BE client: from Start it runs iterations of

@@ -3,6 +3,7 @@ package sched_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,43 @@ func TestRunDecisionLog(t *testing.T) {
 	}
 	if launches != tr.Launches || padded != tr.PaddedLaunches || launches == 0 {
 		t.Errorf("log saw %d launches (%d padded), trace says %d (%d)", launches, padded, tr.Launches, tr.PaddedLaunches)
+	}
+}
+
+// TestRunGroupRoutesToLeastBusy: the clients of an HPWorkload.Group serve
+// one stream of arrivals, each arrival going to the member with the fewest
+// requests unfinished (the first on a tie): a request arriving while
+// another runs goes to the idle member, so the two run at once; one
+// arriving once both are idle goes to the first. A group whose members run
+// different profiles is refused.
+func TestRunGroupRoutesToLeastBusy(t *testing.T) {
+	w := smallWorkload(t, time.Millisecond, 3*time.Millisecond) // HP request ≈ 400 µs of kernels
+	hp := w.HP[0]
+	hp.Group = "hp"
+	hp.Arrivals = []time.Duration{0, 50 * time.Microsecond, 100 * time.Microsecond, 2 * time.Millisecond}
+	w.HP = []sched.HPWorkload{hp, {Name: "hp", Profile: hp.Profile, Group: "hp"}}
+	w.BE = nil
+	pol, _ := policies.ByName("priority")
+	tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: 3 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Requests) != 4 {
+		t.Fatalf("%d requests completed, want 4", len(tr.Requests))
+	}
+	client := map[int]int{}
+	for _, r := range tr.Requests {
+		client[r.ID] = r.Client.Index
+	}
+	// 0: both idle → first; 1: the first busy → second; 2: one each → first; 3: both idle → first.
+	if want := map[int]int{0: 0, 1: 1, 2: 0, 3: 0}; !maps.Equal(client, want) {
+		t.Errorf("request → client %v, want %v", client, want)
+	}
+
+	other := *hp.Profile
+	other.Kernels = other.Kernels[:3]
+	w.HP[1].Profile = &other
+	if _, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: 3 * time.Millisecond}); !errors.Is(err, sched.ErrConfig) || !strings.Contains(err.Error(), "different profiles") {
+		t.Errorf("a group of two profiles: %v, want ErrConfig", err)
 	}
 }

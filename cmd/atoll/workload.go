@@ -57,7 +57,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
 }
 
-const hpStreamsHelp = "serve HP with this many clients of the model, each its own stream and buffers (on a GPU, its own copy of the model's activations and weights), arrivals dealt to them in turn: up to this many requests run at once (1: one after another; more raises the rate HP alone sustains where one request leaves the GPU partly idle, at the memory of a copy each)"
+const hpStreamsHelp = "serve HP with this many clients of the model, each its own stream and buffers (on a GPU, its own copy of the model's activations and weights), each arrival going to the one with the fewest requests unfinished: up to this many requests run at once (1: one after another; more raises the rate HP alone sustains where one request leaves the GPU partly idle, and lowers it where one request fills the GPU — measure per model, docs/kernels.md — at the memory of a copy each)"
 
 const hpGraphsHelp = "submit each HP request launched whole (kernels all at once, none padded) as one recorded graph: one host call per request instead of one per kernel (a CUDA graph on the GPU); false launches kernel by kernel"
 
