@@ -32,18 +32,18 @@ type driver struct {
 	// groups holds, per HP client, the clients of its HPWorkload.Group in
 	// workload order (nil: no group).
 	groups [][]int
-	core             *Core
-	opt              Options
-	binder           Binder
-	hpS              []gpu.Stream
-	beS              []gpu.Stream
-	flags            []gpu.HostWord
-	ctrs             []gpu.Ptr
-	relays           []gpu.Ptr // per BE client: the flag-relay block of its Reset launches
-	zero             gpu.HostWord
-	words            []gpu.HostWord // free done words
-	events           []gpu.Event    // free events
-	allEv            []gpu.Event
+	core   *Core
+	opt    Options
+	binder Binder
+	hpS    []gpu.Stream
+	beS    []gpu.Stream
+	flags  []gpu.HostWord
+	ctrs   []gpu.Ptr
+	relays []gpu.Ptr // per BE client: the flag-relay block of its Reset launches
+	zero   gpu.HostWord
+	words  []gpu.HostWord // free done words
+	events []gpu.Event    // free events
+	allEv  []gpu.Event
 	// queues holds the launches in flight per stream, in launch order.
 	// Work in one stream completes in order, so polling stops at the first
 	// launch of each stream that has not completed: a poll costs O(streams
