@@ -30,6 +30,10 @@ var (
 type OnlineClient struct {
 	Name    string
 	Profile *profiles.Profile
+	// Group, when set on HP clients of one profile, makes them the streams
+	// of one server (HPWorkload.Group): a request submitted to any of them
+	// goes to the member with the fewest requests accepted and not finished.
+	Group string
 }
 
 // OnlineHooks are called in the goroutine that runs Online.Run (the device
@@ -51,7 +55,7 @@ type OnlineHooks struct {
 func (c OnlineConfig) Workload() Workload {
 	var w Workload
 	for _, h := range c.HP {
-		w.HP = append(w.HP, HPWorkload{Name: h.Name, Profile: h.Profile})
+		w.HP = append(w.HP, HPWorkload{Name: h.Name, Profile: h.Profile, Group: h.Group})
 	}
 	for _, b := range c.BE {
 		w.BE = append(w.BE, BEWorkload{Name: b.Name, Profile: b.Profile, Start: forever})
@@ -148,6 +152,7 @@ type OnlineStats struct {
 type Online struct {
 	open    func() (gpu.Device, error)
 	cfg     OnlineConfig
+	groups  [][]int // per HP client: the members of its Group (nil: none)
 	notify  chan struct{}
 	started chan struct{}
 	done    chan struct{}
@@ -208,7 +213,11 @@ func NewOnline(open func() (gpu.Device, error), cfg OnlineConfig) (*Online, erro
 	if cfg.Drain <= 0 {
 		cfg.Drain = 10 * time.Second
 	}
-	o := &Online{open: open, cfg: cfg, notify: make(chan struct{}, 1),
+	groups, err := hpGroups(cfg.Workload().HP)
+	if err != nil {
+		return nil, err
+	}
+	o := &Online{open: open, cfg: cfg, groups: groups, notify: make(chan struct{}, 1),
 		started: make(chan struct{}), done: make(chan struct{})}
 	o.mu.depth = make([]int, len(cfg.HP))
 	o.mu.beWork = make([]time.Duration, len(cfg.BE))
@@ -243,8 +252,9 @@ func (o *Online) wake() {
 	}
 }
 
-// Submit queues an HP request of client (an index into cfg.HP); tag is
-// handed to the hooks and back in the result. The channel receives exactly
+// Submit queues an HP request of client (an index into cfg.HP; in a
+// Group, of the member with the fewest requests accepted and not
+// finished); tag is handed to the hooks and back in the result. The channel receives exactly
 // one result. Errors wrap ErrConfig (unknown client), ErrQueueFull or
 // ErrStopped.
 func (o *Online) Submit(client int, tag any) (<-chan OnlineResult, error) {
@@ -255,6 +265,11 @@ func (o *Online) Submit(client int, tag any) (<-chan OnlineResult, error) {
 	if o.mu.state != 1 {
 		o.mu.Unlock()
 		return nil, fmt.Errorf("%w: not accepting requests", ErrStopped)
+	}
+	for _, m := range o.groups[client] { // the least busy stream of the group
+		if o.mu.depth[m] < o.mu.depth[client] {
+			client = m
+		}
 	}
 	if o.mu.depth[client] >= o.cfg.MaxQueue {
 		o.mu.Unlock()

@@ -600,3 +600,55 @@ func awaitIterations(t *testing.T, run *sched.BEProgress, n int) {
 		}
 	}
 }
+
+// TestOnlineGroupRoutesToLeastBusy: requests submitted to a Group's first
+// client go to the member with the fewest requests accepted and not
+// finished: a request submitted while the first client's is unfinished
+// goes to the second; once both are idle, to the first again.
+func TestOnlineGroupRoutesToLeastBusy(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	cfg.HP[0].Group, cfg.HP[1].Group = "r50", "r50"
+	release := make(chan struct{})
+	var once sync.Once
+	cfg.Hooks.BeforeRequest = func(c int, _ uint64, _ any) error {
+		once.Do(func() { <-release }) // the first request stays unfinished until the second is submitted
+		return nil
+	}
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	defer stop()
+	first, err := o.Submit(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := o.Submit(0, nil)
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []<-chan sched.OnlineResult{first, second} {
+		if r := recv(t, c); r.Err != nil || r.Client != i {
+			t.Errorf("request %d: client %d (%v), want %d", i, r.Client, r.Err, i)
+		}
+	}
+	third, err := o.Submit(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(t, third); r.Err != nil || r.Client != 0 {
+		t.Errorf("third request: client %d (%v), want 0: both idle, the first", r.Client, r.Err)
+	}
+
+	bad := onlineConfig(t, "atoll")
+	other := *bad.HP[1].Profile
+	other.Kernels = other.Kernels[:1]
+	bad.HP[1].Profile = &other
+	bad.HP[0].Group, bad.HP[1].Group = "r50", "r50"
+	if _, err := sched.NewOnline(simOpener(nil), bad); !errors.Is(err, sched.ErrConfig) {
+		t.Errorf("a group of two profiles: %v, want ErrConfig", err)
+	}
+}

@@ -111,6 +111,12 @@ type ModelConfig struct {
 	Batch        int    `yaml:"batch"`         // batch size the model is built for (> 0)
 	DefaultClass Class  `yaml:"default_class"` // HP or BE, for requests without a priority
 	MaxQueue     int    `yaml:"max_queue"`     // requests queued before 503 (> 0)
+	// Streams serves the model's HP requests with this many copies of it
+	// (default 1), each its own stream and buffers: up to Streams requests
+	// run at once, a request going to the copy with the fewest unfinished.
+	// Worth it only where one request leaves the GPU partly idle; measure
+	// (atoll bench --hp-streams, docs/kernels.md).
+	Streams int `yaml:"streams,omitempty"`
 	// Devices places the model's replicas on these GPUs of the daemon's
 	// devices (default: every one).
 	Devices []int `yaml:"devices,omitempty"`
@@ -161,6 +167,8 @@ func DefaultConfig() Config {
 const (
 	DefaultBatch    = 1
 	DefaultMaxQueue = 64
+	// MaxStreams bounds a model's streams (each a copy of the model).
+	MaxStreams = 16
 )
 
 // ParseConfig reads a YAML configuration over DefaultConfig and validates
@@ -269,6 +277,9 @@ func (c *Config) Validate() error {
 		if m.MaxQueue < 0 {
 			return bad(f+".max_queue", "%d; must be > 0", m.MaxQueue)
 		}
+		if m.Streams < 0 || m.Streams > MaxStreams {
+			return bad(f+".streams", "%d; must be in 1..%d (0 or absent: 1)", m.Streams, MaxStreams)
+		}
 	}
 	for i, j := range c.Jobs {
 		f := fmt.Sprintf("jobs[%d]", i)
@@ -347,7 +358,7 @@ func (c Config) Engine() EngineConfig {
 		if zoo == "" {
 			zoo = m.Name
 		}
-		ec.Models = append(ec.Models, EngineModel{Name: m.Name, Zoo: zoo, Batch: m.Batch, DefaultClass: m.DefaultClass, MaxQueue: m.MaxQueue})
+		ec.Models = append(ec.Models, EngineModel{Name: m.Name, Zoo: zoo, Batch: m.Batch, DefaultClass: m.DefaultClass, MaxQueue: m.MaxQueue, Streams: m.Streams})
 	}
 	for _, j := range c.Jobs {
 		ec.Jobs = append(ec.Jobs, EngineJobModel{Zoo: j.Model, Batch: j.Batch})

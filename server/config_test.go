@@ -95,6 +95,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"model batch", "models:\n  - name: a\n    batch: -1\n", []string{"models[0].batch"}},
 		{"model class", "models:\n  - name: a\n    default_class: RT\n", []string{"models[0].default_class", "HP or BE"}},
 		{"model queue", "models:\n  - name: a\n    max_queue: -5\n", []string{"models[0].max_queue"}},
+		{"model streams", "models:\n  - name: a\n    streams: 17\n", []string{"models[0].streams", "1..16"}},
 		{"levels", "priority:\n  levels: 0\n", []string{"priority.levels"}},
 		{"hp_max", "priority:\n  levels: 2\n  hp_max: 3\n", []string{"priority.hp_max"}},
 		{"body_limit", "body_limit: 10\n", []string{"body_limit"}},

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"atoll/gpu"
@@ -71,10 +72,13 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 	var be []*exec.Instance
 	for _, m := range e.models {
 		var err error
-		if m.hpInst, err = load(m.graph, m.own); err != nil {
-			return nil, err
+		m.hpInst = make([]*exec.Instance, m.streams)
+		for i := range m.hpInst {
+			if m.hpInst[i], err = load(m.graph, m.own); err != nil {
+				return nil, err
+			}
+			hp[m.hp+i] = m.hpInst[i]
 		}
-		hp[m.hp] = m.hpInst
 		if m.beInst, err = load(m.graph, m.own); err != nil {
 			return nil, err
 		}
@@ -100,7 +104,7 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 
 func (e *engineImpl) releaseCUDA() {
 	for _, m := range e.models {
-		for _, in := range []*exec.Instance{m.hpInst, m.beInst} {
+		for _, in := range append(slices.Clone(m.hpInst), m.beInst) {
 			if in != nil {
 				_ = in.Close()
 			}

@@ -109,6 +109,11 @@ type EngineModel struct {
 	// configuration from models.NewResNet for tests; the simulator still
 	// times requests with Zoo's profile. Simulator only.
 	Model *models.Model
+	// Streams is the HP clients serving the model (default 1; at most
+	// MaxStreams), each its own stream and, on a GPU, its own instance:
+	// a request goes to the one with the fewest requests unfinished
+	// (sched.OnlineClient.Group).
+	Streams int
 }
 
 // EngineJobModel is a model BE jobs may run.
@@ -154,7 +159,8 @@ type engModel struct {
 	ref      *models.Prepared // sim: computes outputs on the CPU (weights decoded and packed once; float32 fused products)
 	own      *models.Bundle   // an imported model's weights (nil: InitWeights)
 	onnx     *models.ONNXIO   // an imported model's file input and output (nil: the graph's)
-	hp, be   int              // client indices
+	hp, be   int              // client indices (hp: the first of streams HP clients)
+	streams  int
 	maxQueue int
 	depth    [2]atomic.Int32 // HP, BE accepted and not finished
 	// svc is a moving average of the time each HP request holds the
@@ -162,9 +168,9 @@ type engModel struct {
 	// there, itself included; ns): admission refuses a request predicted
 	// to finish after its deadline (0: nothing measured yet).
 	svc    atomic.Int64
-	intMax map[string]int // integer inputs: exclusive bound
-	hpInst *exec.Instance // cuda
-	beInst *exec.Instance // cuda
+	intMax map[string]int   // integer inputs: exclusive bound
+	hpInst []*exec.Instance // cuda: per stream (client hp+i)
+	beInst *exec.Instance   // cuda
 }
 
 type engJobModel struct {
@@ -383,12 +389,12 @@ var lookupProfile = profiles.Lookup
 // beforeRequest and afterRequest run in the owner goroutine (cuda).
 func (e *engineImpl) beforeRequest(client int, _ uint64, tag any) error {
 	c := tag.(*engCall)
-	return c.m.hpInst.SetInputs(c.inputs)
+	return c.m.hpInst[client-c.m.hp].SetInputs(c.inputs)
 }
 
 func (e *engineImpl) afterRequest(client int, _ uint64, tag any) error {
 	c := tag.(*engCall)
-	out, err := c.m.hpInst.Output()
+	out, err := c.m.hpInst[client-c.m.hp].Output()
 	c.out = out
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -643,5 +644,53 @@ func TestEngineServesAnONNXEncoder(t *testing.T) {
 		Inputs: []server.Tensor{{Name: "input_ids", Datatype: "INT64", Shape: []int64{1, 16}, Data: bad}}}
 	if _, err := e.Infer(context.Background(), req); !errors.Is(err, server.ErrBadInput) || !strings.Contains(err.Error(), "[0, 100)") {
 		t.Errorf("token id 100: %v, want ErrBadInput naming [0, 100)", err)
+	}
+}
+
+// A model served by several streams (EngineModel.Streams) answers
+// concurrent requests on each: with the CPU computing outputs, every output
+// is the reference's; with instances on the simulated device (one per
+// stream, the hooks reading and writing the routed stream's), every request
+// is served. More than MaxStreams is refused.
+func TestEngineStreams(t *testing.T) {
+	leakCheck(t)
+	r := tinyResNet(t)
+	for _, instances := range []bool{false, true} {
+		e := openEngine(t, server.EngineConfig{Virtual: true, Instances: instances, Seed: engSeed, Workers: 2,
+			Models: []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &r, Streams: 3}}})
+		req, want := request(t, r, modelInfo(t, e, "tiny"), 1)
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 4 {
+					rq := *req
+					res, err := e.Infer(context.Background(), &rq)
+					switch {
+					case err != nil:
+						errs <- err
+					case !instances && !slices.Equal(res.Outputs[0].Data, want):
+						errs <- errors.New("wrong output")
+					case res.Service <= 0:
+						errs <- fmt.Errorf("service %v", res.Service)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("instances %v: %v", instances, err)
+		}
+		if s := e.Stats(); s.QueueDepth != 0 {
+			t.Errorf("instances %v: queue depth %d after every request returned", instances, s.QueueDepth)
+		}
+	}
+	_, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true,
+		Models: []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &r, Streams: server.MaxStreams + 1}}})
+	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "streams") {
+		t.Errorf("streams %d: %v, want ErrConfig naming streams", server.MaxStreams+1, err)
 	}
 }

@@ -123,10 +123,22 @@ func (e *engineImpl) addModel(cfg *EngineConfig, spec gpu.Spec, ocfg *sched.Onli
 	if (cfg.Instances || cfg.Backend == "cuda") && len(prof.Kernels) != len(g.Layers) {
 		return fmt.Errorf("%w: %s: the profile of %s has %d kernels but the model launches %d; re-profile it", ErrConfig, where, mc.Zoo, len(prof.Kernels), len(g.Layers))
 	}
-	m := &engModel{graph: g, maxQueue: mc.MaxQueue, intMax: map[string]int{}}
+	switch {
+	case mc.Streams == 0:
+		mc.Streams = 1
+	case mc.Streams < 0 || mc.Streams > MaxStreams:
+		return fmt.Errorf("%w: %s: streams %d; must be in 1..%d", ErrConfig, where, mc.Streams, MaxStreams)
+	}
+	m := &engModel{graph: g, maxQueue: mc.MaxQueue, intMax: map[string]int{}, streams: mc.Streams}
 	m.describe(mc, src)
 	m.hp = len(ocfg.HP)
-	ocfg.HP = append(ocfg.HP, sched.OnlineClient{Name: mc.Name, Profile: prof})
+	for i := range mc.Streams {
+		c := sched.OnlineClient{Name: mc.Name, Profile: prof}
+		if mc.Streams > 1 {
+			c.Name, c.Group = fmt.Sprintf("%s#%d", mc.Name, i), mc.Name
+		}
+		ocfg.HP = append(ocfg.HP, c)
+	}
 	m.be = len(ocfg.BE)
 	ocfg.BE = append(ocfg.BE, sched.OnlineClient{Name: mc.Name + "/be", Profile: prof})
 	m.own = src.Weights()
