@@ -289,6 +289,9 @@ func Describe(r *Report) string {
 		fmt.Fprintf(&b, ", driver %s", r.Driver)
 	}
 	fmt.Fprintf(&b, "\nHP: %s bs%d, %s arrivals at load %.2f (%.0f req/s, solo %.0f µs)", w.HPModel, w.HPBatch, w.Arrival, w.Load, w.RatePerSec, w.SoloHPUs)
+	if w.HPStreams > 1 {
+		fmt.Fprintf(&b, ", served by %d streams (a request to the one with the fewest unfinished)", w.HPStreams)
+	}
 	if w.BEModel != "" {
 		fmt.Fprintf(&b, "\nBE: %s bs%d, closed loop", w.BEModel, w.BEBatch)
 	}

@@ -259,7 +259,11 @@ func TestDescribeSaysWhatRan(t *testing.T) {
 		}
 	}
 	r.BLAS = ""
-	if got := Describe(r); strings.Contains(got, "1x1 convolutions") {
-		t.Errorf("header %q names a library that did not run", got)
+	if got := Describe(r); strings.Contains(got, "1x1 convolutions") || strings.Contains(got, "streams") {
+		t.Errorf("header %q names a library that did not run, or streams", got)
+	}
+	r.Workload.HPStreams = 2
+	if got := Describe(r); !strings.Contains(got, "served by 2 streams") {
+		t.Errorf("header %q does not say HP had two streams", got)
 	}
 }
