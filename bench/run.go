@@ -85,8 +85,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: load must be in (0, 4], got %v", ErrConfig, c.Load)
 	case c.Arrival == Trace && len(c.Trace) == 0:
 		return fmt.Errorf("%w: trace arrivals requested but no trace given", ErrConfig)
-	case c.HPStreams < 0 || c.HPStreams > maxHPStreams:
-		return fmt.Errorf("%w: HP streams must be in [1, %d], got %d", ErrConfig, maxHPStreams, c.HPStreams)
+	case c.HPStreams < 0 || c.HPStreams > sched.MaxGroup:
+		return fmt.Errorf("%w: HP streams must be in [1, %d], got %d", ErrConfig, sched.MaxGroup, c.HPStreams)
 	}
 	if c.BE != nil && c.HP.GPU != c.BE.GPU {
 		return fmt.Errorf("%w: HP profile is for %s but BE profile is for %s", ErrConfig, c.HP.GPU, c.BE.GPU)
@@ -217,10 +217,6 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	}
 	return tr, err
 }
-
-// maxHPStreams bounds Config.HPStreams (each is an instance of the model
-// in device memory).
-const maxHPStreams = 16
 
 // hpClients is the HP side of a run: one client with every arrival, or
 // HPStreams clients of one group (sched.HPWorkload.Group), the arrivals on

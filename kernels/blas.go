@@ -74,7 +74,7 @@ func matmulOf(op Op) (m gpu.Matmul, at [5]int, ok bool) {
 		}
 		return m, at, true
 	case Conv2D:
-		if o.R != 1 || o.S != 1 || max(o.Stride, 1) != 1 || o.Pad != 0 {
+		if !o.Pointwise() {
 			return m, at, false
 		}
 		in, ok1 := elemType(o.In)

@@ -284,6 +284,12 @@ type Conv2D struct {
 
 func (c Conv2D) forward() bool { return !c.BackwardData && !c.BackwardFilter }
 
+// Pointwise reports whether c is a 1x1, stride-1, unpadded convolution:
+// in NHWC a GEMM over the pixels, with no patches to gather.
+func (c Conv2D) Pointwise() bool {
+	return c.R == 1 && c.S == 1 && max(c.Stride, 1) == 1 && c.Pad == 0
+}
+
 // Out is the output's spatial size.
 func (c Conv2D) Out() (oh, ow int) {
 	s := max(c.Stride, 1)

@@ -303,7 +303,7 @@ func convParts(c kernels.Conv2D, max int64) int {
 	if max <= 0 {
 		max = maxPatchBytes
 	}
-	if c.R == 1 && c.S == 1 && c.Stride <= 1 && c.Pad == 0 {
+	if c.Pointwise() {
 		return 1
 	}
 	oh, ow := c.Out()

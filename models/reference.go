@@ -247,37 +247,34 @@ func partShape(s []int, of int) []int {
 }
 
 // referencePart computes a layer with a Part: its op over slice I of its
-// sliced inputs, written into slice I of its outputs. An output vals
-// already holds (an earlier part's) is written in place; a new one is NaN
-// outside the slice until the other parts write it.
+// sliced inputs, written into slice I of its sliced outputs (Layer.Sliced;
+// an unsliced operand is passed whole). An output vals already holds (an
+// earlier part's) is written in place; a new one is NaN outside the slice
+// until the other parts write it.
 func referencePart(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float64, error) {
 	i, of := l.Part.I, l.Part.Of
-	slice := func(v []float64) []float64 {
+	// part is tensor name and its values v as the op on one slice sees them.
+	part := func(name string, v []float64) (Tensor, []float64) {
+		t, _ := g.Tensor(name)
+		if !l.Sliced(t) {
+			return t, v
+		}
+		t.Shape = partShape(t.Shape, of)
 		n := len(v) / of
-		return v[i*n : (i+1)*n : (i+1)*n]
+		return t, v[i*n : (i+1)*n : (i+1)*n]
 	}
 	pv := make(Activations, len(l.In)+len(l.W))
 	pg := &Graph{Model: g.Model, Batch: g.Batch, index: map[string]int{}}
-	declare := func(name string) {
-		t, _ := g.Tensor(name)
-		v := vals[name]
-		if l.Sliced(t) {
-			v = slice(v)
-			t.Shape = partShape(t.Shape, of)
+	for _, name := range slices.Concat(l.In, l.W, l.Out) {
+		if _, ok := pg.index[name]; ok {
+			continue
 		}
-		pv[name] = v
-		if _, ok := pg.index[name]; !ok {
-			pg.index[name] = len(pg.Tensors)
-			pg.Tensors = append(pg.Tensors, t)
+		t, v := part(name, vals[name])
+		if v != nil { // an output no earlier part wrote has none yet
+			pv[name] = v
 		}
-	}
-	for _, n := range slices.Concat(l.In, l.W) {
-		declare(n)
-	}
-	for _, n := range l.Out {
-		t, _ := g.Tensor(n)
-		pg.index[n] = len(pg.Tensors)
-		pg.Tensors = append(pg.Tensors, Tensor{Name: n, Shape: partShape(t.Shape, of), DType: t.DType, Kind: t.Kind})
+		pg.index[name] = len(pg.Tensors)
+		pg.Tensors = append(pg.Tensors, t)
 	}
 	whole := l
 	whole.Part = Part{}
@@ -295,7 +292,8 @@ func referencePart(g *Graph, l Layer, vals Activations, env *refEnv) ([][]float6
 				v[k] = math.NaN()
 			}
 		}
-		copy(slice(v), outs[j])
+		_, s := part(name, v)
+		copy(s, outs[j])
 		full[j] = v
 	}
 	return full, nil

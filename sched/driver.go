@@ -474,8 +474,13 @@ func (d *driver) launch(l Launch) error {
 	return nil
 }
 
+// MaxGroup bounds the clients of one HPWorkload.Group (each holds its own
+// buffers: on a GPU, a copy of the model).
+const MaxGroup = 16
+
 // hpGroups maps each HP client to the members of its Group (nil when it
-// has none), refusing a group whose members run different profiles.
+// has none), refusing a group whose members run different profiles or
+// that has more than MaxGroup members.
 func hpGroups(hp []HPWorkload) ([][]int, error) {
 	byName := map[string][]int{}
 	for i, c := range hp {
@@ -489,10 +494,26 @@ func hpGroups(hp []HPWorkload) ([][]int, error) {
 			continue
 		}
 		m := byName[c.Group]
+		if len(m) > MaxGroup {
+			return nil, fmt.Errorf("%w: HP group %q has %d clients (at most %d)", ErrConfig, c.Group, len(m), MaxGroup)
+		}
 		if p, q := hp[m[0]].Profile, c.Profile; p.Model != q.Model || p.Batch != q.Batch || len(p.Kernels) != len(q.Kernels) {
 			return nil, fmt.Errorf("%w: HP group %q: client %d (%s) and client %d (%s) run different profiles", ErrConfig, c.Group, m[0], hp[m[0]].Name, i, c.Name)
 		}
 		groups[i] = m
 	}
 	return groups, nil
+}
+
+// leastBusy is the member of members (a group, in workload order) with the
+// fewest requests unfinished by busy, the first on a tie; c itself when it
+// has no group.
+func leastBusy(c int, members []int, busy func(int) int) int {
+	best, least := c, -1
+	for _, m := range members {
+		if n := busy(m); least < 0 || n < least {
+			best, least = m, n
+		}
+	}
+	return best
 }

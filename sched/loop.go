@@ -271,13 +271,7 @@ func (l *loop) input(ev Event) error {
 // route is the HP client an arrival of client c goes to: c, or in a group
 // (HPWorkload.Group) the member with the fewest requests unfinished.
 func (l *loop) route(c int) int {
-	best, least := c, -1
-	for _, m := range l.d.groups[c] {
-		if n := len(l.in[m]) + len(l.pend[m]); least < 0 || n < least {
-			best, least = m, n
-		}
-	}
-	return best
+	return leastBusy(c, l.d.groups[c], func(m int) int { return len(l.in[m]) + len(l.pend[m]) })
 }
 
 // wantsWork reports whether the core holds work the policy should be

@@ -254,8 +254,8 @@ func (o *Online) wake() {
 
 // Submit queues an HP request of client (an index into cfg.HP; in a
 // Group, of the member with the fewest requests accepted and not
-// finished); tag is handed to the hooks and back in the result. The channel receives exactly
-// one result. Errors wrap ErrConfig (unknown client), ErrQueueFull or
+// finished, the first on a tie); tag is handed to the hooks and back in
+// the result. The channel receives exactly one result. Errors wrap ErrConfig (unknown client), ErrQueueFull or
 // ErrStopped.
 func (o *Online) Submit(client int, tag any) (<-chan OnlineResult, error) {
 	if client < 0 || client >= len(o.cfg.HP) {
@@ -266,11 +266,7 @@ func (o *Online) Submit(client int, tag any) (<-chan OnlineResult, error) {
 		o.mu.Unlock()
 		return nil, fmt.Errorf("%w: not accepting requests", ErrStopped)
 	}
-	for _, m := range o.groups[client] { // the least busy stream of the group
-		if o.mu.depth[m] < o.mu.depth[client] {
-			client = m
-		}
-	}
+	client = leastBusy(client, o.groups[client], func(m int) int { return o.mu.depth[m] })
 	if o.mu.depth[client] >= o.cfg.MaxQueue {
 		o.mu.Unlock()
 		return nil, fmt.Errorf("%w: HP client %s has %d requests waiting (limit %d)", ErrQueueFull, o.cfg.HP[client].Name, o.cfg.MaxQueue, o.cfg.MaxQueue)

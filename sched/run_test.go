@@ -165,3 +165,18 @@ func TestRunGroupRoutesToLeastBusy(t *testing.T) {
 		t.Errorf("a group of two profiles: %v, want ErrConfig", err)
 	}
 }
+
+// A group of more than MaxGroup clients is refused.
+func TestRunGroupTooLarge(t *testing.T) {
+	w := smallWorkload(t, time.Millisecond, 3*time.Millisecond)
+	hp := w.HP[0]
+	hp.Group = "hp"
+	w.HP = nil
+	for range sched.MaxGroup + 1 {
+		w.HP = append(w.HP, hp)
+	}
+	pol, _ := policies.ByName("priority")
+	if _, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: 3 * time.Millisecond}); !errors.Is(err, sched.ErrConfig) || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("a group of %d: %v, want ErrConfig", sched.MaxGroup+1, err)
+	}
+}

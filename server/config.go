@@ -16,6 +16,7 @@ import (
 
 	"atoll/gpu"
 	"atoll/policies"
+	"atoll/sched"
 )
 
 // ErrConfig is wrapped by every configuration error: a YAML syntax error,
@@ -168,7 +169,7 @@ const (
 	DefaultBatch    = 1
 	DefaultMaxQueue = 64
 	// MaxStreams bounds a model's streams (each a copy of the model).
-	MaxStreams = 16
+	MaxStreams = sched.MaxGroup
 )
 
 // ParseConfig reads a YAML configuration over DefaultConfig and validates
