@@ -75,14 +75,16 @@ func (w *Worker) stalledNow() bool {
 }
 
 // checkStall declares w stalled when it holds requests and answered none
-// for after; it reports whether it did so now.
-func (w *Worker) checkStall(now time.Time, after time.Duration) bool {
+// for after; it reports whether it did so now. declared runs first, before
+// any request waiting on the stall can see it.
+func (w *Worker) checkStall(now time.Time, after time.Duration, declared func()) bool {
 	p := &w.prog
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.isStall || p.inflight == 0 || now.Sub(p.last) < after {
 		return false
 	}
+	declared()
 	if p.stalled == nil {
 		p.stalled = make(chan struct{})
 	}

@@ -224,9 +224,10 @@ func (s *Supervisor) watch(w *Worker) {
 			return
 		case <-w.Exited:
 		case now := <-tick.C:
-			if w.checkStall(now, s.opt.StallAfter) {
+			// The takeover starts before the stall shows: a request hedged
+			// to the standby and refused must find it (again).
+			if w.checkStall(now, s.opt.StallAfter, func() { s.takeoverAt.Store(now.UnixNano()) }) {
 				s.stalls.Add(1)
-				s.takeoverAt.Store(now.UnixNano())
 				s.log.Warn("standby: the serving worker holds requests and answered none; they go to the standby too until it answers or fails", "worker", w.Gen, "after", s.opt.StallAfter)
 			}
 			if n%10 != 0 {
