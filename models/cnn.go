@@ -289,9 +289,8 @@ func (b *builder) wgrad(name string, w kernels.Conv2D, x, dy, weight string) {
 // maxPatchBytes is the default bound on the patches one launch of a
 // training convolution gathers: one step of the CUDA device's plan (its
 // patch workspace, gpu/cuda), so that no launch of a training step chains
-// several gathers and products (ResNet-50's stem at batch 32 gathers
-// 122 MB: one launch ran 226 µs forward and 276 µs for the filter gradient
-// on an H100, where a scheduler cannot cut it).
+// several gathers and products, which a scheduler cannot cut (ResNet-50's
+// stem at batch 32 gathers 122 MB: two launches a pass).
 const maxPatchBytes = 64 << 20
 
 // convParts is the number of launches, over equal slices of the images, a
