@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/olekukonko/tablewriter"
@@ -36,6 +38,7 @@ type WorkloadInfo struct {
 	WarmupSec   float64 `json:"warmupSec"`
 	SoloHPUs    float64 `json:"soloHpUs"`            // HP request service time alone (the load's unit)
 	HPStreams   int     `json:"hpStreams,omitempty"` // HP clients serving the model at once (Config.HPStreams; absent: one)
+	HPBatches   string  `json:"hpBatches,omitempty"` // batch sizes of the passes that may serve several waiting requests, e.g. "2,4,8" (Config.HPBatched; absent: one request per pass)
 	Cell        string  `json:"cell,omitempty"`      // the matrix cell, when a matrix ran it
 }
 
@@ -103,6 +106,10 @@ type Report struct {
 	// sched.Options.NoHPGraphs).
 	GraphLaunches int    `json:"graphLaunches,omitempty"`
 	HPGraphs      string `json:"hpGraphs,omitempty"`
+	// HPByBatch counts the measured HP requests by the batch of the pass
+	// that served them ("1", "2", ...; Workload.HPBatches), where passes
+	// may serve several.
+	HPByBatch map[string]int `json:"hpRequestsByBatch,omitempty"`
 	// BLAS is the vendor library the device ran whole launches of GEMMs
 	// and convolutions on (gpu.Info.BLAS; "" for none).
 	BLAS string `json:"blas,omitempty"`
@@ -292,6 +299,9 @@ func Describe(r *Report) string {
 	if w.HPStreams > 1 {
 		fmt.Fprintf(&b, ", served by %d streams (a request to the one with the fewest unfinished)", w.HPStreams)
 	}
+	if len(w.HPBatches) > 0 {
+		fmt.Fprintf(&b, ", requests waiting served together in passes of batch %s", w.HPBatches)
+	}
 	if w.BEModel != "" {
 		fmt.Fprintf(&b, "\nBE: %s bs%d, closed loop", w.BEModel, w.BEBatch)
 	}
@@ -299,13 +309,32 @@ func Describe(r *Report) string {
 	if r.BLAS != "" {
 		fmt.Fprintf(&b, "\nGEMMs and convolutions (but depthwise): %s where launched whole; every other kernel and form atoll's own", r.BLAS)
 	}
+	if len(r.HPByBatch) > 0 {
+		fmt.Fprintf(&b, "\nHP requests by the batch of their pass in the %s run: %s", r.Policy, byBatch(r.HPByBatch))
+	}
 	switch {
 	case r.HPGraphs == "on":
-		fmt.Fprintf(&b, "\nHP requests launched whole go as one graph each (--hp-graphs): %d in the %s run, %d of them waited for a free instance", r.GraphLaunches, r.Policy, r.GraphWaits)
+		fmt.Fprintf(&b, "\nHP passes launched whole go as one graph each (--hp-graphs): %d in the %s run, %d of them waited for a free instance", r.GraphLaunches, r.Policy, r.GraphWaits)
 	case r.HPGraphs != "":
 		fmt.Fprintf(&b, "\nHP kernels launched one by one (graphs %s)", r.HPGraphs)
 	}
 	return b.String()
+}
+
+// byBatch lists counts by batch size, smallest first: "1: 812, 2: 96".
+func byBatch(m map[string]int) string {
+	var sizes []int
+	for k := range m {
+		if n, err := strconv.Atoi(k); err == nil {
+			sizes = append(sizes, n)
+		}
+	}
+	slices.Sort(sizes)
+	var parts []string
+	for _, n := range sizes {
+		parts = append(parts, fmt.Sprintf("%d: %d", n, m[strconv.Itoa(n)]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // CauseTable writes each report's HP delay by cause (mean / p99 per

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +63,11 @@ type Config struct {
 	// unfinished: up to HPStreams requests run at once, where one client
 	// serves them one after another.
 	HPStreams int
+	// HPBatched are the HP model's profiles at larger batch sizes
+	// (ascending multiples of HP.Batch; sched.HPWorkload.Batched): each HP
+	// client then serves the requests waiting when its stream empties in
+	// one pass of the largest batch that does not exceed them.
+	HPBatched []*profiles.Profile
 	// Parallel is how many policy runs Suite makes at once (0:
 	// GOMAXPROCS). Each run owns its device, so more than one is only
 	// sound for the simulator: set 1 for a real GPU.
@@ -87,6 +94,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: trace arrivals requested but no trace given", ErrConfig)
 	case c.HPStreams < 0 || c.HPStreams > sched.MaxGroup:
 		return fmt.Errorf("%w: HP streams must be in [1, %d], got %d", ErrConfig, sched.MaxGroup, c.HPStreams)
+	case len(c.HPBatched) > sched.MaxBatched:
+		return fmt.Errorf("%w: %d batched HP profiles (at most %d)", ErrConfig, len(c.HPBatched), sched.MaxBatched)
 	}
 	if c.BE != nil && c.HP.GPU != c.BE.GPU {
 		return fmt.Errorf("%w: HP profile is for %s but BE profile is for %s", ErrConfig, c.HP.GPU, c.BE.GPU)
@@ -227,13 +236,13 @@ func (c *Config) hpClients(arrivals []time.Duration) []sched.HPWorkload {
 		return nil
 	}
 	n := max(c.HPStreams, 1)
-	hp := []sched.HPWorkload{{Name: c.HP.Model, Profile: c.HP, Arrivals: arrivals}}
+	hp := []sched.HPWorkload{{Name: c.HP.Model, Profile: c.HP, Arrivals: arrivals, Batched: c.HPBatched}}
 	if n == 1 {
 		return hp
 	}
 	hp[0].Group = c.HP.Model
 	for range n - 1 {
-		hp = append(hp, sched.HPWorkload{Name: c.HP.Model, Profile: c.HP, Group: c.HP.Model})
+		hp = append(hp, sched.HPWorkload{Name: c.HP.Model, Profile: c.HP, Group: c.HP.Model, Batched: c.HPBatched})
 	}
 	return hp
 }
@@ -303,7 +312,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		Workload: WorkloadInfo{
 			HPModel:     c.HP.Model,
 			HPBatch:     c.HP.Batch,
-			Profiles:    profilesLabel(c.HP, c.BE),
+			Profiles:    profilesLabel(c.HP, c.BE) + batchedLabel(c.HP, c.HPBatched),
 			Arrival:     c.Arrival,
 			Load:        c.Load,
 			RatePerSec:  b.Rate,
@@ -316,6 +325,11 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	if c.HPStreams > 1 {
 		r.Workload.HPStreams = c.HPStreams
 	}
+	var sizes []string
+	for _, p := range c.HPBatched {
+		sizes = append(sizes, strconv.Itoa(p.Batch))
+	}
+	r.Workload.HPBatches = strings.Join(sizes, ",")
 	if c.Arrival == Trace {
 		r.Workload.Load = b.Rate * b.Solo.Seconds()
 	}
@@ -364,6 +378,12 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
 	r.GraphLaunches, r.HPGraphs = tr.GraphLaunches, tr.HPGraphs
+	if len(c.HPBatched) > 0 {
+		r.HPByBatch = map[string]int{}
+		for _, q := range tr.Requests {
+			r.HPByBatch[strconv.Itoa(max(q.Batch, 1))]++
+		}
+	}
 	r.GraphWaits, r.StaleGraphEvents = tr.GraphWaits, tr.StaleGraphEvents
 	if tr.Launches > 0 {
 		n := float64(tr.Launches)
@@ -398,6 +418,17 @@ func profilesLabel(hp, be *profiles.Profile) string {
 		return fmt.Sprintf("%s, HP %s, BE %s", hp.GPU, hp.Source, be.Source)
 	}
 	return fmt.Sprintf("HP %s %s, BE %s %s", hp.GPU, hp.Source, be.GPU, be.Source)
+}
+
+// batchedLabel adds the batched passes' source where it differs from the
+// request's (", batched passes estimated").
+func batchedLabel(hp *profiles.Profile, batched []*profiles.Profile) string {
+	for _, p := range batched {
+		if p.Source != hp.Source {
+			return ", batched passes " + p.Source
+		}
+	}
+	return ""
 }
 
 // causeStats summarises the requests' causes of delay (µs).

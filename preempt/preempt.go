@@ -65,13 +65,12 @@ func IdleFor(st *sched.State, now, d time.Duration, seenHP bool) bool {
 // one graph (sched/graphs.go), instead of one kernel per completion of
 // the requests ahead of it.
 func LaunchHP(st *sched.State, c *sched.HPClient, window int, pad bool, keep func(hp, be *profiles.Kernel) bool) {
-	n := len(c.Profile().Kernels)
 	for window <= 0 || c.InFlight() < window {
 		k, ki := c.Next()
 		if k == nil {
 			return
 		}
-		if ki == 0 && window > 0 && n <= window && c.InFlight()+n > window {
+		if n := len(c.Pass().Kernels); ki == 0 && window > 0 && n <= window && c.InFlight()+n > window {
 			return
 		}
 		if pad && padding.Try(st, c, keep) {

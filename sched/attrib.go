@@ -104,9 +104,11 @@ type attributor struct {
 	// blames them all at once (each kernel is visited once, so BE launches
 	// cost O(1) amortised however many HP kernels are queued).
 	unblamed [][]int
-	lastEnd  []time.Duration     // per HP client: when its previous request ended
-	solo     [][]time.Duration   // per HP client and kernel: the baseline (Options.KernelSolo or the profile)
-	spans    [][][]time.Duration // per HP client and kernel: measured device spans (Options.RecordSpans)
+	lastEnd  []time.Duration     // per HP client: when its previous pass ended
+	solo     [][][]time.Duration // per HP client, pass variant and kernel: the baseline (Options.KernelSolo or the profile)
+	batch    [][]int             // per HP client and pass variant: the requests it serves
+	left     []int               // per HP client: requests of the current pass not yet split
+	spans    [][][]time.Duration // per HP client and kernel of its profile: measured device spans (Options.RecordSpans)
 	// ByKernel sums, per BE kernel ("model/layer"), the delay of HP
 	// kernels that ran beside it (co-run, drain and padded causes).
 	byKernel map[Blame]time.Duration
@@ -120,6 +122,7 @@ func newAttributor(w Workload, opt Options) *attributor {
 		next:     make([]int, len(w.HP)),
 		unblamed: make([][]int, len(w.HP)),
 		lastEnd:  make([]time.Duration, len(w.HP)),
+		left:     make([]int, len(w.HP)),
 		byKernel: map[Blame]time.Duration{},
 	}
 	for i, c := range w.HP {
@@ -130,7 +133,15 @@ func newAttributor(w Workload, opt Options) *attributor {
 				solo[k] = opt.KernelSolo[i][k]
 			}
 		}
-		a.solo = append(a.solo, solo)
+		vs, bs := [][]time.Duration{solo}, []int{1}
+		for _, p := range c.Batched {
+			d := make([]time.Duration, len(p.Kernels))
+			for k := range d {
+				d[k] = p.Kernels[k].Duration()
+			}
+			vs, bs = append(vs, d), append(bs, p.Batch/max(1, c.Profile.Batch))
+		}
+		a.solo, a.batch = append(a.solo, vs), append(a.batch, bs)
 		if opt.RecordSpans {
 			a.spans = append(a.spans, make([][]time.Duration, len(solo)))
 		}
@@ -148,7 +159,7 @@ func (a *attributor) launched(l Launch, decided, submitted time.Duration, padded
 		return
 	}
 	c := l.Client.Index
-	k := hpKernel{decided: decided, submitted: submitted, end: -1, solo: a.solo[c][l.Kernel],
+	k := hpKernel{decided: decided, submitted: submitted, end: -1, solo: a.solo[c][l.Variant][l.Kernel],
 		padded: padded, drain: draining}
 	if beside != nil {
 		k.blame, k.blamed = *beside, true
@@ -205,18 +216,28 @@ func (a *attributor) completed(c int, t time.Duration) {
 	}
 }
 
-// request splits the finished request r (its kernels are the oldest
-// len(profile) records of its client) and fills r.Solo and r.Causes;
-// measured requests add to byKernel.
+// request splits the finished request r (the kernels of its pass are the
+// oldest records of its client) and fills r.Solo and r.Causes; measured
+// requests add to byKernel. The requests of one pass come one after
+// another and share its records, which the last of them releases.
 func (a *attributor) request(r *RequestRecord, measured bool) {
 	if a.off {
 		return
 	}
 	c := r.Client.Index
-	n := len(a.solo[c])
+	v := slices.Index(a.batch[c], max(r.Batch, 1))
+	if v < 0 {
+		return // no such pass (cannot happen with a consistent driver)
+	}
+	n := len(a.solo[c][v])
 	if len(a.pending[c]) < n {
 		return // records missing (cannot happen with a consistent driver)
 	}
+	if a.left[c] == 0 {
+		a.left[c] = a.batch[c][v]
+	}
+	a.left[c]--
+	last := a.left[c] == 0
 	ks := a.pending[c][:n]
 	t := r.Arrival
 	prev := a.lastEnd[c]
@@ -238,7 +259,7 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 		add(CausePolicy, k.decided)
 		add(CauseHost, k.submitted)
 		solo += k.solo
-		if measured && a.spans != nil {
+		if measured && a.spans != nil && v == 0 {
 			a.spans[c][i] = append(a.spans[c][i], end-t)
 		}
 		excess := end - t - k.solo
@@ -261,6 +282,9 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 	// even if the core's End differs (it cannot with a consistent driver).
 	cs[CauseVariance] += r.End - t
 	r.Solo, r.Causes = solo, cs
+	if !last {
+		return
+	}
 	a.lastEnd[c] = r.End
 	a.pending[c] = a.pending[c][n:] // no copy: see driver.poll
 	a.base[c] += n
@@ -286,7 +310,7 @@ func (a *attributor) medianSpans() [][]time.Duration {
 		out[c] = make([]time.Duration, len(a.spans[c]))
 		for k, xs := range a.spans[c] {
 			if len(xs) == 0 {
-				out[c][k] = a.solo[c][k]
+				out[c][k] = a.solo[c][0][k]
 				continue
 			}
 			slices.Sort(xs)

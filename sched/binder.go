@@ -23,8 +23,11 @@ type Control struct {
 type BindRequest struct {
 	Client ClientID
 	Kernel int
-	Form   gpu.Form
-	Ctl    Control
+	// Variant is the HP pass (Launch.Variant): 0 the client's profile, v
+	// its v-th batched profile.
+	Variant int
+	Form    gpu.Form
+	Ctl     Control
 	// Pad is the BE body that shares a gpu.Padded launch.
 	Pad *PadRequest
 }
@@ -67,7 +70,7 @@ type Binder interface {
 // the kernel library's binder supplies real functions and arguments.
 type ProfileBinder struct {
 	spec gpu.Spec
-	hp   [][]gpu.Launch
+	hp   [][][]gpu.Launch // per client and pass variant
 	be   [][]gpu.Launch
 }
 
@@ -101,11 +104,15 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 		return out, nil
 	}
 	for i, c := range w.HP {
-		l, err := build(c.Profile)
-		if err != nil {
-			return nil, fmt.Errorf("HP client %d (%s): %w", i, c.Name, err)
+		var vars [][]gpu.Launch
+		for _, p := range append([]*profiles.Profile{c.Profile}, c.Batched...) {
+			l, err := build(p)
+			if err != nil {
+				return nil, fmt.Errorf("HP client %d (%s): %w", i, c.Name, err)
+			}
+			vars = append(vars, l)
 		}
-		b.hp = append(b.hp, l)
+		b.hp = append(b.hp, vars)
 	}
 	for i, c := range w.BE {
 		l, err := build(c.Profile)
@@ -123,7 +130,7 @@ func (b *ProfileBinder) ProgressBytes() int { return 4 }
 
 // Bind implements Binder.
 func (b *ProfileBinder) Bind(r BindRequest) (*gpu.Launch, error) {
-	l, err := b.bind(r.Client, r.Kernel, r.Form)
+	l, err := b.bind(r.Client, r.Kernel, r.Variant, r.Form)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +143,7 @@ func (b *ProfileBinder) Bind(r BindRequest) (*gpu.Launch, error) {
 		if r.Pad == nil {
 			return nil, fmt.Errorf("%w: padded launch of %s kernel %d without a pad", ErrConfig, r.Client, r.Kernel)
 		}
-		pad, err := b.bind(r.Pad.Client, r.Pad.Kernel, gpu.Resumable)
+		pad, err := b.bind(r.Pad.Client, r.Pad.Kernel, 0, gpu.Resumable)
 		if err != nil {
 			return nil, err
 		}
@@ -147,15 +154,18 @@ func (b *ProfileBinder) Bind(r BindRequest) (*gpu.Launch, error) {
 	return l, nil
 }
 
-func (b *ProfileBinder) bind(client ClientID, kernel int, form gpu.Form) (*gpu.Launch, error) {
-	tab := b.hp
-	if client.Class == BE {
-		tab = b.be
+func (b *ProfileBinder) bind(client ClientID, kernel, v int, form gpu.Form) (*gpu.Launch, error) {
+	var tab []gpu.Launch
+	switch {
+	case client.Class == BE && client.Index >= 0 && client.Index < len(b.be) && v == 0:
+		tab = b.be[client.Index]
+	case client.Class == HP && client.Index >= 0 && client.Index < len(b.hp) && v >= 0 && v < len(b.hp[client.Index]):
+		tab = b.hp[client.Index][v]
 	}
-	if client.Index < 0 || client.Index >= len(tab) || kernel < 0 || kernel >= len(tab[client.Index]) {
-		return nil, fmt.Errorf("%w: no kernel %d for client %s", ErrConfig, kernel, client)
+	if kernel < 0 || kernel >= len(tab) {
+		return nil, fmt.Errorf("%w: no kernel %d%s for client %s", ErrConfig, kernel, variantTag(v), client)
 	}
-	l := tab[client.Index][kernel]
+	l := tab[kernel]
 	l.Form = form
 	if form == gpu.Resumable {
 		l.Logical = l.Grid.Count()

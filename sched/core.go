@@ -11,10 +11,13 @@ import (
 
 // Config describes one run to the core.
 type Config struct {
-	Spec   gpu.Spec            // the device's description (SMs, occupancy limits)
-	HP     []*profiles.Profile // one per HP client: its request's kernel sequence
-	BE     []*profiles.Profile // one per BE client: its iteration's kernel sequence
-	Policy Policy
+	Spec gpu.Spec            // the device's description (SMs, occupancy limits)
+	HP   []*profiles.Profile // one per HP client: its request's kernel sequence
+	// HPBatched, where set, gives HP client i the batched profiles
+	// HPBatched[i] (HPWorkload.Batched).
+	HPBatched [][]*profiles.Profile
+	BE        []*profiles.Profile // one per BE client: its iteration's kernel sequence
+	Policy    Policy
 }
 
 // Core is the scheduler: a pure state machine. Step feeds it one event; it
@@ -44,7 +47,11 @@ func NewCore(cfg Config) (*Core, error) {
 		if err := ValidateProfile(p); err != nil {
 			return nil, fmt.Errorf("HP client %d: %w", i, err)
 		}
-		s.hp = append(s.hp, &HPClient{id: HPClientID(i), prof: p})
+		vars, err := variants(p, cfg.hpBatched(i))
+		if err != nil {
+			return nil, fmt.Errorf("%w: HP client %d: %w", ErrConfig, i, err)
+		}
+		s.hp = append(s.hp, &HPClient{id: HPClientID(i), prof: p, vars: vars})
 	}
 	for i, p := range cfg.BE {
 		if err := ValidateProfile(p); err != nil {
@@ -57,6 +64,40 @@ func NewCore(cfg Config) (*Core, error) {
 		return nil, fmt.Errorf("%w: policy %s: %w", ErrConfig, cfg.Policy.Name(), err)
 	}
 	return c, nil
+}
+
+func (cfg Config) hpBatched(i int) []*profiles.Profile {
+	if i < len(cfg.HPBatched) {
+		return cfg.HPBatched[i]
+	}
+	return nil
+}
+
+// MaxBatched is the most batched profiles an HP client may have.
+const MaxBatched = 8
+
+// variants are an HP client's passes: its profile for one request, then
+// each batched profile, which must be the same model's inference at
+// ascending batch sizes, each a multiple of the profile's.
+func variants(p *profiles.Profile, batched []*profiles.Profile) ([]variant, error) {
+	if len(batched) > MaxBatched {
+		return nil, fmt.Errorf("%d batched profiles (at most %d)", len(batched), MaxBatched)
+	}
+	vars := []variant{{prof: p, reqs: 1}}
+	for j, q := range batched {
+		if err := ValidateProfile(q); err != nil {
+			return nil, fmt.Errorf("batched profile %d: %w", j, err)
+		}
+		if q.Model != p.Model || q.GPU != p.GPU || q.Phase != p.Phase {
+			return nil, fmt.Errorf("batched profile %d is %s/%s (%s); the client serves %s/%s (%s)", j, q.GPU, q.Model, q.Phase, p.GPU, p.Model, p.Phase)
+		}
+		last := vars[len(vars)-1]
+		if p.Batch < 1 || q.Batch%p.Batch != 0 || q.Batch <= last.prof.Batch {
+			return nil, fmt.Errorf("batched profile %d has batch %d; batched profiles need ascending multiples of the request's batch %d, above %d", j, q.Batch, p.Batch, last.prof.Batch)
+		}
+		vars = append(vars, variant{prof: q, reqs: q.Batch / p.Batch})
+	}
+	return vars, nil
 }
 
 // Policy is the core's policy.

@@ -91,6 +91,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 			return nil, fmt.Errorf("%w: HP client %d (%s): arrivals are not in ascending order", ErrConfig, i, c.Name)
 		}
 		cfg.HP = append(cfg.HP, c.Profile)
+		cfg.HPBatched = append(cfg.HPBatched, c.Batched)
 	}
 	groups, err := hpGroups(w.HP)
 	if err != nil {
@@ -390,7 +391,9 @@ func (d *driver) apply(dec Decision) error {
 }
 
 func (d *driver) launch(l Launch) error {
-	what := func() string { return fmt.Sprintf("L%d %s k%d %s", l.ID, l.Client, l.Kernel, l.Form) }
+	what := func() string {
+		return fmt.Sprintf("L%d %s k%d%s %s", l.ID, l.Client, l.Kernel, variantTag(l.Variant), l.Form)
+	}
 	t0 := time.Now()
 	var tLaunch, tRecord time.Time // the device's Launch call starts, returns
 	defer func() {
@@ -403,7 +406,7 @@ func (d *driver) launch(l Launch) error {
 		}
 	}()
 	f := &dflight{l: l, stream: d.stream(l.Stream), raisedAt: -1}
-	req := BindRequest{Client: l.Client, Kernel: l.Kernel, Form: l.Form}
+	req := BindRequest{Client: l.Client, Kernel: l.Kernel, Variant: l.Variant, Form: l.Form}
 	var err error
 	switch l.Form {
 	case gpu.Reset:
@@ -472,6 +475,14 @@ func (d *driver) launch(l Launch) error {
 		d.padsInFlight++
 	}
 	return nil
+}
+
+// variantTag names an HP pass variant in messages ("" for the profile).
+func variantTag(v int) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (batched %d)", v)
 }
 
 // MaxGroup bounds the clients of one HPWorkload.Group (each holds its own

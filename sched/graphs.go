@@ -36,11 +36,11 @@ type hpGraph struct {
 	events []gpu.Event // the event recorded after each kernel
 }
 
-// hpGraphs are one HP client's instances, and its launches held until an
-// instance is free.
+// hpGraphs are one HP client's instances (per pass variant), and its
+// launches held until an instance is free.
 type hpGraphs struct {
 	ctx  gpu.Context
-	free []*hpGraph
+	free [][]*hpGraph // per variant (Launch.Variant)
 	held []heldLaunch
 }
 
@@ -79,34 +79,37 @@ func (d *driver) initGraphs(hpCtx []gpu.Context) error {
 	d.graphs = make([]hpGraphs, len(hpCtx))
 	for c := range hpCtx {
 		d.graphs[c].ctx = hpCtx[c]
-		for range hpGraphsPerClient {
-			hg, err := d.newHPGraph(c)
-			if errors.Is(err, errors.ErrUnsupported) {
-				d.grapher, d.graphs = nil, nil
-				d.trace.HPGraphs = "off: " + err.Error()
-				return nil
+		d.graphs[c].free = make([][]*hpGraph, len(d.core.State().HP()[c].vars))
+		for v := range d.graphs[c].free {
+			for range hpGraphsPerClient {
+				hg, err := d.newHPGraph(c, v)
+				if errors.Is(err, errors.ErrUnsupported) {
+					d.grapher, d.graphs = nil, nil
+					d.trace.HPGraphs = "off: " + err.Error()
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				d.graphs[c].free[v] = append(d.graphs[c].free[v], hg)
 			}
-			if err != nil {
-				return err
-			}
-			d.graphs[c].free = append(d.graphs[c].free, hg)
 		}
 	}
 	d.trace.HPGraphs = "on"
 	return nil
 }
 
-// newHPGraph records one instance of HP client c's kernel sequence.
-func (d *driver) newHPGraph(c int) (*hpGraph, error) {
+// newHPGraph records one instance of HP client c's pass variant v.
+func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 	t0 := time.Now()
 	defer func() { d.trace.Host.GraphBuild += time.Since(t0) }()
-	n := len(d.core.State().HP()[c].Profile().Kernels)
+	n := len(d.core.State().HP()[c].Variant(v).Kernels)
 	steps := make([]gpu.GraphStep, n)
 	hg := &hpGraph{events: make([]gpu.Event, n)}
 	for k := range n {
-		l, err := d.binder.Bind(BindRequest{Client: HPClientID(c), Kernel: k, Form: gpu.Plain})
+		l, err := d.binder.Bind(BindRequest{Client: HPClientID(c), Kernel: k, Variant: v, Form: gpu.Plain})
 		if err != nil {
-			return nil, fmt.Errorf("sched: bind HP client %d kernel %d for its graph: %w", c, k, err)
+			return nil, fmt.Errorf("sched: bind HP client %d kernel %d%s for its graph: %w", c, k, variantTag(v), err)
 		}
 		gl := *l
 		gl.Form = gpu.Plain
@@ -141,13 +144,13 @@ func (d *driver) wholeRequest(decs []Decision) int {
 	if decs[0].Kind != DecLaunch || l.Client.Class != HP || l.Form != gpu.Plain || l.Kernel != 0 {
 		return 0
 	}
-	n := len(d.core.State().HP()[l.Client.Index].Profile().Kernels)
+	n := len(d.core.State().HP()[l.Client.Index].Variant(l.Variant).Kernels)
 	if len(decs) < n {
 		return 0
 	}
 	for k, dec := range decs[:n] {
 		m := dec.Launch
-		if dec.Kind != DecLaunch || m.Client != l.Client || m.Stream != l.Stream || m.Form != gpu.Plain || m.Kernel != k || m.ID != l.ID+LaunchID(k) || dec.Time != decs[0].Time {
+		if dec.Kind != DecLaunch || m.Client != l.Client || m.Stream != l.Stream || m.Form != gpu.Plain || m.Kernel != k || m.Variant != l.Variant || m.ID != l.ID+LaunchID(k) || dec.Time != decs[0].Time {
 			return 0
 		}
 	}
@@ -164,7 +167,7 @@ func (d *driver) applyAll(decs []Decision, apply func(Decision) error) error {
 		if d.grapher != nil && dec.Kind == DecLaunch && dec.Launch.Client.Class == HP {
 			gs := &d.graphs[dec.Launch.Client.Index]
 			n := d.wholeRequest(decs[i:])
-			if len(gs.held) > 0 || (n > 0 && len(gs.free) == 0) {
+			if len(gs.held) > 0 || (n > 0 && len(gs.free[dec.Launch.Variant]) == 0) {
 				if n > 0 {
 					d.trace.GraphWaits++
 				}
@@ -195,7 +198,7 @@ func (d *driver) submitHeld() error {
 		for len(gs.held) > 0 {
 			h := gs.held[0]
 			if h.n > 0 {
-				if len(gs.free) == 0 {
+				if len(gs.free[h.first.Variant]) == 0 {
 					break
 				}
 				if err := d.launchGraph(h); err != nil {
@@ -216,10 +219,10 @@ func (d *driver) submitHeld() error {
 // launchGraph submits the launches of one whole HP request (h) as a free
 // graph instance of its client (the caller checked there is one).
 func (d *driver) launchGraph(h heldLaunch) error {
-	c := h.first.Client.Index
+	c, v := h.first.Client.Index, h.first.Variant
 	gs := &d.graphs[c]
-	hg := gs.free[len(gs.free)-1]
-	gs.free = gs.free[:len(gs.free)-1]
+	hg := gs.free[v][len(gs.free[v])-1]
+	gs.free[v] = gs.free[v][:len(gs.free[v])-1]
 	t0 := time.Now()
 	if d.opt.OnDecision != nil {
 		for k := range h.n {
@@ -230,7 +233,7 @@ func (d *driver) launchGraph(h heldLaunch) error {
 	submitted := d.dev.Now()
 	tLaunch := time.Now()
 	if err := d.grapher.LaunchGraph(hg.g, s); err != nil {
-		gs.free = append(gs.free, hg)
+		gs.free[v] = append(gs.free[v], hg)
 		return devErr(fmt.Sprintf("LaunchGraph (request of HP client %d, %d kernels)", c, h.n), err)
 	}
 	tRecord := time.Now()
@@ -268,7 +271,7 @@ func (d *driver) launchGraph(h heldLaunch) error {
 func (d *driver) graphDone(f *dflight) {
 	if f.graph != nil {
 		gs := &d.graphs[f.l.Client.Index]
-		gs.free = append(gs.free, f.graph)
+		gs.free[f.l.Variant] = append(gs.free[f.l.Variant], f.graph)
 		d.freed = true
 	}
 }

@@ -28,6 +28,12 @@ type HPWorkload struct {
 	// such in workload order), so that a request waits only while every
 	// stream is busy.
 	Group string
+	// Batched, when set, are the model's profiles at larger batch sizes
+	// (ascending multiples of Profile.Batch, at most MaxBatched): the
+	// client then serves the requests waiting when its stream empties in
+	// one pass of the largest batch that does not exceed them, so that a
+	// queue is served faster than one request after another.
+	Batched []*profiles.Profile
 }
 
 // BEWorkload is one closed-loop BE client: from Start it runs iterations of

@@ -71,13 +71,28 @@ type Stats struct {
 
 // HPClient is one HP client's state: requests arrived and not finished, in
 // arrival order, and its launches in flight (on its stream, in order).
+//
+// A pass is one run of a kernel sequence serving one request or, for a
+// client with batched profiles (HPWorkload.Batched), several: such a
+// client forms its next pass only when its stream is empty, from the
+// requests waiting then — the largest batch that does not exceed them —
+// so that requests queued behind a pass are served together by the next.
 type HPClient struct {
 	id        ClientID
 	prof      *profiles.Profile
+	vars      []variant // vars[0] is prof serving one request
 	reqs      []hpRequest
-	launchReq int // index in reqs of the request whose kernels are being launched
-	launchK   int // next kernel of that request
+	launchReq int // index in reqs of the first request of the pass being launched
+	launchK   int // next kernel of that pass
+	launchV   int // variant of that pass (while launchK > 0)
 	inflight  []LaunchID
+}
+
+// variant is one of an HP client's passes: a profile and how many
+// requests it serves.
+type variant struct {
+	prof *profiles.Profile
+	reqs int
 }
 
 type hpRequest struct {
@@ -85,14 +100,28 @@ type hpRequest struct {
 	arrival time.Duration
 	start   time.Duration
 	started bool
-	done    int // kernels completed
+	done    int // kernels of its pass completed (first request of a pass)
+	v, n    int // its pass's variant and requests (first request of a pass, once launched)
 }
 
 // ID is the client's id.
 func (c *HPClient) ID() ClientID { return c.id }
 
-// Profile is the client's kernel sequence.
+// Profile is the client's kernel sequence for one request.
 func (c *HPClient) Profile() *profiles.Profile { return c.prof }
+
+// Pass is the profile of the pass being launched, or of the pass the next
+// launch would start.
+func (c *HPClient) Pass() *profiles.Profile {
+	if c.launchK > 0 {
+		return c.vars[c.launchV].prof
+	}
+	v, _ := c.nextVariant()
+	return c.vars[v].prof
+}
+
+// Variant is the profile of c's pass v (Launch.Variant).
+func (c *HPClient) Variant(v int) *profiles.Profile { return c.vars[v].prof }
 
 // Busy reports whether a request has arrived and not finished.
 func (c *HPClient) Busy() bool { return len(c.reqs) > 0 }
@@ -103,12 +132,38 @@ func (c *HPClient) Requests() int { return len(c.reqs) }
 // InFlight is the number of the client's launches not yet completed.
 func (c *HPClient) InFlight() int { return len(c.inflight) }
 
-// Next is the next HP kernel to launch and its index, or nil.
+// Next is the next HP kernel to launch and its index in its pass, or nil:
+// nothing waits, or a batching client waits for its stream to empty.
 func (c *HPClient) Next() (*profiles.Kernel, int) {
 	if c.launchReq >= len(c.reqs) {
 		return nil, -1
 	}
-	return &c.prof.Kernels[c.launchK], c.launchK
+	if c.launchK > 0 {
+		return &c.vars[c.launchV].prof.Kernels[c.launchK], c.launchK
+	}
+	v, ok := c.nextVariant()
+	if !ok {
+		return nil, -1
+	}
+	return &c.vars[v].prof.Kernels[0], 0
+}
+
+// nextVariant is the variant of the pass the next launch would start, and
+// false while a batching client's stream is not empty.
+func (c *HPClient) nextVariant() (int, bool) {
+	if len(c.vars) == 1 {
+		return 0, true
+	}
+	if len(c.inflight) > 0 {
+		return 0, false
+	}
+	waiting, v := len(c.reqs)-c.launchReq, 0
+	for i := range c.vars {
+		if c.vars[i].reqs <= waiting {
+			v = i
+		}
+	}
+	return v, true
 }
 
 // BEClient is one BE client's state: where it is in its iteration, its
@@ -241,7 +296,7 @@ func (s *State) RunningHP() *profiles.Kernel {
 	if best == nil {
 		return nil
 	}
-	return &s.hp[best.l.Client.Index].prof.Kernels[best.l.Kernel]
+	return &s.hp[best.l.Client.Index].vars[best.l.Variant].prof.Kernels[best.l.Kernel]
 }
 
 // Stats are the running counters.
@@ -289,15 +344,20 @@ func (s *State) LaunchHP(c *HPClient) (LaunchID, bool) {
 
 func (s *State) launchHP(c *HPClient, ki int, l Launch) LaunchID {
 	r := &c.reqs[c.launchReq]
-	if ki == 0 && len(c.inflight) == 0 {
-		r.start, r.started = s.now, true
+	if ki == 0 {
+		c.launchV, _ = c.nextVariant()
+		r.v, r.n = c.launchV, c.vars[c.launchV].reqs
+		if len(c.inflight) == 0 {
+			r.start, r.started = s.now, true
+		}
 	}
+	l.Variant = c.launchV
 	id := s.newLaunch(l, flight{req: r.id})
 	c.inflight = append(c.inflight, id)
 	s.stats.HPLaunches++
 	c.launchK++
-	if c.launchK == len(c.prof.Kernels) {
-		c.launchReq++
+	if c.launchK == len(c.vars[c.launchV].prof.Kernels) {
+		c.launchReq += r.n
 		c.launchK = 0
 	}
 	return id
@@ -527,12 +587,15 @@ func (s *State) completeHP(f *flight, t time.Duration) {
 	c.inflight = c.inflight[1:]
 	r := &c.reqs[0]
 	r.done++
-	if r.done == len(c.prof.Kernels) {
-		s.emit(Decision{Kind: DecRequestDone, Request: RequestRecord{
-			Client: c.id, ID: r.id, Arrival: r.arrival, Start: r.start, End: t}})
-		s.stats.Requests++
-		c.reqs = c.reqs[1:]
-		c.launchReq--
+	if r.done == len(c.vars[r.v].prof.Kernels) {
+		n, start := r.n, r.start
+		for _, m := range c.reqs[:n] {
+			s.emit(Decision{Kind: DecRequestDone, Request: RequestRecord{
+				Client: c.id, ID: m.id, Arrival: m.arrival, Start: start, End: t, Batch: n}})
+		}
+		s.stats.Requests += n
+		c.reqs = c.reqs[n:]
+		c.launchReq -= n
 		if len(c.reqs) == 0 {
 			s.hpBusy--
 			if s.hpBusy == 0 {
@@ -540,8 +603,8 @@ func (s *State) completeHP(f *flight, t time.Duration) {
 			}
 		}
 	}
-	// The next launch on the stream starts now; if it begins a request,
-	// that is the request's start.
+	// The next launch on the stream starts now; if it begins a pass, that
+	// is its first request's start.
 	if len(c.inflight) > 0 {
 		nf := s.flights[c.inflight[0]]
 		if nf.l.Kernel == 0 {

@@ -182,9 +182,12 @@ func (k DecisionKind) String() string {
 type Launch struct {
 	ID     LaunchID
 	Client ClientID // owner of the body: the HP client for Padded launches
-	Kernel int      // index into the owner's profile kernels
-	Stream ClientID // whose stream it goes on
-	Form   gpu.Form
+	Kernel int      // index into the kernels of the owner's pass (Variant)
+	// Variant is the HP pass the kernel belongs to: 0 is the client's
+	// profile, v > 0 its v-th batched profile (HPWorkload.Batched).
+	Variant int
+	Stream  ClientID // whose stream it goes on
+	Form    gpu.Form
 	// Pad is set for Form == gpu.Padded: the BE body that fills the
 	// remaining block slots, with Resumable semantics.
 	Pad Pad
@@ -261,6 +264,9 @@ type RequestRecord struct {
 	Arrival time.Duration // scheduled arrival
 	Start   time.Duration // its first kernel started (device clock)
 	End     time.Duration // its last kernel completed
+	// Batch is the number of requests its pass served together (1: it ran
+	// alone; HPWorkload.Batched); they share Start and End.
+	Batch int
 	// Solo is the sum of its kernels' profiled solo durations and Causes
 	// splits the rest of its latency (Latency() == Solo + Causes.Sum()).
 	// Drivers fill them; the core leaves them zero.

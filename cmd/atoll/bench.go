@@ -36,6 +36,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	w.register(fs)
 	policy := fs.String("policy", "atoll", "scheduling policy (see 'atoll policies')")
 	out := fs.String("out", "", "write the report here (default: standard output)")
+	samples := fs.Bool("ci", false, "keep every request's latency in the report and add block-bootstrap 95% confidence intervals of HP p99 and of its overhead over the dedicated run (as the matrix does; the report grows by about 4 bytes per request)")
 	cpuProfile := fs.String("cpuprofile", "", "also write the host's CPU profile of the whole command to this file (read it with 'go tool pprof FILE': where the host time of launches, polls and decisions goes)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -57,6 +58,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	c.Samples = *samples
 	start := time.Now()
 	w.progress(e, c, start)
 	b, err := bench.Measure(ctx, c)

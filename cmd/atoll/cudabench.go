@@ -42,7 +42,24 @@ func bindInstances(lib *kernels.Library, w sched.Workload, get func(*profiles.Pr
 		}
 		be = append(be, in)
 	}
-	return exec.NewInstanceBinder(lib, hp, be)
+	b, err := exec.NewInstanceBinder(lib, hp, be)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range w.HP {
+		var ins []*exec.Instance
+		for _, p := range c.Batched {
+			in, err := get(p)
+			if err != nil {
+				return nil, err
+			}
+			ins = append(ins, in)
+		}
+		if err := b.AddBatched(i, ins...); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // buildInstance makes p's zoo model on dev with seeded weights and inputs.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"atoll/bench"
 	"atoll/gpu"
 	"atoll/gpu/sim"
+	"atoll/models"
+	"atoll/profiler"
 	"atoll/profiles"
 )
 
@@ -151,5 +154,70 @@ func TestSharedDeviceForwardsStaleCount(t *testing.T) {
 	}
 	if n := (sharedDevice{dev}).StaleGraphEvents(); n != 0 {
 		t.Errorf("a device that keeps no count: %d, want 0", n)
+	}
+}
+
+// TestCUDABatchedOnSimulator: --hp-max-batch on --backend cuda binds each
+// batched pass to a model instance at its batch (the simulator standing
+// in for the GPU), and under a queue passes serve several requests.
+func TestCUDABatchedOnSimulator(t *testing.T) {
+	defer func(f func() (string, error)) { cudaGPUName = f }(cudaGPUName)
+	cudaGPUName = func() (string, error) { return "NVIDIA H200", nil }
+	defer func(f func(string, string, int, string) (*profiles.Profile, error)) { lookupProfile = f }(lookupProfile)
+	lookupProfile = func(g, m string, b int, ph string) (*profiles.Profile, error) {
+		if b == 1 {
+			return profiles.Lookup(g, m, b, ph)
+		}
+		// A stand-in for a measured profile at batch b: the roofline
+		// estimate, marked measured (the GPU path refuses estimates).
+		spec, _ := gpu.LookupSpec(g)
+		mod, err := models.Get(m)
+		if err != nil {
+			return nil, err
+		}
+		gr, err := mod.Graph(b)
+		if err != nil {
+			return nil, err
+		}
+		p, err := profiler.Estimate(spec, m, b, gr.Layers)
+		if err != nil {
+			return nil, err
+		}
+		p.Source = profiles.SourceMeasured
+		return p, nil
+	}
+	w := workloadFlags{hp: "resnet50", hpBatch: 1, be: "none", arrival: bench.Poisson, sigma: 1, load: 1.5, seed: 1,
+		duration: 40 * time.Millisecond, warmup: 5 * time.Millisecond, backend: "cuda", graphs: true, maxBatch: 4}
+	c, err := w.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.HPBatched) != 2 || c.HPBatched[0].Batch != 2 || c.HPBatched[1].Batch != 4 {
+		t.Fatalf("--hp-max-batch 4: %d batched profiles, want batches 2 and 4", len(c.HPBatched))
+	}
+	c.NewDevice = func() (gpu.Device, error) { return sim.New(sim.Config{Spec: gpu.H200, Seed: 1, BLAS: true}) }
+	rs, err := bench.Suite(context.Background(), c, []string{"atoll"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.Workload.HPBatches != "2,4" || r.HPByBatch["2"]+r.HPByBatch["4"] == 0 {
+		t.Errorf("load 1.5 with passes of 2 and 4: batches %q, requests by batch %v; want some served together", r.Workload.HPBatches, r.HPByBatch)
+	}
+	if !strings.Contains(bench.Describe(r), "by the batch of their pass") {
+		t.Errorf("the header does not say how requests were batched:\n%s", bench.Describe(r))
+	}
+	w.maxBatch = 8
+	lookupProfile = profiles.Lookup
+	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "atoll profile --model resnet50 --batch 8") {
+		t.Errorf("--hp-max-batch 8 without a profile at batch 8: %v, want the command that makes one", err)
+	}
+}
+
+func TestBatchSizes(t *testing.T) {
+	for n, want := range map[int][]int{1: nil, 2: {2}, 3: {2, 3}, 8: {2, 4, 8}, 12: {2, 4, 8, 12}} {
+		if got := batchSizes(n); !slices.Equal(got, want) {
+			t.Errorf("batchSizes(%d) = %v, want %v", n, got, want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"atoll/models"
 	"atoll/profiler"
 	"atoll/profiles"
+	"atoll/sched"
 )
 
 // workloadFlags are the flags shared by demo and bench: what runs and on
@@ -35,6 +36,7 @@ type workloadFlags struct {
 	hostCost time.Duration
 	graphs   bool
 	streams  int
+	maxBatch int
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
@@ -55,6 +57,22 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
+	fs.IntVar(&w.maxBatch, "hp-max-batch", 1, hpMaxBatchHelp)
+}
+
+const hpMaxBatchHelp = "serve the HP requests waiting when the model's stream empties together, in one pass of the largest batch of 2, 4, 8, ... up to this many requests that does not exceed them (a queue is then served faster than one request after another; each size needs the model's profile at that batch, 'atoll profile --model M --batch B'; 1: one request per pass)"
+
+// batchSizes are the pass sizes --hp-max-batch n allows beyond one: the
+// powers of two below n, and n.
+func batchSizes(n int) []int {
+	var out []int
+	for b := 2; b < n; b *= 2 {
+		out = append(out, b)
+	}
+	if n > 1 {
+		out = append(out, n)
+	}
+	return out
 }
 
 const hpStreamsHelp = "serve HP with this many clients of the model, each its own stream and buffers (on a GPU, its own copy of the model's activations and weights), each arrival going to the one with the fewest requests unfinished: up to this many requests run at once (1: one after another; more raises the rate HP alone sustains where one request leaves the GPU partly idle, and lowers it where one request fills the GPU — measure per model, docs/kernels.md — at the memory of a copy each)"
@@ -127,7 +145,32 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	}
 	c.NoHPGraphs = !w.graphs
 	c.HPStreams = w.streams
+	if c.HPBatched, err = w.batched(spec, hp); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// batched finds the HP model's profiles for --hp-max-batch: measured ones
+// on --backend cuda, like the request's.
+func (w *workloadFlags) batched(spec gpu.Spec, hp *profiles.Profile) ([]*profiles.Profile, error) {
+	sizes := batchSizes(w.maxBatch)
+	if w.maxBatch < 0 || len(sizes) > sched.MaxBatched {
+		return nil, fmt.Errorf("--hp-max-batch %d: must be in 1..%d (1: one request per pass)", w.maxBatch, 1<<sched.MaxBatched)
+	}
+	var out []*profiles.Profile
+	for _, n := range sizes {
+		b := n * w.hpBatch
+		p, err := profileFor(spec, w.hp, b)
+		if err != nil {
+			return nil, fmt.Errorf("--hp-max-batch %d serves passes of %v requests and needs %s's profile at batch %d: %w", w.maxBatch, sizes, w.hp, b, err)
+		}
+		if w.backend == "cuda" && p.Source == profiles.SourceEstimated {
+			return nil, fmt.Errorf("--backend cuda needs measured profiles for %s (found an estimated one at batch %d); measure it with 'atoll profile --model %s --batch %d'", spec.Name, b, w.hp, b)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // progress reports each run's start on stderr unless --quiet.

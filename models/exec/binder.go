@@ -17,10 +17,14 @@ import (
 // HP layer with the BE layer through Library.LaunchPadded, whose launch
 // every backend runs as gpu.Launch documents (HP grid plus Pad's workers).
 // Launches carry the instances' profile costs where UseProfile gave them.
-// An InstanceBinder belongs to the goroutine that owns the device.
+// An HP client's batched passes (sched.HPWorkload.Batched) are instances of
+// the model at those batch sizes (AddBatched): pass v of client i is
+// batched[i][v-1]. An InstanceBinder belongs to the goroutine that owns
+// the device.
 type InstanceBinder struct {
-	lib    *kernels.Library
-	hp, be []*Instance
+	lib     *kernels.Library
+	hp, be  []*Instance
+	batched [][]*Instance
 }
 
 var _ sched.Binder = (*InstanceBinder)(nil)
@@ -63,7 +67,36 @@ func NewInstanceBinder(lib *kernels.Library, hp, be []*Instance) (*InstanceBinde
 		}
 	}
 	lib.AsyncPairs = true
-	return &InstanceBinder{lib: lib, hp: hp, be: be}, nil
+	return &InstanceBinder{lib: lib, hp: hp, be: be, batched: make([][]*Instance, len(hp))}, nil
+}
+
+// AddBatched gives HP client c its batched passes, in the order of its
+// sched.HPWorkload.Batched, and compiles their kernels.
+func (b *InstanceBinder) AddBatched(c int, ins ...*Instance) error {
+	if c < 0 || c >= len(b.hp) {
+		return fmt.Errorf("%w: no HP client %d for batched instances", ErrInstance, c)
+	}
+	var ops []kernels.Op
+	for i, in := range ins {
+		if in == nil || in.dev != b.lib.Device() {
+			return fmt.Errorf("%w: HP client %d: batched instance %d missing or on another device", ErrInstance, c, i)
+		}
+		for _, l := range in.layers {
+			if l.err == nil {
+				ops = append(ops, l.op)
+			}
+		}
+	}
+	if err := b.lib.Precompile(ops); err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if err := in.prepare(b.lib, []gpu.Form{gpu.Plain}); err != nil {
+			return err
+		}
+	}
+	b.batched[c] = append(b.batched[c], ins...)
+	return nil
 }
 
 // prepare compiles the kernels of in's runnable layers in forms.
@@ -85,7 +118,7 @@ func (in *Instance) prepare(lib *kernels.Library, forms []gpu.Form) error {
 // block.
 func (b *InstanceBinder) ProgressBytes() int { return kernels.CounterBytes }
 
-func (b *InstanceBinder) instance(c sched.ClientID, kernel int) (*Instance, error) {
+func (b *InstanceBinder) instance(c sched.ClientID, kernel, v int) (*Instance, error) {
 	list := b.hp
 	if c.Class == sched.BE {
 		list = b.be
@@ -94,6 +127,12 @@ func (b *InstanceBinder) instance(c sched.ClientID, kernel int) (*Instance, erro
 		return nil, fmt.Errorf("%w: no instance for client %s", ErrInstance, c)
 	}
 	in := list[c.Index]
+	if v != 0 {
+		if c.Class != sched.HP || v < 0 || v > len(b.batched[c.Index]) {
+			return nil, fmt.Errorf("%w: client %s has no batched pass %d", ErrInstance, c, v)
+		}
+		in = b.batched[c.Index][v-1]
+	}
 	if kernel < 0 || kernel >= len(in.layers) {
 		return nil, fmt.Errorf("%w: client %s (%s) has no kernel %d (it has %d)", ErrInstance, c, in.g.Model, kernel, len(in.layers))
 	}
@@ -102,7 +141,7 @@ func (b *InstanceBinder) instance(c sched.ClientID, kernel int) (*Instance, erro
 
 // Bind implements sched.Binder.
 func (b *InstanceBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
-	in, err := b.instance(r.Client, r.Kernel)
+	in, err := b.instance(r.Client, r.Kernel, r.Variant)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +155,7 @@ func (b *InstanceBinder) Bind(r sched.BindRequest) (*gpu.Launch, error) {
 		if r.Pad == nil {
 			return nil, fmt.Errorf("%w: padded launch of %s kernel %d without a pad", ErrInstance, r.Client, r.Kernel)
 		}
-		be, err := b.instance(r.Pad.Client, r.Pad.Kernel)
+		be, err := b.instance(r.Pad.Client, r.Pad.Kernel, 0)
 		if err != nil {
 			return nil, err
 		}

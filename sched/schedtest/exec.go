@@ -242,7 +242,7 @@ func (e *Exec) startHeads() {
 			}
 			l := it.l
 			if l.Client.Class == sched.HP {
-				k := &st.HP()[l.Client.Index].Profile().Kernels[l.Kernel]
+				k := &st.HP()[l.Client.Index].Variant(l.Variant).Kernels[l.Kernel]
 				it.end = it.start + k.Duration()
 				if l.Form == gpu.Padded {
 					b := l.Pad.Client.Index

@@ -12,6 +12,10 @@
 #       # no profiling (the built-in profiles/<gpu>/), the load runs with HP graphs on and off
 #   SPEED_PROFILE=0 SPEED_TORCH=0 SPEED_LOAD=1 SPEED_STREAMS="1 2" tools/gpu/speed.sh OUT
 #       # the load runs with HP served one request at a time and two at once (--hp-streams)
+#   SPEED_PROFILE=0 SPEED_TORCH=0 SPEED_LOAD=1 SPEED_BATCH="1 8" tools/gpu/speed.sh OUT
+#       # the load runs with one request per pass and with the requests waiting served
+#       # together in passes of up to 8 (--hp-max-batch; the inference models' profiles
+#       # at batches 2, 4, 8 are measured first into OUT/profiles, resumable)
 #   ATOLL_CUBLASLT=off SPEED_PROFILE_ARGS=--no-scaling tools/gpu/speed.sh OUT ...
 #       # atoll's own kernels only (no cuBLASLt); extra `atoll profile` flags
 #
@@ -41,6 +45,24 @@ for mb in "${models[@]}"; do
 	timeout 170 "$atoll" profile --model "$m" --batch "$b" --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
 	echo "rc=$?" >> "$out/profile.log"
 done
+# The pass sizes --hp-max-batch N uses (the powers of two below N, and N),
+# times the request's batch, profiled for every inference model.
+sizes() { local n=$1 s=2; while [ "$s" -lt "$n" ]; do echo $s; s=$((s * 2)); done; [ "$n" -gt 1 ] && echo "$n"; }
+batched=0
+for nb in ${SPEED_BATCH:-1}; do
+	for mb in "${models[@]}"; do
+		m=${mb%:*} b=${mb#*:}
+		case $m in *-train) continue ;; esac
+		for s in $(sizes "$nb"); do
+			batched=1
+			f=$out/profiles/$gpu/$m-bs$((s * b)).json
+			[ -f "$f" ] && continue
+			echo "== $(date +%T) $m bs$((s * b)) (batched pass)" >> "$out/profile.log"
+			timeout 170 "$atoll" profile --model "$m" --batch $((s * b)) --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
+			echo "rc=$?" >> "$out/profile.log"
+		done
+	done
+done
 # SPEED_LOAD=1: each inference model alone at load 0.9 for 30 s through the
 # scheduler, on the profiles just made (SPEED_PROFILE=0: the built-in ones;
 # issue 12's sustained-rate check: p99 within 15x the solo latency), once
@@ -48,20 +70,24 @@ done
 # the profiles.
 if [ "${SPEED_LOAD:-0}" = 1 ]; then
 	profs=()
-	[ "${SPEED_PROFILE:-1}" = 0 ] || profs=(env "ATOLL_PROFILES=$out/profiles")
+	# The store OUT/profiles comes first, the built-in profiles where it has none.
+	[ "${SPEED_PROFILE:-1}" = 0 ] && [ $batched = 0 ] || profs=(env "ATOLL_PROFILES=$out/profiles")
 	for mb in "${models[@]}"; do
 		m=${mb%:*} b=${mb#*:}
 		case $m in *-train) continue ;; esac
 		for g in ${SPEED_GRAPHS:-true}; do
 			for st in ${SPEED_STREAMS:-1}; do
-				f=$out/alone-$m-bs$b-0.9
-				[ "$g" = true ] || f=$f-graphs-$g
-				[ "$st" = 1 ] || f=$f-streams-$st
-				f=$f.json
-				[ -f "$f" ] && continue
-				"${profs[@]}" timeout 150 "$atoll" bench --backend cuda --be none --policy atoll --hp-graphs="$g" --hp-streams "$st" \
-					--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
-				echo "$m bs$b graphs=$g streams=$st rc=$?" >> "$out/alone.log"
+				for nb in ${SPEED_BATCH:-1}; do
+					f=$out/alone-$m-bs$b-0.9
+					[ "$g" = true ] || f=$f-graphs-$g
+					[ "$st" = 1 ] || f=$f-streams-$st
+					[ "$nb" = 1 ] || f=$f-batch-$nb
+					f=$f.json
+					[ -f "$f" ] && continue
+					"${profs[@]}" timeout 150 "$atoll" bench --backend cuda --be none --policy atoll --hp-graphs="$g" --hp-streams "$st" --hp-max-batch "$nb" --ci \
+						--hp "$m" --hp-batch "$b" --load 0.9 --duration 30s --quiet --out "$f" >> "$out/alone.log" 2>&1
+					echo "$m bs$b graphs=$g streams=$st max-batch=$nb rc=$?" >> "$out/alone.log"
+				done
 			done
 		done
 	done
@@ -125,19 +151,26 @@ def fifo_p99(rho, n=1_000_000, seed=1):
     so.sort()
     return so[int(n * 0.99)]
 if alone:
-    print("\n| model alone at load 0.9, 30 s | HP graphs | HP streams | rate /s | solo ms | service ms (mean) | utilisation | p50 ms | p99 ms | p99 / solo | M/D/1 p99 / solo at that utilisation | host µs per request |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| model alone at load 0.9, 30 s | HP graphs | HP streams | max batch | requests per pass (mean) | rate /s | solo ms | service ms (mean) | utilisation | p50 ms | p99 ms (95% CI) | p99 / solo | M/D/1 p99 / solo at that utilisation | host µs per request |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mb, f in alone:
         r = json.load(open(f))
         solo, hp = r["workload"]["soloHpUs"], r["hp"]
         rate, svc = r["workload"]["ratePerSec"], r["hpService"]["meanUs"]
         streams = r["workload"].get("hpStreams", 1)
-        rho = rate * svc / 1e6 / streams  # per stream
-        ideal = "–" if streams > 1 else (f"{fifo_p99(rho) * svc / solo:.1f}×" if rho < 1 else "unbounded")
+        sizes = [1] + [int(x) for x in r["workload"].get("hpBatches", "").split(",") if x]
+        by = {int(k): v for k, v in (r.get("hpRequestsByBatch") or {"1": 1}).items()}
+        per_pass = sum(by.values()) / sum(v / k for k, v in by.items())
+        passes_per_s = rate / per_pass
+        rho = passes_per_s * svc / 1e6 / streams  # per stream: passes × their service
+        ideal = "–" if streams > 1 or len(sizes) > 1 else (f"{fifo_p99(rho) * svc / solo:.1f}×" if rho < 1 else "unbounded")
         graphs = r.get("hpGraphs", "off")
+        c = r.get("p99CiUs")
+        ci = f" [{c['lo']/1000:.2f}, {c['hi']/1000:.2f}]" if c else ""
         per_req = r["hostUsPerLaunch"] * r["launches"] / max(r["hpCompleted"], 1) if r.get("hpCompleted") else float("nan")
-        print(f"| {mb} | {graphs} | {streams} | {rate:.0f} | {solo/1000:.2f} | {svc/1000:.2f} | {rho:.2f} | {hp['p50Us']/1000:.2f} | {hp['p99Us']/1000:.2f} | {hp['p99Us']/solo:.1f}× | {ideal} | {per_req:.0f} |")
+        print(f"| {mb} | {graphs} | {streams} | {max(sizes)} | {per_pass:.2f} | {rate:.0f} | {solo/1000:.2f} | {svc/1000:.2f} | {rho:.2f} | {hp['p50Us']/1000:.2f} | {hp['p99Us']/1000:.2f}{ci} | {hp['p99Us']/solo:.1f}× | {ideal} | {per_req:.0f} |")
     print("\nM/D/1: one FIFO server whose every request takes the run's mean service time, at the run's arrival rate (Poisson); "
           "at utilisation 0.9 its p99 is 22× the service time, so a p99 within 15× solo at load 0.9 needs requests served faster than solo (overlap) or in batches. "
+          "With batching (max batch > 1) the utilisation is of passes (passes per second × their mean service) and the M/D/1 floor does not apply. "
           "With several HP streams the utilisation is per stream (rate × mean service ÷ streams; a request's service then includes the time it shares the GPU with the others) and the M/D/1 floor does not apply.")
 PY
