@@ -226,6 +226,14 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 			if k.Scaling, err = mt.scaling(i, shares); err != nil {
 				return nil, fmt.Errorf("%w: %s layer %d (%s): scaling: %w", ErrMeasure, m.Name(), i, l.Name, err)
 			}
+			if slices.Contains(k.Tags, profiles.TagBLAS) {
+				if k.Partition, err = mt.partition(i, spec); err != nil {
+					return nil, fmt.Errorf("%w: %s layer %d (%s): on SM partitions: %w", ErrMeasure, m.Name(), i, l.Name, err)
+				}
+				if n := k.PartitionSMs(); n > 0 {
+					k.SMsNeeded = n
+				}
+			}
 		}
 		p.Kernels[i] = k
 		mt.progress(stage, i+1, len(g.Layers))
@@ -313,7 +321,8 @@ type meter struct {
 	fill bool // fill the peak kernels' inputs with random data (not on the simulator)
 
 	stream gpu.Stream
-	events []gpu.Event // len = launches + 1
+	parts  map[int]gpu.Stream // a stream per SM partition size (partition)
+	events []gpu.Event        // len = launches + 1
 	words  []gpu.HostWord
 	ctr    gpu.Ptr
 	allocs []gpu.Ptr
@@ -465,15 +474,18 @@ func (mt *meter) between(a, b gpu.Event) (float64, error) {
 }
 
 // timeOne times one launch between two events, in µs.
-func (mt *meter) timeOne(l *gpu.Launch) (float64, error) {
+func (mt *meter) timeOne(l *gpu.Launch) (float64, error) { return mt.timeOn(mt.stream, l) }
+
+// timeOn is timeOne on stream s.
+func (mt *meter) timeOn(s gpu.Stream, l *gpu.Launch) (float64, error) {
 	e0, e1 := mt.events[0], mt.events[1]
-	if err := mt.dev.Record(e0, mt.stream); err != nil {
+	if err := mt.dev.Record(e0, s); err != nil {
 		return 0, fmt.Errorf("Record: %w", err)
 	}
-	if err := mt.dev.Launch(mt.stream, l); err != nil {
+	if err := mt.dev.Launch(s, l); err != nil {
 		return 0, fmt.Errorf("launch %s: %w", l.Name, err)
 	}
-	if err := mt.dev.Record(e1, mt.stream); err != nil {
+	if err := mt.dev.Record(e1, s); err != nil {
 		return 0, fmt.Errorf("Record: %w", err)
 	}
 	if err := mt.wait(e1); err != nil {
@@ -705,6 +717,106 @@ func (mt *meter) scaling(i int, shares []int) ([]profiles.Point, error) {
 	return out, nil
 }
 
+// PartitionSMs are the SM partition sizes (green contexts, rounded down to
+// what the GPU can make) on which Measure times each vendor-library kernel.
+var PartitionSMs = []int{8, 16, 32, 64, 96}
+
+// partition times layer i's plain launch on a stream of an SM partition of
+// each size in PartitionSMs, then on the whole GPU (the primary context's
+// stream), median of ScalingRuns after 1 warm-up each.
+func (mt *meter) partition(i int, spec gpu.Spec) ([]profiles.Point, error) {
+	l, err := mt.in.Launch(i, gpu.Plain, kernels.Control{})
+	if err != nil {
+		return nil, err
+	}
+	var out []profiles.Point
+	for _, n := range append(partitionSizes(spec), spec.SMs) {
+		s := mt.stream
+		if n < spec.SMs {
+			if s, err = mt.partitionStream(n); err != nil {
+				return nil, err
+			}
+		}
+		var us []float64
+		for r := range 1 + mt.opt.ScalingRuns {
+			if err := mt.ctx.Err(); err != nil {
+				return nil, err
+			}
+			t, err := mt.timeBackToBack(s, l, partitionReps)
+			if err != nil {
+				return nil, fmt.Errorf("%d SMs: %w", n, err)
+			}
+			if r > 0 {
+				us = append(us, t)
+			}
+		}
+		out = append(out, profiles.Point{SMs: n, DurationUs: round(max(percentile(us, 50), 0.001), 1e3)})
+	}
+	return out, nil
+}
+
+// partitionReps is how many launches back to back partition times at once:
+// a vendor kernel of a few microseconds timed alone between two events
+// would mostly time the launch.
+const partitionReps = 5
+
+// timeBackToBack times reps launches of l on stream s queued behind a
+// blocker GEMM (so that the host has enqueued them all before the first
+// starts, as in a pass), and returns the mean per launch, µs.
+func (mt *meter) timeBackToBack(s gpu.Stream, l *gpu.Launch, reps int) (float64, error) {
+	e0, e1 := mt.events[0], mt.events[1]
+	if err := mt.dev.Launch(s, mt.gemmLaunch); err != nil {
+		return 0, fmt.Errorf("launch %s: %w", mt.gemmLaunch.Name, err)
+	}
+	if err := mt.dev.Record(e0, s); err != nil {
+		return 0, fmt.Errorf("Record: %w", err)
+	}
+	for range reps {
+		if err := mt.dev.Launch(s, l); err != nil {
+			return 0, fmt.Errorf("launch %s: %w", l.Name, err)
+		}
+	}
+	if err := mt.dev.Record(e1, s); err != nil {
+		return 0, fmt.Errorf("Record: %w", err)
+	}
+	if err := mt.wait(e1); err != nil {
+		return 0, err
+	}
+	t, err := mt.between(e0, e1)
+	return t / float64(reps), err
+}
+
+// partitionSizes are PartitionSMs as spec can make them, without repeats.
+func partitionSizes(spec gpu.Spec) []int {
+	var out []int
+	for _, n := range PartitionSMs {
+		if n = gpu.PartitionFloor(spec, n); n > 0 && gpu.CheckPartition(spec, n) == nil && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// partitionStream is a stream of the SM partition of n SMs, made once.
+func (mt *meter) partitionStream(n int) (gpu.Stream, error) {
+	if s, ok := mt.parts[n]; ok {
+		return s, nil
+	}
+	cx, err := mt.dev.NewPartition(n)
+	if err != nil {
+		return 0, fmt.Errorf("NewPartition(%d): %w", n, err)
+	}
+	s, err := mt.dev.NewStream(gpu.StreamOptions{Context: cx})
+	if err != nil {
+		return 0, fmt.Errorf("NewStream (partition of %d SMs): %w", n, err)
+	}
+	if mt.parts == nil {
+		mt.parts = map[int]gpu.Stream{}
+	}
+	mt.parts[n] = s
+	return s, nil
+}
+
 func scalingShares(opt MeasureOptions, spec gpu.Spec) []int {
 	src := opt.Scaling
 	if src == nil {
@@ -748,6 +860,9 @@ func (mt *meter) notes(peaks *Peaks, subs map[string]string, shares []int) map[s
 		n["scaling"] = fmt.Sprintf("at %v SMs: the kernel's resumable form (what padding launches) with share x blocks-per-SM persistent workers, median of %d after 1 warm-up. "+
 			"This approximates an SM share: the hardware spreads the workers over all SMs, so a memory-bound kernel may see more bandwidth than its share would have",
 			shares, mt.opt.ScalingRuns)
+		n["partition"] = fmt.Sprintf("kernels tagged %q: the plain launch on a stream of an SM partition (green context) of %v SMs, then on the whole GPU: %d launches back to back behind a blocker GEMM, their mean; median of %d after 1 warm-up; "+
+			"their smsNeeded is the smallest partition on which they run within %.0f%% of the whole GPU's time (the vendor's grid is not reported)",
+			profiles.TagBLAS, partitionSizes(mt.spec), partitionReps, mt.opt.ScalingRuns, 100*(profiles.PartitionSlack-1))
 	}
 	if len(subs) > 0 {
 		var s []string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,5 +270,55 @@ func TestMeasureDriverAttributes(t *testing.T) {
 		if want := gpu.H100SXM.SMsNeeded(g.Grid.Count(), per); k.SMsNeeded != want {
 			t.Errorf("%s: smsNeeded %d, want %d at %d blocks/SM", k.Name, k.SMsNeeded, want, per)
 		}
+	}
+}
+
+// Vendor-library kernels are timed on SM partitions: their points run
+// from the smallest partition to the whole GPU, fewer SMs are never much
+// faster, and their SMs needed is the smallest partition within the slack
+// of the whole GPU's time. On the simulator a vendor kernel takes the
+// geometry of atoll's kernel for its op, so the figure must match what
+// that grid needs.
+func TestMeasurePartitionsOfVendorKernels(t *testing.T) {
+	dev := simDev(t, sim.Config{BLAS: true})
+	p, err := profiler.Measure(context.Background(), dev, kernels.New(dev), "resnet50", 1, profiler.MeasureOptions{
+		Substitute: true, Runs: 3, Warmup: 1, ScalingRuns: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Notes["partition"] == "" {
+		t.Error("notes lack how partitions were measured")
+	}
+	blas := 0
+	for _, k := range p.Kernels {
+		if !slices.Contains(k.Tags, profiles.TagBLAS) {
+			if len(k.Partition) > 0 {
+				t.Errorf("%s (atoll's own kernel) has partition points %+v", k.Name, k.Partition)
+			}
+			continue
+		}
+		blas++
+		pts := k.Partition
+		if len(pts) != len(profiler.PartitionSMs)+1 || pts[0].SMs != 8 || pts[len(pts)-1].SMs != gpu.H100SXM.SMs {
+			t.Fatalf("%s: partition points %+v", k.Name, pts)
+		}
+		for i := 1; i < len(pts); i++ {
+			if pts[i-1].DurationUs < 0.95*pts[i].DurationUs {
+				t.Errorf("%s: %.3f us on %d SMs, %.3f on %d", k.Name, pts[i-1].DurationUs, pts[i-1].SMs, pts[i].DurationUs, pts[i].SMs)
+			}
+		}
+		if k.SMsNeeded != k.PartitionSMs() {
+			t.Errorf("%s: smsNeeded %d, its partitions say %d", k.Name, k.SMsNeeded, k.PartitionSMs())
+		}
+		full := pts[len(pts)-1].DurationUs
+		for _, pt := range pts {
+			if pt.SMs < k.SMsNeeded && pt.DurationUs <= profiles.PartitionSlack*full {
+				t.Errorf("%s: needs %d SMs, but ran on %d within the slack (%+v)", k.Name, k.SMsNeeded, pt.SMs, pts)
+			}
+		}
+	}
+	if blas == 0 {
+		t.Fatal("no kernel ran on the simulated BLAS")
 	}
 }

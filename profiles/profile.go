@@ -50,23 +50,28 @@ type Profile struct {
 
 // Kernel is one launch of the model.
 type Kernel struct {
-	Name       string   `json:"name"`            // the model's layer name, e.g. "layer2.0.conv1"
-	Kernel     string   `json:"kernel"`          // the CUDA function family (kernels.Op.Kernel), e.g. "conv2d_bf16_64x64"
-	Shape      string   `json:"shape,omitempty"` // kernels.Op.Shape; checked against the model when present
-	Grid       [3]int   `json:"grid"`
-	Block      [3]int   `json:"block"`
-	Registers  int      `json:"registers"`  // per thread
-	SharedMem  int      `json:"sharedMem"`  // bytes per block (static + dynamic)
-	DurationUs float64  `json:"durationUs"` // median, alone
-	SpreadUs   float64  `json:"spreadUs,omitempty"`
-	FLOPs      float64  `json:"flops"`
-	Bytes      float64  `json:"bytes"`
-	ComputePct float64  `json:"computePct"` // achieved % of the SM issue (or tensor) peak
-	MemoryPct  float64  `json:"memoryPct"`  // achieved % of DRAM bandwidth
-	Class      string   `json:"class"`
-	SMsNeeded  int      `json:"smsNeeded"`
-	Scaling    []Point  `json:"scaling,omitempty"` // duration at a given SM share (padding)
-	Tags       []string `json:"tags,omitempty"`
+	Name       string  `json:"name"`            // the model's layer name, e.g. "layer2.0.conv1"
+	Kernel     string  `json:"kernel"`          // the CUDA function family (kernels.Op.Kernel), e.g. "conv2d_bf16_64x64"
+	Shape      string  `json:"shape,omitempty"` // kernels.Op.Shape; checked against the model when present
+	Grid       [3]int  `json:"grid"`
+	Block      [3]int  `json:"block"`
+	Registers  int     `json:"registers"`  // per thread
+	SharedMem  int     `json:"sharedMem"`  // bytes per block (static + dynamic)
+	DurationUs float64 `json:"durationUs"` // median, alone
+	SpreadUs   float64 `json:"spreadUs,omitempty"`
+	FLOPs      float64 `json:"flops"`
+	Bytes      float64 `json:"bytes"`
+	ComputePct float64 `json:"computePct"` // achieved % of the SM issue (or tensor) peak
+	MemoryPct  float64 `json:"memoryPct"`  // achieved % of DRAM bandwidth
+	Class      string  `json:"class"`
+	SMsNeeded  int     `json:"smsNeeded"`
+	Scaling    []Point `json:"scaling,omitempty"` // duration at a given SM share (padding)
+	// Partition is the plain launch's duration confined to an SM partition
+	// (a green context) of each size, the last point the whole GPU.
+	// Measured for vendor-library kernels (TagBLAS), whose grid the driver
+	// does not report: their SMsNeeded then comes from it (PartitionSMs).
+	Partition []Point  `json:"partition,omitempty"`
+	Tags      []string `json:"tags,omitempty"`
 }
 
 // Point is the kernel's duration when it is confined to SMs multiprocessors.
@@ -111,6 +116,26 @@ func (k *Kernel) Cost() gpu.Cost {
 		ComputeFrac: k.ComputePct / 100,
 		MemoryFrac:  k.MemoryPct / 100,
 	}
+}
+
+// PartitionSlack is how much slower than on the whole GPU a kernel may run
+// on the SMs PartitionSMs says it needs.
+const PartitionSlack = 1.1
+
+// PartitionSMs is the SMs the kernel needs by its Partition points: the
+// smallest partition on which it runs within PartitionSlack of its
+// duration on the whole GPU (the last point), or 0 without points.
+func (k *Kernel) PartitionSMs() int {
+	if len(k.Partition) == 0 {
+		return 0
+	}
+	full := k.Partition[len(k.Partition)-1]
+	for _, p := range k.Partition {
+		if p.DurationUs > 0 && p.DurationUs <= PartitionSlack*full.DurationUs {
+			return p.SMs
+		}
+	}
+	return full.SMs
 }
 
 // Total is the sum of the kernels' solo durations.

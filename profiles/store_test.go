@@ -60,3 +60,21 @@ func TestStoreTakesPrecedence(t *testing.T) {
 		t.Errorf("a broken stored profile: %v, want an error naming its path", err)
 	}
 }
+
+func TestPartitionSMs(t *testing.T) {
+	pt := func(sms int, us float64) profiles.Point { return profiles.Point{SMs: sms, DurationUs: us} }
+	for _, c := range []struct {
+		pts  []profiles.Point
+		want int
+	}{
+		{nil, 0},
+		{[]profiles.Point{pt(8, 400), pt(16, 200), pt(32, 104), pt(64, 100), pt(132, 100)}, 32},
+		{[]profiles.Point{pt(8, 400), pt(64, 130), pt(96, 115), pt(132, 100)}, 132},
+		{[]profiles.Point{pt(8, 100), pt(132, 100)}, 8},
+	} {
+		k := profiles.Kernel{Partition: c.pts}
+		if got := k.PartitionSMs(); got != c.want {
+			t.Errorf("PartitionSMs(%+v) = %d, want %d", c.pts, got, c.want)
+		}
+	}
+}

@@ -70,8 +70,18 @@ type Binder interface {
 // the kernel library's binder supplies real functions and arguments.
 type ProfileBinder struct {
 	spec gpu.Spec
-	hp   [][][]gpu.Launch // per client and pass variant
-	be   [][]gpu.Launch
+	hp   [][][]profileLaunch // per client and pass variant
+	be   [][]profileLaunch
+}
+
+// profileLaunch is one profile kernel's launch. A vendor-library kernel
+// measured on SM partitions has a plain grid: its Plain launches run as
+// one wave over the SMs it was measured to need
+// (profiles.Kernel.PartitionSMs), not in the geometry of atoll's own
+// kernel for the op, which its other forms use.
+type profileLaunch struct {
+	gpu.Launch
+	plain gpu.Dim3
 }
 
 // NewProfileBinder loads the module "atoll-profiles" on dev and resolves a
@@ -83,11 +93,11 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 	}
 	b := &ProfileBinder{spec: dev.Info().Spec}
 	funcs := map[string]gpu.Func{}
-	build := func(p *profiles.Profile) ([]gpu.Launch, error) {
+	build := func(p *profiles.Profile) ([]profileLaunch, error) {
 		if err := ValidateProfile(p); err != nil {
 			return nil, err
 		}
-		out := make([]gpu.Launch, len(p.Kernels))
+		out := make([]profileLaunch, len(p.Kernels))
 		for i := range p.Kernels {
 			k := &p.Kernels[i]
 			f, ok := funcs[k.Name]
@@ -98,13 +108,16 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 				}
 				funcs[k.Name] = f
 			}
-			out[i] = gpu.Launch{Name: k.Name, Func: f, Grid: k.GridDim(), Block: k.BlockDim(),
+			out[i].Launch = gpu.Launch{Name: k.Name, Func: f, Grid: k.GridDim(), Block: k.BlockDim(),
 				SharedMem: k.SharedMem, Registers: k.Registers, Cost: k.Cost()}
+			if n := k.PartitionSMs(); n > 0 {
+				out[i].plain = gpu.D1(min(n, b.spec.SMs) * BlocksPerSM(b.spec, k))
+			}
 		}
 		return out, nil
 	}
 	for i, c := range w.HP {
-		var vars [][]gpu.Launch
+		var vars [][]profileLaunch
 		for _, p := range append([]*profiles.Profile{c.Profile}, c.Batched...) {
 			l, err := build(p)
 			if err != nil {
@@ -155,7 +168,7 @@ func (b *ProfileBinder) Bind(r BindRequest) (*gpu.Launch, error) {
 }
 
 func (b *ProfileBinder) bind(client ClientID, kernel, v int, form gpu.Form) (*gpu.Launch, error) {
-	var tab []gpu.Launch
+	var tab []profileLaunch
 	switch {
 	case client.Class == BE && client.Index >= 0 && client.Index < len(b.be) && v == 0:
 		tab = b.be[client.Index]
@@ -165,8 +178,12 @@ func (b *ProfileBinder) bind(client ClientID, kernel, v int, form gpu.Form) (*gp
 	if kernel < 0 || kernel >= len(tab) {
 		return nil, fmt.Errorf("%w: no kernel %d%s for client %s", ErrConfig, kernel, variantTag(v), client)
 	}
-	l := tab[kernel]
+	pl := tab[kernel]
+	l := pl.Launch
 	l.Form = form
+	if form == gpu.Plain && pl.plain.X > 0 {
+		l.Grid = pl.plain
+	}
 	if form == gpu.Resumable {
 		l.Logical = l.Grid.Count()
 		blocks, _, err := b.spec.Occupancy(l.Block.Count(), l.Registers, l.SharedMem)

@@ -8,6 +8,7 @@ import (
 
 	"atoll/gpu"
 	"atoll/policies"
+	"atoll/profiles"
 	"atoll/sched"
 )
 
@@ -186,5 +187,62 @@ tail dur=200us grid=132 block=256 class=compute
 				t.Errorf("in-place kernel launched %d times over %d completed iterations: a cut re-ran it", launches, it)
 			}
 		})
+	}
+}
+
+// A vendor kernel measured on SM partitions runs its Plain launches as one
+// wave over the SMs it was measured to need (its profile grid is atoll's
+// own kernel's, which its Resumable form keeps), so on the simulator two
+// streams of it share the GPU as they do on the GPU: a request that needs
+// every SM takes about twice as long beside another, one that needs a
+// quarter of them does not slow down.
+func TestProfileBinderVendorKernelGrid(t *testing.T) {
+	run := func(partitionSMs int) (alone, together time.Duration) {
+		p := mustProfile(t, "v", "gemm dur=200us grid=32 block=256 regs=64 class=compute")
+		k := &p.Kernels[0]
+		k.Tags = []string{profiles.TagBLAS}
+		k.Partition = []profiles.Point{{SMs: 32, DurationUs: 800}, {SMs: 64, DurationUs: 400}, {SMs: 132, DurationUs: 200}}
+		if partitionSMs == 32 {
+			k.Partition = []profiles.Point{{SMs: 32, DurationUs: 205}, {SMs: 132, DurationUs: 200}}
+		}
+		w := sched.Workload{HP: []sched.HPWorkload{
+			{Name: "a", Profile: p, Arrivals: []time.Duration{0, 2 * time.Millisecond}},
+			{Name: "b", Profile: p, Arrivals: []time.Duration{0}},
+		}}
+		dev := newSim(t)
+		pb, err := sched.NewProfileBinder(dev, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := pb.Bind(sched.BindRequest{Client: sched.HPClientID(0), Form: gpu.Plain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		perSM := sched.BlocksPerSM(gpu.H100SXM, k)
+		if want := k.PartitionSMs() * perSM; l.Grid.Count() != want {
+			t.Errorf("plain grid %d blocks, want %d SMs × %d", l.Grid.Count(), k.PartitionSMs(), perSM)
+		}
+		if r, err := pb.Bind(sched.BindRequest{Client: sched.HPClientID(0), Form: gpu.Resumable}); err != nil || r.Logical != 32 {
+			t.Errorf("resumable form: logical blocks %v (err %v), want the profile's 32", r, err)
+		}
+		pol, _ := policies.ByName("priority")
+		tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: 3 * time.Millisecond, NoHPGraphs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tr.Requests {
+			if r.Arrival > 0 {
+				alone = r.Service()
+			} else {
+				together = max(together, r.Service())
+			}
+		}
+		return alone, together
+	}
+	if alone, together := run(132); together < 18*alone/10 {
+		t.Errorf("a kernel needing every SM: %v alone, %v beside another; want about twice", alone, together)
+	}
+	if alone, together := run(32); together > 11*alone/10 {
+		t.Errorf("a kernel needing 32 SMs: %v alone, %v beside another; want the same", alone, together)
 	}
 }
