@@ -45,7 +45,7 @@ simulator's HP p99 was within 10 % in 19 of 32 policy runs (median error 9 %):
 orion 8 of 8 and atoll 7 of 8, but priority 1 of 8 (median error 63 %) and reef
 3 of 8 (median error 28 %), which it under-predicts; its BE throughput was off by a median
 16 %, and it ranked the policies by HP p99 as the GPU did in 2 of 8 cells.
-With the current profiles, beside the two training cells of
+On that run's profiles, beside the two training cells of
 results/matrix-h100-embed (this demo's workload among them), its HP p99 was
 off by a median 8 % and its BE throughput by a median 68 %, too high:
 docs/fidelity.md. Run 'atoll demo --backend cuda' or 'atoll matrix
