@@ -184,3 +184,11 @@ func TestBatchedProfilesRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchSizes(t *testing.T) {
+	for n, want := range map[int][]int{0: nil, 1: nil, 2: {2}, 3: {2, 3}, 8: {2, 4, 8}, 12: {2, 4, 8, 12}} {
+		if got := sched.BatchSizes(n); !slices.Equal(got, want) {
+			t.Errorf("BatchSizes(%d) = %v, want %v", n, got, want)
+		}
+	}
+}

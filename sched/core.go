@@ -76,6 +76,20 @@ func (cfg Config) hpBatched(i int) []*profiles.Profile {
 // MaxBatched is the most batched profiles an HP client may have.
 const MaxBatched = 8
 
+// BatchSizes are the pass sizes a client serving up to n requests at once
+// has beyond one (the requests of each, HPWorkload.Batched): the powers of
+// two below n, and n.
+func BatchSizes(n int) []int {
+	var out []int
+	for b := 2; b < n; b *= 2 {
+		out = append(out, b)
+	}
+	if n > 1 {
+		out = append(out, n)
+	}
+	return out
+}
+
 // variants are an HP client's passes: its profile for one request, then
 // each batched profile, which must be the same model's inference at
 // ascending batch sizes, each a multiple of the profile's.

@@ -36,8 +36,12 @@ type loop struct {
 	stall   time.Duration
 	pend    [][]*request // per HP client: arrived, not in the core
 	in      [][]*request // per HP client: in the core, in arrival order
-	beCur   []*beRun
-	beQ     [][]*beRun
+	// batching marks the HP clients with batched profiles; formed counts,
+	// per client, the requests of in that passes have taken (passes).
+	batching []bool
+	formed   []int
+	beCur    []*beRun
+	beQ      [][]*beRun
 	// keep records requests, iterations and preemptions in the Trace
 	// (Run); Online's counters are published instead.
 	keep      bool
@@ -56,6 +60,10 @@ type request struct {
 	out     chan OnlineResult // Online: where the result goes; nil under Run
 	arrival time.Duration
 	input   time.Duration // host time of its BeforeRequest hook
+	// variant and slot place it in its pass (batching clients); err is its
+	// BeforePass hook's failure, reported when the pass completes.
+	variant, slot int
+	err           error
 }
 
 // beRun is a BE run the loop holds. The core does the stopping: the run
@@ -87,8 +95,12 @@ func newLoop(d *driver, o *Online) *loop {
 	nHP, nBE := len(d.hpS), len(d.beS)
 	l := &loop{d: d, o: o, keep: o == nil, quantum: d.opt.Stall, stall: d.opt.Stall,
 		pend: make([][]*request, nHP), in: make([][]*request, nHP),
+		batching: make([]bool, nHP), formed: make([]int, nHP),
 		beCur: make([]*beRun, nBE), beQ: make([][]*beRun, nBE),
 		wallStart: time.Now(), devStart: d.dev.Now()}
+	for c, hc := range d.core.State().HP() {
+		l.batching[c] = len(hc.vars) > 1
+	}
 	if o != nil {
 		l.perClient, l.hooks, l.pace = 1, o.cfg.Hooks, o.cfg.Pace
 		l.quantum, l.stall = o.cfg.Quantum, o.cfg.Stall
@@ -441,11 +453,11 @@ func (l *loop) injectHP(draining bool, at time.Duration) error {
 		return nil
 	}
 	for c := range l.pend {
-		for len(l.pend[c]) > 0 && (l.perClient == 0 || len(l.in[c]) < l.perClient) {
+		for len(l.pend[c]) > 0 && (l.perClient == 0 || l.batching[c] || len(l.in[c]) < l.perClient) {
 			r := l.pend[c][0]
 			l.pend[c][0] = nil
 			l.pend[c] = l.pend[c][1:]
-			if h := l.hooks.BeforeRequest; h != nil {
+			if h := l.hooks.BeforeRequest; h != nil && !l.batching[c] {
 				t0 := time.Now()
 				err := h(c, r.id, r.tag)
 				r.input = time.Since(t0)
@@ -526,7 +538,36 @@ func (l *loop) feed(ev Event) error {
 	if err := d.core.Step(ev); err != nil {
 		return fmt.Errorf("sched: %s at %s: %w", ev.Kind, us(ev.Time), err)
 	}
-	return d.applyAll(d.core.Decisions(), l.apply)
+	decs := d.core.Decisions()
+	l.passes(decs)
+	return d.applyAll(decs, l.apply)
+}
+
+// passes places the requests of each pass of a batching client that decs
+// start (its first kernel launched) and runs BeforePass for each, before
+// any of decs reaches the device. The core forms a pass from the oldest
+// requests no pass has taken; a batching client's next pass starts only
+// once its stream is empty, so its buffers are free.
+func (l *loop) passes(decs []Decision) {
+	for _, dec := range decs {
+		ln := dec.Launch
+		if dec.Kind != DecLaunch || ln.Client.Class != HP || ln.Kernel != 0 || !l.batching[ln.Client.Index] {
+			continue
+		}
+		c := ln.Client.Index
+		n := l.d.core.State().HP()[c].vars[ln.Variant].reqs
+		for slot, r := range l.in[c][l.formed[c] : l.formed[c]+n] {
+			r.variant, r.slot = ln.Variant, slot
+			if h := l.hooks.BeforePass; h != nil {
+				t0 := time.Now()
+				if err := h(c, ln.Variant, slot, r.id, r.tag); err != nil {
+					r.err = fmt.Errorf("sched: before request %d of %s: %w", r.id, l.d.hpNames[c], err)
+				}
+				r.input = time.Since(t0)
+			}
+		}
+		l.formed[c] += n
+	}
 }
 
 // apply carries out one decision: records here, device work in the driver.
@@ -550,17 +591,28 @@ func (l *loop) apply(dec Decision) error {
 		r := l.in[c][0]
 		l.in[c][0] = nil
 		l.in[c] = l.in[c][1:]
+		if l.batching[c] {
+			l.formed[c]--
+		}
 		if r.out == nil {
 			return nil
 		}
-		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service(), Input: r.input, Causes: rec.Causes}
-		if h := l.hooks.AfterRequest; h != nil {
-			t0 := time.Now()
-			err := h(c, r.id, r.tag)
-			res.Output = time.Since(t0)
-			if err != nil {
-				res.Err = fmt.Errorf("sched: after request %d of %s: %w", r.id, d.hpNames[c], err)
-			}
+		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service(), Batch: max(rec.Batch, 1), Input: r.input, Causes: rec.Causes}
+		after := func() error { return nil }
+		switch {
+		case l.batching[c] && l.hooks.AfterPass != nil:
+			after = func() error { return l.hooks.AfterPass(c, r.variant, r.slot, r.id, r.tag) }
+		case !l.batching[c] && l.hooks.AfterRequest != nil:
+			after = func() error { return l.hooks.AfterRequest(c, r.id, r.tag) }
+		}
+		t0 := time.Now()
+		err := after()
+		res.Output = time.Since(t0)
+		switch {
+		case r.err != nil:
+			res.Err = r.err
+		case err != nil:
+			res.Err = fmt.Errorf("sched: after request %d of %s: %w", r.id, d.hpNames[c], err)
 		}
 		l.finish(r, res)
 	case DecIterationDone:

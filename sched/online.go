@@ -34,6 +34,11 @@ type OnlineClient struct {
 	// of one server (HPWorkload.Group): a request submitted to any of them
 	// goes to the member with the fewest requests accepted and not finished.
 	Group string
+	// Batched, on an HP client, are its model's profiles at larger batch
+	// sizes (HPWorkload.Batched): the requests waiting when its stream
+	// empties are served together in one pass. Its hooks are then
+	// BeforePass and AfterPass.
+	Batched []*profiles.Profile
 }
 
 // OnlineHooks are called in the goroutine that runs Online.Run (the device
@@ -48,6 +53,16 @@ type OnlineHooks struct {
 	// AfterRequest runs when an HP request's last kernel has completed,
 	// before the next request of the client starts.
 	AfterRequest func(client int, id uint64, tag any) error
+	// BeforePass and AfterPass take the place of BeforeRequest and
+	// AfterRequest for a client with batched profiles
+	// (OnlineClient.Batched). BeforePass runs for each request of a pass
+	// when the pass is formed, before its first kernel is submitted, with
+	// the pass's variant (0: the client's profile, one request; v: its
+	// Batched[v-1]) and the request's slot in the pass (0..n-1, arrival
+	// order); AfterPass when the pass's last kernel has completed. A
+	// BeforePass error fails that request only (the pass still runs).
+	BeforePass func(client, variant, slot int, id uint64, tag any) error
+	AfterPass  func(client, variant, slot int, id uint64, tag any) error
 }
 
 // Workload is the workload c's clients make: its HP clients, and its BE
@@ -55,7 +70,7 @@ type OnlineHooks struct {
 func (c OnlineConfig) Workload() Workload {
 	var w Workload
 	for _, h := range c.HP {
-		w.HP = append(w.HP, HPWorkload{Name: h.Name, Profile: h.Profile, Group: h.Group})
+		w.HP = append(w.HP, HPWorkload{Name: h.Name, Profile: h.Profile, Group: h.Group, Batched: h.Batched})
 	}
 	for _, b := range c.BE {
 		w.BE = append(w.BE, BEWorkload{Name: b.Name, Profile: b.Profile, Start: forever})
@@ -113,6 +128,7 @@ type OnlineResult struct {
 	End     time.Duration // last kernel completed
 	Queue   time.Duration // Start − Arrival
 	Service time.Duration // End − Start
+	Batch   int           // requests served by its pass (1: alone; OnlineClient.Batched)
 	Input   time.Duration // host time in the BeforeRequest hook (inputs uploaded)
 	Output  time.Duration // host time in the AfterRequest hook (outputs read back)
 	// Causes splits End − Arrival beyond the kernels' solo time (see

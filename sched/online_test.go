@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -650,5 +651,85 @@ func TestOnlineGroupRoutesToLeastBusy(t *testing.T) {
 	bad.HP[0].Group, bad.HP[1].Group = "r50", "r50"
 	if _, err := sched.NewOnline(simOpener(nil), bad); !errors.Is(err, sched.ErrConfig) {
 		t.Errorf("a group of two profiles: %v, want ErrConfig", err)
+	}
+}
+
+// A batching client's requests that wait behind a pass are served by the
+// next pass together: BeforePass places each in its pass (variant and
+// slot, arrival order) before the pass reaches the device, AfterPass reads
+// it back with the same place, and each result says how many its pass
+// served.
+func TestOnlineBatchedPasses(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := onlineConfig(t, "atoll")
+	hp := cfg.HP[0].Profile
+	for _, b := range []int{2, 4} {
+		q := *hp
+		q.Batch = b
+		q.Kernels = slices.Clone(hp.Kernels)
+		for i := range q.Kernels {
+			q.Kernels[i].DurationUs *= 1 + 0.2*float64(b)
+		}
+		cfg.HP[0].Batched = append(cfg.HP[0].Batched, &q)
+	}
+	type place struct{ variant, slot int }
+	var mu sync.Mutex
+	before, after := map[uint64]place{}, map[uint64]place{}
+	release := make(chan struct{})
+	var once sync.Once
+	cfg.Hooks.BeforeRequest = func(int, uint64, any) error { t.Error("BeforeRequest called for a batching client"); return nil }
+	cfg.Hooks.AfterRequest = func(int, uint64, any) error { t.Error("AfterRequest called for a batching client"); return nil }
+	cfg.Hooks.BeforePass = func(c, v, slot int, id uint64, _ any) error {
+		once.Do(func() { <-release }) // the first pass waits until the others are submitted
+		mu.Lock()
+		defer mu.Unlock()
+		before[id] = place{v, slot}
+		return nil
+	}
+	cfg.Hooks.AfterPass = func(c, v, slot int, id uint64, _ any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if b, ok := before[id]; !ok || b != (place{v, slot}) {
+			t.Errorf("request %d: after its pass at %+v, placed before at %+v (%v)", id, place{v, slot}, b, ok)
+		}
+		after[id] = place{v, slot}
+		return nil
+	}
+	o, err := sched.NewOnline(simOpener(nil), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startOnline(t, o)
+	defer stop()
+	var chans []<-chan sched.OnlineResult
+	for range 6 {
+		ch, err := o.Submit(0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	close(release)
+	var batches []int
+	for _, ch := range chans {
+		r := recv(t, ch)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		batches = append(batches, r.Batch)
+	}
+	// 1 alone (the others arrive while it runs), then a pass of 4, then 1.
+	if want := []int{1, 4, 4, 4, 4, 1}; !slices.Equal(batches, want) {
+		t.Errorf("batches %v, want %v", batches, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(after) != 6 {
+		t.Errorf("AfterPass ran for %d requests, want 6", len(after))
+	}
+	for id := uint64(2); id <= 5; id++ {
+		if want := (place{2, int(id - 2)}); after[id] != want {
+			t.Errorf("request %d at %+v, want the pass of 4 (variant 2) slot %d", id, after[id], id-2)
+		}
 	}
 }

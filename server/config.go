@@ -118,6 +118,13 @@ type ModelConfig struct {
 	// Worth it only where one request leaves the GPU partly idle; measure
 	// (atoll bench --hp-streams, docs/kernels.md).
 	Streams int `yaml:"streams,omitempty"`
+	// MaxBatch serves the HP requests waiting when a stream of the model
+	// empties together, in one pass of up to MaxBatch requests (the
+	// largest of 2, 4, ... MaxBatch that does not exceed them; each needs
+	// the model's profile at that batch; default 1: one request per pass).
+	// A queue then drains several times faster (docs/kernels.md,
+	// "Requests served together").
+	MaxBatch int `yaml:"max_batch,omitempty"`
 	// Devices places the model's replicas on these GPUs of the daemon's
 	// devices (default: every one).
 	Devices []int `yaml:"devices,omitempty"`
@@ -281,6 +288,9 @@ func (c *Config) Validate() error {
 		if m.Streams < 0 || m.Streams > MaxStreams {
 			return bad(f+".streams", "%d; must be in 1..%d (0 or absent: 1)", m.Streams, MaxStreams)
 		}
+		if m.MaxBatch < 0 || len(sched.BatchSizes(m.MaxBatch)) > sched.MaxBatched {
+			return bad(f+".max_batch", "%d; must be in 1..%d (0 or absent: 1, one request per pass)", m.MaxBatch, 1<<sched.MaxBatched)
+		}
 	}
 	for i, j := range c.Jobs {
 		f := fmt.Sprintf("jobs[%d]", i)
@@ -359,7 +369,7 @@ func (c Config) Engine() EngineConfig {
 		if zoo == "" {
 			zoo = m.Name
 		}
-		ec.Models = append(ec.Models, EngineModel{Name: m.Name, Zoo: zoo, Batch: m.Batch, DefaultClass: m.DefaultClass, MaxQueue: m.MaxQueue, Streams: m.Streams})
+		ec.Models = append(ec.Models, EngineModel{Name: m.Name, Zoo: zoo, Batch: m.Batch, DefaultClass: m.DefaultClass, MaxQueue: m.MaxQueue, Streams: m.Streams, MaxBatch: m.MaxBatch})
 	}
 	for _, j := range c.Jobs {
 		ec.Jobs = append(ec.Jobs, EngineJobModel{Zoo: j.Model, Batch: j.Batch})

@@ -96,6 +96,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"model class", "models:\n  - name: a\n    default_class: RT\n", []string{"models[0].default_class", "HP or BE"}},
 		{"model queue", "models:\n  - name: a\n    max_queue: -5\n", []string{"models[0].max_queue"}},
 		{"model streams", "models:\n  - name: a\n    streams: 17\n", []string{"models[0].streams", "1..16"}},
+		{"model max batch", "models:\n  - name: a\n    max_batch: -2\n", []string{"models[0].max_batch", "1..256"}},
 		{"levels", "priority:\n  levels: 0\n", []string{"priority.levels"}},
 		{"hp_max", "priority:\n  levels: 2\n  hp_max: 3\n", []string{"priority.hp_max"}},
 		{"body_limit", "body_limit: 10\n", []string{"body_limit"}},

@@ -127,6 +127,9 @@ type InferResult struct {
 	Outputs []Tensor
 	Queue   time.Duration // arrival to first kernel start (Decode and Input included)
 	Service time.Duration // first kernel start to last kernel end (device clock)
+	// Batch is the requests its pass served together (1: alone;
+	// ModelConfig.MaxBatch); they share its Service.
+	Batch int
 	// The parts of a request's life, like Triton's per-request durations:
 	Decode time.Duration // the protocol layer's arrival to submission (body read, parsed, checked)
 	Input  time.Duration // inputs uploaded to the device (0 where outputs come from the CPU)

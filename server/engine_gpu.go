@@ -73,11 +73,19 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 	for _, m := range e.models {
 		var err error
 		m.hpInst = make([]*exec.Instance, m.streams)
+		m.batchInst = make([][]*exec.Instance, m.streams)
 		for i := range m.hpInst {
 			if m.hpInst[i], err = load(m.graph, m.own); err != nil {
 				return nil, err
 			}
 			hp[m.hp+i] = m.hpInst[i]
+			for _, bg := range m.batched {
+				in, err := load(bg, m.own)
+				if err != nil {
+					return nil, err
+				}
+				m.batchInst[i] = append(m.batchInst[i], in)
+			}
 		}
 		if m.beInst, err = load(m.graph, m.own); err != nil {
 			return nil, err
@@ -99,12 +107,27 @@ func (e *engineImpl) bindInstances(dev gpu.Device, seed uint64) (sched.Binder, e
 		}
 		be[j.be] = j.inst
 	}
-	return exec.NewInstanceBinder(lib, hp, be)
+	b, err := exec.NewInstanceBinder(lib, hp, be)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range e.models {
+		for i, ins := range m.batchInst {
+			if err := b.AddBatched(m.hp+i, ins...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b, nil
 }
 
 func (e *engineImpl) releaseCUDA() {
 	for _, m := range e.models {
-		for _, in := range append(slices.Clone(m.hpInst), m.beInst) {
+		all := append(slices.Clone(m.hpInst), m.beInst)
+		for _, ins := range m.batchInst {
+			all = append(all, ins...)
+		}
+		for _, in := range all {
 			if in != nil {
 				_ = in.Close()
 			}

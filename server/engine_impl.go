@@ -114,6 +114,9 @@ type EngineModel struct {
 	// a request goes to the one with the fewest requests unfinished
 	// (sched.OnlineClient.Group).
 	Streams int
+	// MaxBatch serves the requests waiting when a stream empties in one
+	// pass of up to MaxBatch (ModelConfig.MaxBatch; sched.OnlineClient.Batched).
+	MaxBatch int
 }
 
 // EngineJobModel is a model BE jobs may run.
@@ -171,6 +174,12 @@ type engModel struct {
 	intMax map[string]int   // integer inputs: exclusive bound
 	hpInst []*exec.Instance // cuda: per stream (client hp+i)
 	beInst *exec.Instance   // cuda
+	// batched are the model's graphs at the batches of its passes beyond
+	// one (MaxBatch), passReqs the requests each serves, and batchInst
+	// (cuda) each stream's instances of them.
+	batched   []*models.Graph
+	passReqs  []int
+	batchInst [][]*exec.Instance
 }
 
 type engJobModel struct {
@@ -337,7 +346,8 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	} else {
 		ocfg.Bind = func(dev gpu.Device) (sched.Binder, error) { return e.bindInstances(dev, cfg.Seed) }
 		ocfg.Release = func(gpu.Device) { e.releaseCUDA() }
-		ocfg.Hooks = sched.OnlineHooks{BeforeRequest: e.beforeRequest, AfterRequest: e.afterRequest}
+		ocfg.Hooks = sched.OnlineHooks{BeforeRequest: e.beforeRequest, AfterRequest: e.afterRequest,
+			BeforePass: e.beforePass, AfterPass: e.afterPass}
 	}
 	if cfg.FaultDrill.BELaunch > 0 {
 		inner := ocfg.Bind
@@ -385,6 +395,27 @@ func (e *engineImpl) loop() *sched.Online { return e.online.Load() }
 // lookupProfile finds a model's profile (the embedded ones). Tests replace
 // it.
 var lookupProfile = profiles.Lookup
+
+// beforePass and afterPass are beforeRequest and afterRequest for a model
+// whose requests are served in passes (MaxBatch): variant v > 0 is the
+// stream's instance at batched[v-1], the request its slot.
+func (e *engineImpl) beforePass(client, v, slot int, id uint64, tag any) error {
+	if v == 0 {
+		return e.beforeRequest(client, id, tag)
+	}
+	c := tag.(*engCall)
+	return c.m.batchInst[client-c.m.hp][v-1].SetInputsAt(slot, c.m.passReqs[v-1], c.inputs)
+}
+
+func (e *engineImpl) afterPass(client, v, slot int, id uint64, tag any) error {
+	if v == 0 {
+		return e.afterRequest(client, id, tag)
+	}
+	c := tag.(*engCall)
+	out, err := c.m.batchInst[client-c.m.hp][v-1].OutputAt(slot, c.m.passReqs[v-1])
+	c.out = out
+	return err
+}
 
 // beforeRequest and afterRequest run in the owner goroutine (cuda).
 func (e *engineImpl) beforeRequest(client int, _ uint64, tag any) error {
@@ -547,7 +578,7 @@ func (e *engineImpl) Infer(ctx context.Context, req *InferRequest) (*InferResult
 		m.observe(time.Since(submitted) / time.Duration(depth))
 	}
 	o := m.info.Outputs[0]
-	result := &InferResult{Queue: res.Queue, Service: res.Service, Input: res.Input, Output: res.Output, Delay: res.Causes}
+	result := &InferResult{Queue: res.Queue, Service: res.Service, Batch: res.Batch, Input: res.Input, Output: res.Output, Delay: res.Causes}
 	if !req.Arrived.IsZero() {
 		// Time between the HTTP layer's arrival and the submission (the
 		// device clock measures the rest).

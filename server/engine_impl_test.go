@@ -694,3 +694,61 @@ func TestEngineStreams(t *testing.T) {
 		t.Errorf("streams %d: %v, want ErrConfig naming streams", server.MaxStreams+1, err)
 	}
 }
+
+// TestEngineMaxBatch: with max_batch, requests that wait behind a pass are
+// served together, each still getting its own outputs (on the CPU path,
+// the reference's; with device instances, through the pass's slots); a
+// max_batch whose profiles are missing, or out of range, is refused.
+func TestEngineMaxBatch(t *testing.T) {
+	leakCheck(t)
+	r := tinyResNet(t)
+	for _, instances := range []bool{false, true} {
+		e := openEngine(t, server.EngineConfig{Virtual: true, Instances: instances, Seed: engSeed, Workers: 2,
+			Models: []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &r, MaxBatch: 4}}})
+		req, want := request(t, r, modelInfo(t, e, "tiny"), 1)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		batches := map[int]int{}
+		errs := make(chan error, 64)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 4 {
+					rq := *req
+					res, err := e.Infer(context.Background(), &rq)
+					switch {
+					case err != nil:
+						errs <- err
+					case !instances && !slices.Equal(res.Outputs[0].Data, want):
+						errs <- errors.New("wrong output")
+					case len(res.Outputs[0].Data) != len(want):
+						errs <- fmt.Errorf("%d output values, want %d", len(res.Outputs[0].Data), len(want))
+					default:
+						mu.Lock()
+						batches[res.Batch]++
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("instances %v: %v", instances, err)
+		}
+		if batches[2]+batches[4] == 0 || batches[0] != 0 {
+			t.Errorf("instances %v: requests by the batch of their pass %v; want some served together", instances, batches)
+		}
+	}
+	for _, c := range []struct {
+		max  int
+		want string
+	}{{8, "batch 8"}, {-1, "max_batch"}} {
+		_, err := server.NewEngine(context.Background(), server.EngineConfig{Virtual: true,
+			Models: []server.EngineModel{{Name: "r", Zoo: "resnet50", MaxBatch: c.max}}})
+		if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("max_batch %d: %v, want ErrConfig naming %q", c.max, err, c.want)
+		}
+	}
+}

@@ -131,9 +131,33 @@ func (e *engineImpl) addModel(cfg *EngineConfig, spec gpu.Spec, ocfg *sched.Onli
 	}
 	m := &engModel{graph: g, maxQueue: mc.MaxQueue, intMax: map[string]int{}, streams: mc.Streams}
 	m.describe(mc, src)
+	var batched []*profiles.Profile
+	if mc.MaxBatch < 0 || len(sched.BatchSizes(mc.MaxBatch)) > sched.MaxBatched {
+		return fmt.Errorf("%w: %s: max_batch %d; must be in 1..%d", ErrConfig, where, mc.MaxBatch, 1<<sched.MaxBatched)
+	}
+	for _, n := range sched.BatchSizes(mc.MaxBatch) {
+		b := n * mc.Batch
+		bg, err := src.Graph(b)
+		if err != nil {
+			return fmt.Errorf("%w: %s: max_batch %d: %w", ErrConfig, where, mc.MaxBatch, err)
+		}
+		bp, err := profiler.Lookup(spec, zm, b, lookupProfile)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: %s: max_batch %d serves passes of %d requests and needs %s's profile at batch %d: %w", ErrConfig, where, mc.MaxBatch, n, mc.Zoo, b, err)
+		case cfg.Backend == "cuda" && bp.Source == profiles.SourceEstimated:
+			return fmt.Errorf("%w: %s: the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", ErrConfig, where, mc.Zoo, b, spec.Name, given, b)
+		case mc.Model != nil && cfg.Instances:
+			if bp, err = profiler.Estimate(spec, bg.Model, bg.Batch, bg.Layers); err != nil {
+				return fmt.Errorf("%w: %s: estimating a profile of %s at batch %d: %w", ErrConfig, where, bg.Model, b, err)
+			}
+		}
+		batched = append(batched, bp)
+		m.batched, m.passReqs = append(m.batched, bg), append(m.passReqs, n)
+	}
 	m.hp = len(ocfg.HP)
 	for i := range mc.Streams {
-		c := sched.OnlineClient{Name: mc.Name, Profile: prof}
+		c := sched.OnlineClient{Name: mc.Name, Profile: prof, Batched: batched}
 		if mc.Streams > 1 {
 			c.Name, c.Group = fmt.Sprintf("%s#%d", mc.Name, i), mc.Name
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,13 +210,5 @@ func TestCUDABatchedOnSimulator(t *testing.T) {
 	lookupProfile = profiles.Lookup
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "atoll profile --model resnet50 --batch 8") {
 		t.Errorf("--hp-max-batch 8 without a profile at batch 8: %v, want the command that makes one", err)
-	}
-}
-
-func TestBatchSizes(t *testing.T) {
-	for n, want := range map[int][]int{1: nil, 2: {2}, 3: {2, 3}, 8: {2, 4, 8}, 12: {2, 4, 8, 12}} {
-		if got := batchSizes(n); !slices.Equal(got, want) {
-			t.Errorf("batchSizes(%d) = %v, want %v", n, got, want)
-		}
 	}
 }

@@ -62,19 +62,6 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 
 const hpMaxBatchHelp = "serve the HP requests waiting when the model's stream empties together, in one pass of the largest batch of 2, 4, 8, ... up to this many requests that does not exceed them (a queue is then served faster than one request after another; each size needs the model's profile at that batch, 'atoll profile --model M --batch B'; 1: one request per pass)"
 
-// batchSizes are the pass sizes --hp-max-batch n allows beyond one: the
-// powers of two below n, and n.
-func batchSizes(n int) []int {
-	var out []int
-	for b := 2; b < n; b *= 2 {
-		out = append(out, b)
-	}
-	if n > 1 {
-		out = append(out, n)
-	}
-	return out
-}
-
 const hpStreamsHelp = "serve HP with this many clients of the model, each its own stream and buffers (on a GPU, its own copy of the model's activations and weights), each arrival going to the one with the fewest requests unfinished: up to this many requests run at once (1: one after another; more raises the rate HP alone sustains where one request leaves the GPU partly idle, and lowers it where one request fills the GPU — measure per model, docs/kernels.md — at the memory of a copy each)"
 
 const hpGraphsHelp = "submit each HP request launched whole (kernels all at once, none padded) as one recorded graph: one host call per request instead of one per kernel (a CUDA graph on the GPU); false launches kernel by kernel"
@@ -154,7 +141,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 // batched finds the HP model's profiles for --hp-max-batch: measured ones
 // on --backend cuda, like the request's.
 func (w *workloadFlags) batched(spec gpu.Spec, hp *profiles.Profile) ([]*profiles.Profile, error) {
-	sizes := batchSizes(w.maxBatch)
+	sizes := sched.BatchSizes(w.maxBatch)
 	if w.maxBatch < 0 || len(sizes) > sched.MaxBatched {
 		return nil, fmt.Errorf("--hp-max-batch %d: must be in 1..%d (1: one request per pass)", w.maxBatch, 1<<sched.MaxBatched)
 	}

@@ -536,6 +536,53 @@ func (in *Instance) SetInputs(inputs *models.Bundle) error {
 	return nil
 }
 
+// SetInputsAt uploads one request's inputs into slot of the of equal
+// slices of the instance's input tensors (their leading dimension): an
+// instance at batch of × b serving of requests of batch b in one pass.
+// Each input of inputs must be exactly one slice (the caller checked the
+// request against the model at batch b).
+func (in *Instance) SetInputsAt(slot, of int, inputs *models.Bundle) error {
+	if of < 1 || slot < 0 || slot >= of {
+		return fmt.Errorf("%w: %s: slot %d of %d", ErrInstance, in.g.Model, slot, of)
+	}
+	for _, name := range in.g.Inputs {
+		t, _ := in.g.Tensor(name)
+		d, ok := inputs.Get(name)
+		if !ok {
+			return fmt.Errorf("%w: %s: no input %q", ErrInstance, in.g.Model, name)
+		}
+		if int64(len(d.Raw))*int64(of) != t.Bytes() {
+			return fmt.Errorf("%w: %s: input %q has %d bytes; a slice of %d of its %d is %d", ErrInstance, in.g.Model, name, len(d.Raw), of, t.Bytes(), t.Bytes()/int64(of))
+		}
+		if err := in.dev.CopyToDevice(in.ptr[name]+gpu.Ptr(int64(slot)*int64(len(d.Raw))), d.Raw); err != nil {
+			return fmt.Errorf("exec: uploading %s slot %d: %w", name, slot, err)
+		}
+	}
+	return nil
+}
+
+// ReadAt reads slot of the of equal slices of tensor name (its leading
+// dimension): one request's share of a pass that served of requests.
+func (in *Instance) ReadAt(name string, slot, of int) ([]float64, error) {
+	if of < 1 || slot < 0 || slot >= of {
+		return nil, fmt.Errorf("%w: %s: slot %d of %d", ErrInstance, in.g.Model, slot, of)
+	}
+	all, err := in.Read(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(all)%of != 0 {
+		return nil, fmt.Errorf("%w: %s: tensor %q of %d values does not split into %d", ErrInstance, in.g.Model, name, len(all), of)
+	}
+	n := len(all) / of
+	return all[slot*n : (slot+1)*n], nil
+}
+
+// OutputAt is ReadAt of the model's output tensor.
+func (in *Instance) OutputAt(slot, of int) ([]float64, error) {
+	return in.ReadAt(in.g.Output, slot, of)
+}
+
 // Close frees the instance's device memory, stream and events.
 func (in *Instance) Close() error {
 	if in.closed {

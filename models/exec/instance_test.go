@@ -509,3 +509,64 @@ func TestBindingMakesTheBLASPlans(t *testing.T) {
 		t.Errorf("%d products planned at binding, %d after %d Plain launches bound: the launch path planned some", n, after, bound)
 	}
 }
+
+// A pass of several requests: one request's inputs land in its slot of
+// the batched instance's inputs and nowhere else, and ReadAt reads that
+// slot back; a bundle of the wrong size, or a slot out of range, is
+// refused.
+func TestInstanceSlots(t *testing.T) {
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	m, err := models.NewVGG("tiny-vgg", models.VGGConfig{Image: 32, WidthDiv: 16, Hidden: 64, Classes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, err := m.Graph(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g4, err := m.Graph(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := exec.New(dev, kernels.New(dev), g4, models.InitWeights(g4, 1), models.InitInputs(g4, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	name := g4.Inputs[0]
+	before, err := in.Read(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := models.InitInputs(g1, 7)
+	if err := in.SetInputsAt(2, 4, req); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := req.Get(name)
+	t1, _ := g1.Tensor(name)
+	want := kernels.Decode(t1.DType, d.Raw)
+	n := len(want)
+	for slot := range 4 {
+		got, err := in.ReadAt(name, slot, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exp := before[slot*n : (slot+1)*n]
+		if slot == 2 {
+			exp = want
+		}
+		if !slices.Equal(got, exp) {
+			t.Errorf("slot %d: not what was uploaded there", slot)
+		}
+	}
+	if err := in.SetInputsAt(1, 2, req); !errors.Is(err, exec.ErrInstance) {
+		t.Errorf("one request's inputs as a slice of 2: %v, want ErrInstance", err)
+	}
+	if _, err := in.ReadAt(name, 4, 4); !errors.Is(err, exec.ErrInstance) {
+		t.Errorf("slot 4 of 4: %v, want ErrInstance", err)
+	}
+}
