@@ -474,16 +474,26 @@ func (mt *meter) between(a, b gpu.Event) (float64, error) {
 }
 
 // timeOne times one launch between two events, in µs.
-func (mt *meter) timeOne(l *gpu.Launch) (float64, error) { return mt.timeOn(mt.stream, l) }
+func (mt *meter) timeOne(l *gpu.Launch) (float64, error) { return mt.timeOn(mt.stream, nil, l, 1) }
 
-// timeOn is timeOne on stream s.
-func (mt *meter) timeOn(s gpu.Stream, l *gpu.Launch) (float64, error) {
+// timeOn times reps launches of l on stream s between two events and
+// returns the mean per launch, µs. With a blocker, it is launched first,
+// before the first event, so that the host has enqueued every launch of l
+// before the first starts (as in a pass).
+func (mt *meter) timeOn(s gpu.Stream, blocker, l *gpu.Launch, reps int) (float64, error) {
 	e0, e1 := mt.events[0], mt.events[1]
+	if blocker != nil {
+		if err := mt.dev.Launch(s, blocker); err != nil {
+			return 0, fmt.Errorf("launch %s: %w", blocker.Name, err)
+		}
+	}
 	if err := mt.dev.Record(e0, s); err != nil {
 		return 0, fmt.Errorf("Record: %w", err)
 	}
-	if err := mt.dev.Launch(s, l); err != nil {
-		return 0, fmt.Errorf("launch %s: %w", l.Name, err)
+	for range reps {
+		if err := mt.dev.Launch(s, l); err != nil {
+			return 0, fmt.Errorf("launch %s: %w", l.Name, err)
+		}
 	}
 	if err := mt.dev.Record(e1, s); err != nil {
 		return 0, fmt.Errorf("Record: %w", err)
@@ -491,7 +501,8 @@ func (mt *meter) timeOn(s gpu.Stream, l *gpu.Launch) (float64, error) {
 	if err := mt.wait(e1); err != nil {
 		return 0, err
 	}
-	return mt.between(e0, e1)
+	t, err := mt.between(e0, e1)
+	return t / float64(reps), err
 }
 
 // medianOf times l warm+reps times and returns the median of the last reps.
@@ -742,7 +753,7 @@ func (mt *meter) partition(i int, spec gpu.Spec) ([]profiles.Point, error) {
 			if err := mt.ctx.Err(); err != nil {
 				return nil, err
 			}
-			t, err := mt.timeBackToBack(s, l, partitionReps)
+			t, err := mt.timeOn(s, mt.gemmLaunch, l, partitionReps)
 			if err != nil {
 				return nil, fmt.Errorf("%d SMs: %w", n, err)
 			}
@@ -759,32 +770,6 @@ func (mt *meter) partition(i int, spec gpu.Spec) ([]profiles.Point, error) {
 // a vendor kernel of a few microseconds timed alone between two events
 // would mostly time the launch.
 const partitionReps = 5
-
-// timeBackToBack times reps launches of l on stream s queued behind a
-// blocker GEMM (so that the host has enqueued them all before the first
-// starts, as in a pass), and returns the mean per launch, µs.
-func (mt *meter) timeBackToBack(s gpu.Stream, l *gpu.Launch, reps int) (float64, error) {
-	e0, e1 := mt.events[0], mt.events[1]
-	if err := mt.dev.Launch(s, mt.gemmLaunch); err != nil {
-		return 0, fmt.Errorf("launch %s: %w", mt.gemmLaunch.Name, err)
-	}
-	if err := mt.dev.Record(e0, s); err != nil {
-		return 0, fmt.Errorf("Record: %w", err)
-	}
-	for range reps {
-		if err := mt.dev.Launch(s, l); err != nil {
-			return 0, fmt.Errorf("launch %s: %w", l.Name, err)
-		}
-	}
-	if err := mt.dev.Record(e1, s); err != nil {
-		return 0, fmt.Errorf("Record: %w", err)
-	}
-	if err := mt.wait(e1); err != nil {
-		return 0, err
-	}
-	t, err := mt.between(e0, e1)
-	return t / float64(reps), err
-}
 
 // partitionSizes are PartitionSMs as spec can make them, without repeats.
 func partitionSizes(spec gpu.Spec) []int {

@@ -659,29 +659,15 @@ func TestEngineStreams(t *testing.T) {
 		e := openEngine(t, server.EngineConfig{Virtual: true, Instances: instances, Seed: engSeed, Workers: 2,
 			Models: []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &r, Streams: 3}}})
 		req, want := request(t, r, modelInfo(t, e, "tiny"), 1)
-		var wg sync.WaitGroup
-		errs := make(chan error, 32)
-		for range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 4 {
-					rq := *req
-					res, err := e.Infer(context.Background(), &rq)
-					switch {
-					case err != nil:
-						errs <- err
-					case !instances && !slices.Equal(res.Outputs[0].Data, want):
-						errs <- errors.New("wrong output")
-					case res.Service <= 0:
-						errs <- fmt.Errorf("service %v", res.Service)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		for _, err := range inferConcurrently(e, req, 6, 4, func(res *server.InferResult) error {
+			switch {
+			case !instances && !slices.Equal(res.Outputs[0].Data, want):
+				return errors.New("wrong output")
+			case res.Service <= 0:
+				return fmt.Errorf("service %v", res.Service)
+			}
+			return nil
+		}) {
 			t.Errorf("instances %v: %v", instances, err)
 		}
 		if s := e.Stats(); s.QueueDepth != 0 {
@@ -703,38 +689,25 @@ func TestEngineMaxBatch(t *testing.T) {
 	leakCheck(t)
 	r := tinyResNet(t)
 	for _, instances := range []bool{false, true} {
-		e := openEngine(t, server.EngineConfig{Virtual: true, Instances: instances, Seed: engSeed, Workers: 2,
+		// Paced to the wall clock, so that eight clients' requests queue
+		// behind each other's passes.
+		e := openEngine(t, server.EngineConfig{Instances: instances, Seed: engSeed, Workers: 2,
 			Models: []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &r, MaxBatch: 4}}})
 		req, want := request(t, r, modelInfo(t, e, "tiny"), 1)
-		var wg sync.WaitGroup
 		var mu sync.Mutex
 		batches := map[int]int{}
-		errs := make(chan error, 64)
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 4 {
-					rq := *req
-					res, err := e.Infer(context.Background(), &rq)
-					switch {
-					case err != nil:
-						errs <- err
-					case !instances && !slices.Equal(res.Outputs[0].Data, want):
-						errs <- errors.New("wrong output")
-					case len(res.Outputs[0].Data) != len(want):
-						errs <- fmt.Errorf("%d output values, want %d", len(res.Outputs[0].Data), len(want))
-					default:
-						mu.Lock()
-						batches[res.Batch]++
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		for _, err := range inferConcurrently(e, req, 8, 4, func(res *server.InferResult) error {
+			switch {
+			case !instances && !slices.Equal(res.Outputs[0].Data, want):
+				return errors.New("wrong output")
+			case len(res.Outputs[0].Data) != len(want):
+				return fmt.Errorf("%d output values, want %d", len(res.Outputs[0].Data), len(want))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			batches[res.Batch]++
+			return nil
+		}) {
 			t.Errorf("instances %v: %v", instances, err)
 		}
 		if batches[2]+batches[4] == 0 || batches[0] != 0 {
@@ -751,4 +724,34 @@ func TestEngineMaxBatch(t *testing.T) {
 			t.Errorf("max_batch %d: %v, want ErrConfig naming %q", c.max, err, c.want)
 		}
 	}
+}
+
+// inferConcurrently sends req from clients goroutines, each times in a row,
+// and returns the errors of the requests and of check on their results.
+func inferConcurrently(e server.Engine, req *server.InferRequest, clients, each int, check func(*server.InferResult) error) []error {
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*each)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				rq := *req
+				res, err := e.Infer(context.Background(), &rq)
+				if err == nil {
+					err = check(res)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
 }
