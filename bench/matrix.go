@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -574,7 +575,12 @@ func ReadMatrixDir(dir string) ([]*MatrixCell, error) {
 		}
 		cdir := filepath.Dir(p)
 		for _, name := range mc.Result.Runs {
+			// A run's report may be stored compressed beside its name
+			// (name.gz): ReadReport takes either.
 			f, err := os.Open(filepath.Join(cdir, name))
+			if errors.Is(err, fs.ErrNotExist) {
+				f, err = os.Open(filepath.Join(cdir, name+".gz"))
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%w: cell %s: %v", ErrMatrix, mc.Result.Cell.Name, err)
 			}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"os"
@@ -205,6 +206,55 @@ func TestTorchGreenFirstNormalizes(t *testing.T) {
 	for _, tr := range cells[0].Torch {
 		if tr.BEAloneSteps != 90 {
 			t.Errorf("setup %s: BE alone %v, want the alone setup's 90", tr.Setup, tr.BEAloneSteps)
+		}
+	}
+}
+
+// A matrix directory whose run reports are stored gzipped (name.gz beside
+// the name cell.json lists) reads as the plain one.
+func TestReadMatrixDirGzipped(t *testing.T) {
+	src := "../results/matrix-sim-h100-embed"
+	want, err := ReadMatrixDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cells, _ := filepath.Glob(filepath.Join(src, "*", "cell.json"))
+	for _, c := range cells {
+		cdir := filepath.Dir(c)
+		out := filepath.Join(dir, filepath.Base(cdir))
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		entries, _ := os.ReadDir(cdir)
+		for _, e := range entries {
+			data, err := os.ReadFile(filepath.Join(cdir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := e.Name()
+			if name != "cell.json" && strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, "torch-") {
+				var buf bytes.Buffer
+				zw := gzip.NewWriter(&buf)
+				zw.Write(data)
+				zw.Close()
+				data, name = buf.Bytes(), name+".gz"
+			}
+			if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := ReadMatrixDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d cells gzipped, %d plain", len(got), len(want))
+	}
+	for i := range got {
+		if len(got[i].Reports) != len(want[i].Reports) || got[i].Reports[0].HP != want[i].Reports[0].HP || got[i].Reports[0].HPSamples != want[i].Reports[0].HPSamples {
+			t.Errorf("cell %s: gzipped reports differ from the plain ones", want[i].Result.Cell.Name)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -182,10 +183,20 @@ func WriteReport(w io.Writer, r *Report) error {
 }
 
 // ReadReport parses a report, refusing unknown fields and other versions.
+// A gzip stream (a report stored as .json.gz) is decompressed first.
 func ReadReport(rd io.Reader) (*Report, error) {
 	data, err := io.ReadAll(rd)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrReport, err)
+	}
+	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrReport, err)
+		}
+		if data, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("%w: gzip: %v", ErrReport, err)
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
