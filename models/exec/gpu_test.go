@@ -426,3 +426,73 @@ func TestGPUModelsPlumbingSim(t *testing.T) {
 	}
 	t.Log(table)
 }
+
+// TestGPUBatchedSlots: a request served in slot 2 of a pass of four (an
+// instance at batch 4, the other slots holding other inputs) gets the
+// output it gets alone at batch 1, within the bf16 tolerance (the two
+// batches may run different cuBLASLt algorithms), for a CNN and an
+// encoder: what the daemon's max_batch relies on.
+func TestGPUBatchedSlots(t *testing.T) {
+	err := cuda.Run(0, func(d *cuda.Device) error {
+		lib := kernels.New(d)
+		for _, name := range []string{"resnet50", "bert-base"} {
+			m, err := models.Get(name)
+			if err != nil {
+				return err
+			}
+			g1, err := m.Graph(1)
+			if err != nil {
+				return err
+			}
+			g4, err := m.Graph(4)
+			if err != nil {
+				return err
+			}
+			x := models.InitInputs(g1, 5)
+			alone, err := exec.NewWith(d, lib, g1, models.InitWeights(g1, 1), x, exec.Options{Substitute: true})
+			if err != nil {
+				return err
+			}
+			defer alone.Close()
+			pass, err := exec.NewWith(d, lib, g4, models.InitWeights(g4, 1), models.InitInputs(g4, 9), exec.Options{Substitute: true})
+			if err != nil {
+				return err
+			}
+			defer pass.Close()
+			if err := pass.SetInputsAt(2, 4, x); err != nil {
+				return err
+			}
+			ctx := context.Background()
+			if err := alone.Run(ctx); err != nil {
+				return err
+			}
+			if err := pass.Run(ctx); err != nil {
+				return err
+			}
+			want, err := alone.Output()
+			if err != nil {
+				return err
+			}
+			got, err := pass.OutputAt(2, 4)
+			if err != nil {
+				return err
+			}
+			other, err := pass.OutputAt(0, 4)
+			if err != nil {
+				return err
+			}
+			e, e0 := models.RelErr(got, want), models.RelErr(other, want)
+			t.Logf("%s: slot 2 of 4 against batch 1: relative error %.2e (slot 0, other inputs: %.2e)", name, e, e0)
+			if e > tolCPU || !(e0 > e) {
+				t.Errorf("%s: slot 2's output is %.2e from the request's alone (slot 0's %.2e); want ≤ %.g and the other slot farther", name, e, e0, tolCPU)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, gpu.ErrNoDevice) {
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
