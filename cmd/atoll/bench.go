@@ -23,6 +23,9 @@ Examples:
   atoll bench --policy atoll --out atoll.json
   atoll bench --policy orion --load 0.3 --duration 10s --out orion.json
   atoll bench --policy reef --arrival trace --trace arrivals.txt --out reef.json
+  atoll bench --be none --load 0.9 --duration 30s --hp-max-batch 4 --ci --out hp-batched.json
+      # HP alone near capacity, the requests that queue served together in
+      # passes of up to 4, with bootstrap CIs of p99
   atoll compare orion.json atoll.json
 `
 
