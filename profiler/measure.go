@@ -226,13 +226,11 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 			if k.Scaling, err = mt.scaling(i, shares); err != nil {
 				return nil, fmt.Errorf("%w: %s layer %d (%s): scaling: %w", ErrMeasure, m.Name(), i, l.Name, err)
 			}
-			if slices.Contains(k.Tags, profiles.TagBLAS) {
-				if k.Partition, err = mt.partition(i, spec); err != nil {
-					return nil, fmt.Errorf("%w: %s layer %d (%s): on SM partitions: %w", ErrMeasure, m.Name(), i, l.Name, err)
-				}
-				if n := k.PartitionSMs(); n > 0 {
-					k.SMsNeeded = n
-				}
+			if k.Partition, err = mt.partition(i, spec); err != nil {
+				return nil, fmt.Errorf("%w: %s layer %d (%s): on SM partitions: %w", ErrMeasure, m.Name(), i, l.Name, err)
+			}
+			if n := k.PartitionSMs(); n > 0 && k.HasTag(profiles.TagBLAS) {
+				k.SMsNeeded = n // the vendor's grid is not reported; atoll's own kernels keep their grid's figure
 			}
 		}
 		p.Kernels[i] = k
@@ -729,7 +727,9 @@ func (mt *meter) scaling(i int, shares []int) ([]profiles.Point, error) {
 }
 
 // PartitionSMs are the SM partition sizes (green contexts, rounded down to
-// what the GPU can make) on which Measure times each vendor-library kernel.
+// what the GPU can make) on which Measure times each kernel's plain launch:
+// how long it takes on k SMs, and for a vendor-library kernel, whose grid
+// the driver does not report, the SMs it needs.
 var PartitionSMs = []int{8, 16, 32, 64, 96}
 
 // partition times layer i's plain launch on a stream of an SM partition of
@@ -845,9 +845,9 @@ func (mt *meter) notes(peaks *Peaks, subs map[string]string, shares []int) map[s
 		n["scaling"] = fmt.Sprintf("at %v SMs: the kernel's resumable form (what padding launches) with share x blocks-per-SM persistent workers, median of %d after 1 warm-up. "+
 			"This approximates an SM share: the hardware spreads the workers over all SMs, so a memory-bound kernel may see more bandwidth than its share would have",
 			shares, mt.opt.ScalingRuns)
-		n["partition"] = fmt.Sprintf("kernels tagged %q: the plain launch on a stream of an SM partition (green context) of %v SMs, then on the whole GPU: %d launches back to back behind a blocker GEMM, their mean; median of %d after 1 warm-up; "+
-			"their smsNeeded is the smallest partition on which they run within %.0f%% of the whole GPU's time (the vendor's grid is not reported)",
-			profiles.TagBLAS, partitionSizes(mt.spec), partitionReps, mt.opt.ScalingRuns, 100*(profiles.PartitionSlack-1))
+		n["partition"] = fmt.Sprintf("every kernel: the plain launch on a stream of an SM partition (green context) of %v SMs, then on the whole GPU: %d launches back to back behind a blocker GEMM, their mean; median of %d after 1 warm-up; "+
+			"kernels tagged %q take their smsNeeded from it: the smallest partition on which they run within %.0f%% of the whole GPU's time (the vendor's grid is not reported)",
+			partitionSizes(mt.spec), partitionReps, mt.opt.ScalingRuns, profiles.TagBLAS, 100*(profiles.PartitionSlack-1))
 	}
 	if len(subs) > 0 {
 		var s []string

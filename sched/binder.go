@@ -110,7 +110,7 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 			}
 			out[i].Launch = gpu.Launch{Name: k.Name, Func: f, Grid: k.GridDim(), Block: k.BlockDim(),
 				SharedMem: k.SharedMem, Registers: k.Registers, Cost: k.Cost()}
-			if n := k.PartitionSMs(); n > 0 {
+			if n := k.PartitionSMs(); n > 0 && k.HasTag(profiles.TagBLAS) {
 				out[i].plain = gpu.D1(min(n, b.spec.SMs) * BlocksPerSM(b.spec, k))
 			}
 		}

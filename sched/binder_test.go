@@ -239,6 +239,16 @@ func TestProfileBinderVendorKernelGrid(t *testing.T) {
 		}
 		return alone, together
 	}
+	// atoll's own kernel keeps its grid, partition points or not.
+	own := mustProfile(t, "v", "gemm dur=200us grid=32 block=256 regs=64 class=compute")
+	own.Kernels[0].Partition = []profiles.Point{{SMs: 32, DurationUs: 800}, {SMs: 132, DurationUs: 200}}
+	pb, err := sched.NewProfileBinder(newSim(t), sched.Workload{HP: []sched.HPWorkload{{Name: "own", Profile: own}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := pb.Bind(sched.BindRequest{Client: sched.HPClientID(0), Form: gpu.Plain}); err != nil || l.Grid.Count() != 32 {
+		t.Errorf("an own kernel with partition points: %v (err %v), want its grid of 32 blocks", l, err)
+	}
 	if alone, together := run(132); together < 18*alone/10 {
 		t.Errorf("a kernel needing every SM: %v alone, %v beside another; want about twice", alone, together)
 	}
