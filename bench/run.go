@@ -381,7 +381,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	if len(c.HPBatched) > 0 {
 		r.HPByBatch = map[string]int{}
 		for _, q := range tr.Requests {
-			r.HPByBatch[strconv.Itoa(max(q.Batch, 1))]++
+			r.HPByBatch[strconv.Itoa(q.Batch)]++
 		}
 	}
 	r.GraphWaits, r.StaleGraphEvents = tr.GraphWaits, tr.StaleGraphEvents

@@ -828,7 +828,7 @@ func (mt *meter) notes(peaks *Peaks, subs map[string]string, shares []int) map[s
 		"peaks":      peaks.Method,
 		"percent":    "computePct = flops / duration over the bf16 tensor peak (GEMM, conv) or the fp32 peak (other ops); memoryPct = bytes / duration over the DRAM peak; both capped at 100 (L2-resident data can exceed DRAM rates)",
 		"class":      "profiler.Classify: compute if computePct >= 60 and > memoryPct; memory if memoryPct >= 60; else unknown",
-		"smsNeeded":  "ceil(grid blocks / blocks per SM), blocks per SM from gpu.Spec.Occupancy with the registers and shared memory recorded",
+		"smsNeeded":  "ceil(grid blocks / blocks per SM), blocks per SM from gpu.Spec.Occupancy with the registers and shared memory recorded; for kernels tagged blas, from the partition points where measured (see partition)",
 		"date":       mt.opt.Date.UTC().Format(time.RFC3339),
 	}
 	if mt.driverAttrs {

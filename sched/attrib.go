@@ -105,8 +105,8 @@ type attributor struct {
 	// cost O(1) amortised however many HP kernels are queued).
 	unblamed [][]int
 	lastEnd  []time.Duration     // per HP client: when its previous pass ended
-	solo     [][][]time.Duration // per HP client, pass variant and kernel: the baseline (Options.KernelSolo or the profile)
-	batch    [][]int             // per HP client and pass variant: the requests it serves
+	solo     [][][]time.Duration // per HP client, pass variant and kernel: the baseline (Options.KernelSolo for the client's profile, else the profile)
+	batch    [][]int             // per HP client and pass variant: the requests it serves (HPClient.vars)
 	left     []int               // per HP client: requests of the current pass not yet split
 	spans    [][][]time.Duration // per HP client and kernel of its profile: measured device spans (Options.RecordSpans)
 	// ByKernel sums, per BE kernel ("model/layer"), the delay of HP
@@ -114,40 +114,38 @@ type attributor struct {
 	byKernel map[Blame]time.Duration
 }
 
-func newAttributor(w Workload, opt Options) *attributor {
+// newAttributor splits the requests of the core's clients hp and be.
+func newAttributor(hp []*HPClient, be []*BEClient, opt Options) *attributor {
 	a := &attributor{
 		off:      opt.NoAttribution,
-		pending:  make([][]hpKernel, len(w.HP)),
-		base:     make([]int, len(w.HP)),
-		next:     make([]int, len(w.HP)),
-		unblamed: make([][]int, len(w.HP)),
-		lastEnd:  make([]time.Duration, len(w.HP)),
-		left:     make([]int, len(w.HP)),
+		pending:  make([][]hpKernel, len(hp)),
+		base:     make([]int, len(hp)),
+		next:     make([]int, len(hp)),
+		unblamed: make([][]int, len(hp)),
+		lastEnd:  make([]time.Duration, len(hp)),
+		left:     make([]int, len(hp)),
 		byKernel: map[Blame]time.Duration{},
 	}
-	for i, c := range w.HP {
-		solo := make([]time.Duration, len(c.Profile.Kernels))
-		for k := range solo {
-			solo[k] = c.Profile.Kernels[k].Duration()
-			if i < len(opt.KernelSolo) && k < len(opt.KernelSolo[i]) {
-				solo[k] = opt.KernelSolo[i][k]
+	for i, c := range hp {
+		var vs [][]time.Duration
+		var bs []int
+		for v, pass := range c.vars {
+			solo := make([]time.Duration, len(pass.prof.Kernels))
+			for k := range solo {
+				solo[k] = pass.prof.Kernels[k].Duration()
+				if v == 0 && i < len(opt.KernelSolo) && k < len(opt.KernelSolo[i]) {
+					solo[k] = opt.KernelSolo[i][k]
+				}
 			}
-		}
-		vs, bs := [][]time.Duration{solo}, []int{1}
-		for _, p := range c.Batched {
-			d := make([]time.Duration, len(p.Kernels))
-			for k := range d {
-				d[k] = p.Kernels[k].Duration()
-			}
-			vs, bs = append(vs, d), append(bs, p.Batch/max(1, c.Profile.Batch))
+			vs, bs = append(vs, solo), append(bs, pass.reqs)
 		}
 		a.solo, a.batch = append(a.solo, vs), append(a.batch, bs)
 		if opt.RecordSpans {
-			a.spans = append(a.spans, make([][]time.Duration, len(solo)))
+			a.spans = append(a.spans, make([][]time.Duration, len(vs[0])))
 		}
 	}
-	for _, c := range w.BE {
-		a.be = append(a.be, c.Profile)
+	for _, c := range be {
+		a.be = append(a.be, c.prof)
 	}
 	return a
 }
@@ -225,7 +223,7 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 		return
 	}
 	c := r.Client.Index
-	v := slices.Index(a.batch[c], max(r.Batch, 1))
+	v := slices.Index(a.batch[c], r.Batch)
 	if v < 0 {
 		return // no such pass (cannot happen with a consistent driver)
 	}

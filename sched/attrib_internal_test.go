@@ -17,12 +17,12 @@ func BenchmarkAttribution(b *testing.B) {
 		b.Fatal(err)
 	}
 	be, _ := profiles.Lookup("H100-SXM", "resnet50-train", 32, "")
-	a := newAttributor(Workload{HP: []HPWorkload{{Profile: hp}}, BE: []BEWorkload{{Profile: be}}}, Options{})
+	a := newAttributor([]*HPClient{{vars: []variant{{prof: hp, reqs: 1}}}}, []*BEClient{{prof: be}}, Options{})
 	n := len(hp.Kernels)
 	t := time.Duration(0)
 	b.ReportAllocs()
 	for i := range b.N {
-		r := RequestRecord{Client: HPClientID(0), ID: i, Arrival: t}
+		r := RequestRecord{Client: HPClientID(0), ID: i, Arrival: t, Batch: 1}
 		for k := range n {
 			a.launched(Launch{Client: HPClientID(0), Kernel: k}, t, t+time.Microsecond, false, &Blame{Client: BEClientID(0), Kernel: k}, false)
 		}

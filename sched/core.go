@@ -51,7 +51,7 @@ func NewCore(cfg Config) (*Core, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: HP client %d: %w", ErrConfig, i, err)
 		}
-		s.hp = append(s.hp, &HPClient{id: HPClientID(i), prof: p, vars: vars})
+		s.hp = append(s.hp, &HPClient{id: HPClientID(i), vars: vars})
 	}
 	for i, p := range cfg.BE {
 		if err := ValidateProfile(p); err != nil {

@@ -105,7 +105,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{dev: dev, hpNames: hpNames, beNames: beNames, groups: groups, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(w, opt)}
+	d := &driver{dev: dev, hpNames: hpNames, beNames: beNames, groups: groups, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(core.State().HP(), core.State().BE(), opt)}
 	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
 		BEWorkByClient: make([]time.Duration, len(w.BE))}
 	if d.binder == nil {

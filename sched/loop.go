@@ -36,12 +36,14 @@ type loop struct {
 	stall   time.Duration
 	pend    [][]*request // per HP client: arrived, not in the core
 	in      [][]*request // per HP client: in the core, in arrival order
-	// batching marks the HP clients with batched profiles; formed counts,
-	// per client, the requests of in that passes have taken (passes).
-	batching []bool
-	formed   []int
-	beCur    []*beRun
-	beQ      [][]*beRun
+	// batching marks the HP clients with batched profiles (anyBatching:
+	// one does); formed counts, per client, the requests of in that passes
+	// have taken (passes).
+	batching    []bool
+	anyBatching bool
+	formed      []int
+	beCur       []*beRun
+	beQ         [][]*beRun
 	// keep records requests, iterations and preemptions in the Trace
 	// (Run); Online's counters are published instead.
 	keep      bool
@@ -100,6 +102,7 @@ func newLoop(d *driver, o *Online) *loop {
 		wallStart: time.Now(), devStart: d.dev.Now()}
 	for c, hc := range d.core.State().HP() {
 		l.batching[c] = len(hc.vars) > 1
+		l.anyBatching = l.anyBatching || l.batching[c]
 	}
 	if o != nil {
 		l.perClient, l.hooks, l.pace = 1, o.cfg.Hooks, o.cfg.Pace
@@ -549,6 +552,9 @@ func (l *loop) feed(ev Event) error {
 // requests no pass has taken; a batching client's next pass starts only
 // once its stream is empty, so its buffers are free.
 func (l *loop) passes(decs []Decision) {
+	if !l.anyBatching {
+		return
+	}
 	for _, dec := range decs {
 		ln := dec.Launch
 		if dec.Kind != DecLaunch || ln.Client.Class != HP || ln.Kernel != 0 || !l.batching[ln.Client.Index] {
@@ -597,16 +603,15 @@ func (l *loop) apply(dec Decision) error {
 		if r.out == nil {
 			return nil
 		}
-		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service(), Batch: max(rec.Batch, 1), Input: r.input, Causes: rec.Causes}
-		after := func() error { return nil }
+		res := OnlineResult{Start: rec.Start, End: rec.End, Queue: max(rec.Start-r.arrival, 0), Service: rec.Service(), Batch: rec.Batch, Input: r.input, Causes: rec.Causes}
+		t0 := time.Now()
+		var err error
 		switch {
 		case l.batching[c] && l.hooks.AfterPass != nil:
-			after = func() error { return l.hooks.AfterPass(c, r.variant, r.slot, r.id, r.tag) }
+			err = l.hooks.AfterPass(c, r.variant, r.slot, r.id, r.tag)
 		case !l.batching[c] && l.hooks.AfterRequest != nil:
-			after = func() error { return l.hooks.AfterRequest(c, r.id, r.tag) }
+			err = l.hooks.AfterRequest(c, r.id, r.tag)
 		}
-		t0 := time.Now()
-		err := after()
 		res.Output = time.Since(t0)
 		switch {
 		case r.err != nil:

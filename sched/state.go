@@ -79,8 +79,7 @@ type Stats struct {
 // so that requests queued behind a pass are served together by the next.
 type HPClient struct {
 	id        ClientID
-	prof      *profiles.Profile
-	vars      []variant // vars[0] is prof serving one request
+	vars      []variant // vars[0]: the client's profile, serving one request
 	reqs      []hpRequest
 	launchReq int // index in reqs of the first request of the pass being launched
 	launchK   int // next kernel of that pass
@@ -101,14 +100,14 @@ type hpRequest struct {
 	start   time.Duration
 	started bool
 	done    int // kernels of its pass completed (first request of a pass)
-	v, n    int // its pass's variant and requests (first request of a pass, once launched)
+	v       int // its pass's variant (first request of a pass, once launched)
 }
 
 // ID is the client's id.
 func (c *HPClient) ID() ClientID { return c.id }
 
 // Profile is the client's kernel sequence for one request.
-func (c *HPClient) Profile() *profiles.Profile { return c.prof }
+func (c *HPClient) Profile() *profiles.Profile { return c.vars[0].prof }
 
 // Pass is the profile of the pass being launched, or of the pass the next
 // launch would start.
@@ -346,7 +345,7 @@ func (s *State) launchHP(c *HPClient, ki int, l Launch) LaunchID {
 	r := &c.reqs[c.launchReq]
 	if ki == 0 {
 		c.launchV, _ = c.nextVariant()
-		r.v, r.n = c.launchV, c.vars[c.launchV].reqs
+		r.v = c.launchV
 		if len(c.inflight) == 0 {
 			r.start, r.started = s.now, true
 		}
@@ -357,7 +356,7 @@ func (s *State) launchHP(c *HPClient, ki int, l Launch) LaunchID {
 	s.stats.HPLaunches++
 	c.launchK++
 	if c.launchK == len(c.vars[c.launchV].prof.Kernels) {
-		c.launchReq += r.n
+		c.launchReq += c.vars[c.launchV].reqs
 		c.launchK = 0
 	}
 	return id
@@ -588,7 +587,7 @@ func (s *State) completeHP(f *flight, t time.Duration) {
 	r := &c.reqs[0]
 	r.done++
 	if r.done == len(c.vars[r.v].prof.Kernels) {
-		n, start := r.n, r.start
+		n, start := c.vars[r.v].reqs, r.start
 		for _, m := range c.reqs[:n] {
 			s.emit(Decision{Kind: DecRequestDone, Request: RequestRecord{
 				Client: c.id, ID: m.id, Arrival: m.arrival, Start: start, End: t, Batch: n}})

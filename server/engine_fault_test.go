@@ -308,6 +308,10 @@ func hpAcrossJob(t *testing.T, e server.Engine, req *server.InferRequest, job st
 					nServed.Add(1)
 				}
 				cancel()
+				// A pause between requests: three clients back to back
+				// keep HP busy all the time, and a policy that holds BE
+				// beside busy HP then starves the job the test needs.
+				time.Sleep(time.Millisecond)
 			}
 		}()
 	}

@@ -175,10 +175,8 @@ type engModel struct {
 	hpInst []*exec.Instance // cuda: per stream (client hp+i)
 	beInst *exec.Instance   // cuda
 	// batched are the model's graphs at the batches of its passes beyond
-	// one (MaxBatch), passReqs the requests each serves, and batchInst
-	// (cuda) each stream's instances of them.
+	// one (MaxBatch), and batchInst (cuda) each stream's instances of them.
 	batched   []*models.Graph
-	passReqs  []int
 	batchInst [][]*exec.Instance
 }
 
@@ -404,7 +402,8 @@ func (e *engineImpl) beforePass(client, v, slot int, id uint64, tag any) error {
 		return e.beforeRequest(client, id, tag)
 	}
 	c := tag.(*engCall)
-	return c.m.batchInst[client-c.m.hp][v-1].SetInputsAt(slot, c.m.passReqs[v-1], c.inputs)
+	in, of := c.m.pass(client, v)
+	return in.SetInputsAt(slot, of, c.inputs)
 }
 
 func (e *engineImpl) afterPass(client, v, slot int, id uint64, tag any) error {
@@ -412,9 +411,17 @@ func (e *engineImpl) afterPass(client, v, slot int, id uint64, tag any) error {
 		return e.afterRequest(client, id, tag)
 	}
 	c := tag.(*engCall)
-	out, err := c.m.batchInst[client-c.m.hp][v-1].OutputAt(slot, c.m.passReqs[v-1])
+	in, of := c.m.pass(client, v)
+	out, err := in.OutputAt(slot, of)
 	c.out = out
 	return err
+}
+
+// pass is HP client client's instance of m's batched variant v (> 0) and
+// the requests a pass of it serves.
+func (m *engModel) pass(client, v int) (*exec.Instance, int) {
+	in := m.batchInst[client-m.hp][v-1]
+	return in, in.Graph().Batch / m.graph.Batch
 }
 
 // beforeRequest and afterRequest run in the owner goroutine (cuda).

@@ -98,30 +98,9 @@ func (e *engineImpl) addModel(cfg *EngineConfig, spec gpu.Spec, ocfg *sched.Onli
 		}
 		src = *mc.Model
 	}
-	g, err := src.Graph(mc.Batch)
+	g, prof, err := modelAt(cfg, spec, zm, src, mc.Batch, mc.Model != nil, given)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
-	}
-	prof, err := profiler.Lookup(spec, zm, mc.Batch, lookupProfile)
-	if err != nil && cfg.Backend == "sim" {
-		return fmt.Errorf("%w: %s: the simulator times %s from its profile: %w", ErrConfig, where, mc.Zoo, err)
-	}
-	if prof != nil && cfg.Backend == "cuda" && prof.Source == profiles.SourceEstimated {
-		return fmt.Errorf("%w: %s: the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", ErrConfig, where, mc.Zoo, mc.Batch, spec.Name, given, mc.Batch)
-	}
-	if prof == nil {
-		// The scheduler needs the kernel sequence on cuda too.
-		return fmt.Errorf("%w: %s: no profile of %s at batch %d for %s; run `atoll profile` first: %w", ErrConfig, where, mc.Zoo, mc.Batch, spec.Name, err)
-	}
-	if mc.Model != nil && cfg.Instances {
-		// The instances launch the replacement's own kernels: time
-		// them with its roofline estimate, not the zoo's profile.
-		if prof, err = profiler.Estimate(spec, g.Model, g.Batch, g.Layers); err != nil {
-			return fmt.Errorf("%w: %s: estimating a profile of %s: %w", ErrConfig, where, g.Model, err)
-		}
-	}
-	if (cfg.Instances || cfg.Backend == "cuda") && len(prof.Kernels) != len(g.Layers) {
-		return fmt.Errorf("%w: %s: the profile of %s has %d kernels but the model launches %d; re-profile it", ErrConfig, where, mc.Zoo, len(prof.Kernels), len(g.Layers))
 	}
 	switch {
 	case mc.Streams == 0:
@@ -136,24 +115,12 @@ func (e *engineImpl) addModel(cfg *EngineConfig, spec gpu.Spec, ocfg *sched.Onli
 		return fmt.Errorf("%w: %s: max_batch %d; must be in 1..%d", ErrConfig, where, mc.MaxBatch, 1<<sched.MaxBatched)
 	}
 	for _, n := range sched.BatchSizes(mc.MaxBatch) {
-		b := n * mc.Batch
-		bg, err := src.Graph(b)
+		bg, bp, err := modelAt(cfg, spec, zm, src, n*mc.Batch, mc.Model != nil, given)
 		if err != nil {
-			return fmt.Errorf("%w: %s: max_batch %d: %w", ErrConfig, where, mc.MaxBatch, err)
-		}
-		bp, err := profiler.Lookup(spec, zm, b, lookupProfile)
-		switch {
-		case err != nil:
-			return fmt.Errorf("%w: %s: max_batch %d serves passes of %d requests and needs %s's profile at batch %d: %w", ErrConfig, where, mc.MaxBatch, n, mc.Zoo, b, err)
-		case cfg.Backend == "cuda" && bp.Source == profiles.SourceEstimated:
-			return fmt.Errorf("%w: %s: the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", ErrConfig, where, mc.Zoo, b, spec.Name, given, b)
-		case mc.Model != nil && cfg.Instances:
-			if bp, err = profiler.Estimate(spec, bg.Model, bg.Batch, bg.Layers); err != nil {
-				return fmt.Errorf("%w: %s: estimating a profile of %s at batch %d: %w", ErrConfig, where, bg.Model, b, err)
-			}
+			return fmt.Errorf("%w: %s: max_batch %d serves passes of %d requests: %w", ErrConfig, where, mc.MaxBatch, n, err)
 		}
 		batched = append(batched, bp)
-		m.batched, m.passReqs = append(m.batched, bg), append(m.passReqs, n)
+		m.batched = append(m.batched, bg)
 	}
 	m.hp = len(ocfg.HP)
 	for i := range mc.Streams {
@@ -178,6 +145,37 @@ func (e *engineImpl) addModel(cfg *EngineConfig, spec gpu.Spec, ocfg *sched.Onli
 	e.models = append(e.models, m)
 	e.byName[mc.Name] = m
 	return nil
+}
+
+// modelAt is a served model's graph at batch b (src's: the zoo model zm
+// or its replacement) and the profile that times it: zm's at b, measured
+// on cuda; a replacement's roofline estimate where instances launch its
+// own kernels. given is the name the user gave, for the command to run.
+func modelAt(cfg *EngineConfig, spec gpu.Spec, zm, src models.Model, b int, replaced bool, given string) (*models.Graph, *profiles.Profile, error) {
+	g, err := src.Graph(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	prof, err := profiler.Lookup(spec, zm, b, lookupProfile)
+	switch {
+	case err != nil && cfg.Backend == "sim":
+		return nil, nil, fmt.Errorf("the simulator times %s from its profile: %w", zm.Name(), err)
+	case prof == nil:
+		// The scheduler needs the kernel sequence on cuda too.
+		return nil, nil, fmt.Errorf("no profile of %s at batch %d for %s; run `atoll profile` first: %w", zm.Name(), b, spec.Name, err)
+	case cfg.Backend == "cuda" && prof.Source == profiles.SourceEstimated:
+		return nil, nil, fmt.Errorf("the only profile of %s at batch %d for %s is a roofline estimate; measure it on this GPU first: atoll profile --model %s --batch %d", zm.Name(), b, spec.Name, given, b)
+	case replaced && cfg.Instances:
+		// The instances launch the replacement's own kernels: time
+		// them with its roofline estimate, not the zoo's profile.
+		if prof, err = profiler.Estimate(spec, g.Model, g.Batch, g.Layers); err != nil {
+			return nil, nil, fmt.Errorf("estimating a profile of %s: %w", g.Model, err)
+		}
+	}
+	if (cfg.Instances || cfg.Backend == "cuda") && len(prof.Kernels) != len(g.Layers) {
+		return nil, nil, fmt.Errorf("the profile of %s at batch %d has %d kernels but the model launches %d; re-profile it", zm.Name(), b, len(prof.Kernels), len(g.Layers))
+	}
+	return g, prof, nil
 }
 
 // addJobModel checks job model jc (config entry where) and gives it a BE

@@ -123,8 +123,8 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		}
 		// Profiles must be measured on this GPU kind (atoll profile);
 		// runs go one at a time, each owning the device.
-		if hp.Source == profiles.SourceEstimated {
-			return nil, fmt.Errorf("--backend cuda needs measured profiles for %s (found an estimated one); measure it with 'atoll profile --model %s --batch %d' and pass --gpu with the GPU it was measured on", spec.Name, w.hp, w.hpBatch)
+		if err := w.measured(spec, hp); err != nil {
+			return nil, err
 		}
 		c.NewDevice, c.Binder, c.Parallel = openCUDA, cudaBinder, 1
 	default:
@@ -152,12 +152,21 @@ func (w *workloadFlags) batched(spec gpu.Spec, hp *profiles.Profile) ([]*profile
 		if err != nil {
 			return nil, fmt.Errorf("--hp-max-batch %d serves passes of %v requests and needs %s's profile at batch %d: %w", w.maxBatch, sizes, w.hp, b, err)
 		}
-		if w.backend == "cuda" && p.Source == profiles.SourceEstimated {
-			return nil, fmt.Errorf("--backend cuda needs measured profiles for %s (found an estimated one at batch %d); measure it with 'atoll profile --model %s --batch %d'", spec.Name, b, w.hp, b)
+		if err := w.measured(spec, p); err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// measured refuses, on --backend cuda, an HP profile that is an estimate:
+// the GPU's runs are timed by measured profiles of its kind.
+func (w *workloadFlags) measured(spec gpu.Spec, p *profiles.Profile) error {
+	if w.backend != "cuda" || p.Source != profiles.SourceEstimated {
+		return nil
+	}
+	return fmt.Errorf("--backend cuda needs measured profiles for %s (found an estimated one for %s at batch %d); measure it with 'atoll profile --model %s --batch %d' and pass --gpu with the GPU it was measured on", spec.Name, w.hp, p.Batch, w.hp, p.Batch)
 }
 
 // progress reports each run's start on stderr unless --quiet.
