@@ -206,6 +206,10 @@ func TestCUDABatchedOnSimulator(t *testing.T) {
 	if !strings.Contains(bench.Describe(r), "by the batch of their pass") {
 		t.Errorf("the header does not say how requests were batched:\n%s", bench.Describe(r))
 	}
+	w.maxBatch = -1
+	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "--hp-max-batch -1") {
+		t.Errorf("--hp-max-batch -1: %v, want the refusal naming the flag", err)
+	}
 	w.maxBatch = 8
 	lookupProfile = profiles.Lookup
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "atoll profile --model resnet50 --batch 8") {
