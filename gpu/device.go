@@ -150,6 +150,14 @@ type Device interface {
 	// CheckPartition. Asking again for a size already made returns the
 	// same context.
 	NewPartition(sms int) (Context, error)
+	// NewPartitionRest makes a context on the SMs that NewPartition(sms)'s
+	// partition leaves, from the same split: its streams never run on the
+	// partition's SMs, nor the partition's on its, so work in the two
+	// shares no SM (only memory, L2 and the copy engines). It shares
+	// memory, modules, events and host words as a partition does. sms must
+	// pass CheckPartition. Asking again for a size returns the same
+	// context.
+	NewPartitionRest(sms int) (Context, error)
 	NewStream(opt StreamOptions) (Stream, error)
 	DestroyStream(s Stream) error
 

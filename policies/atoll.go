@@ -96,9 +96,18 @@ type Atoll struct {
 	DurFraction  float64
 	// Reserve is how many SMs BE never uses: BE streams run in a partition
 	// of the others, rounded down to the device's partition step. Zero
-	// derives it from the HP profiles (ReserveSMs); negative: no partition
-	// (BE shares every SM, as before partitions).
+	// derives it from the HP profiles (ReserveSMs, or SplitReserve with
+	// Split); negative: no partition (BE shares every SM, as before
+	// partitions).
 	Reserve int
+	// Split confines HP to the reserve too: HP streams run on the SMs
+	// BE's partition leaves (gpu.Device.NewPartitionRest), so the two
+	// share no SM, and BE runs in its partition at all times, BEWindow
+	// Plain launches per client, whatever HP does. HP is then never
+	// delayed by a BE block, only by what the two share (memory, L2), and
+	// runs on fewer SMs than the whole GPU. It needs a partition; padding
+	// and preemption have nothing to act on and are refused with it.
+	Split bool
 
 	cap    orion.Cap
 	seenHP bool
@@ -135,6 +144,41 @@ func ReserveSMs(spec gpu.Spec, hp []*profiles.Profile) int {
 	return min(max(r, spec.PartitionStep), spec.SMs/4)
 }
 
+// SplitSlack is how much slower than on the whole GPU SplitReserve lets
+// HP's requests be on the SMs it keeps for them: "within a few % of
+// dedicated".
+const SplitSlack = 1.05
+
+// SplitReserve is Split's default reserve: the fewest SMs, of those a
+// partition's rest can have on spec, on which every HP client's request
+// (the sum of its kernels' DurationOn) takes at most SplitSlack times its
+// time on the whole device. It is the whole device but one partition
+// step when nothing smaller keeps HP within the slack.
+func SplitReserve(spec gpu.Spec, hp []*profiles.Profile) int {
+	step := max(spec.PartitionStep, 1)
+	fits := func(sms int) bool {
+		for _, p := range hp {
+			var on, all time.Duration
+			for i := range p.Kernels {
+				k := &p.Kernels[i]
+				on += sched.DurationOn(spec, k, sms)
+				all += k.Duration()
+			}
+			if float64(on) > SplitSlack*float64(all) {
+				return false
+			}
+		}
+		return true
+	}
+	// BE's partition from the largest down: HP gets what it leaves.
+	for part := gpu.PartitionFloor(spec, spec.SMs-1); part > step; part -= step {
+		if fits(spec.SMs - part) {
+			return spec.SMs - part
+		}
+	}
+	return spec.SMs - step
+}
+
 // set applies "key=value,..." parameters (ByName's syntax).
 func (p *Atoll) set(params string) error {
 	for _, kv := range strings.Split(params, ",") {
@@ -169,17 +213,20 @@ func (p *Atoll) set(params string) error {
 				on, err = strconv.ParseBool(v)
 				p.NoAdmission = !on
 			}
-		case "padding", "preempt":
+		case "padding", "preempt", "split":
 			var on bool
 			if on, err = strconv.ParseBool(v); err == nil {
-				if k == "padding" {
+				switch k {
+				case "padding":
 					p.Padding = on
-				} else {
+				case "preempt":
 					p.Preempt = on
+				default:
+					p.Split = on
 				}
 			}
 		default:
-			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, reserve, plain-bound, resume-after, padding, preempt, admission=true|false|confined)", ErrConfig, k)
+			return fmt.Errorf("%w: unknown atoll parameter %q (hp-window, be-window, reserve, plain-bound, resume-after, padding, preempt, split, admission=true|false|confined)", ErrConfig, k)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: atoll parameter %s: %v", ErrConfig, k, err)
@@ -196,10 +243,14 @@ func New() *Atoll { return &Atoll{} }
 
 func (p *Atoll) Name() string { return "atoll" }
 
-// Streams is the priority plan with BE in its partition (Start sizes it).
+// Streams is the priority plan with BE in its partition (Start sizes it),
+// and with Split HP on the rest of it.
 func (p *Atoll) Streams() sched.StreamPlan {
 	plan := sched.PriorityPlan
 	plan.BE.SMs = p.part
+	if p.Split && p.part > 0 {
+		plan.HP.SMs, plan.HP.Rest = p.part, true
+	}
 	return plan
 }
 
@@ -230,19 +281,34 @@ func (p *Atoll) Start(st *sched.State) error {
 	p.SMThreshold, p.DurThreshold = th.SMs, th.Dur
 	p.cap = orion.Cap{Limit: th.Dur}
 	p.part = 0
+	spec := st.Spec()
+	if p.Split {
+		switch {
+		case p.Padding || p.Preempt:
+			return fmt.Errorf("%w: split with padding or preemption: BE never shares HP's SMs, so there is nothing to pad or preempt", ErrConfig)
+		case p.Reserve < 0 || spec.PartitionStep <= 0:
+			return fmt.Errorf("%w: split needs an SM partition (reserve off, or %s cannot partition its SMs)", ErrConfig, spec.Name)
+		}
+	}
 	if p.Reserve >= 0 {
-		spec := st.Spec()
 		reserve := p.Reserve
 		if reserve == 0 {
 			var hp []*profiles.Profile
 			for _, c := range st.HP() {
 				hp = append(hp, c.Profile())
 			}
-			reserve = ReserveSMs(spec, hp)
+			if p.Split {
+				reserve = SplitReserve(spec, hp)
+			} else {
+				reserve = ReserveSMs(spec, hp)
+			}
 		}
 		if spec.PartitionStep > 0 {
 			p.part = gpu.PartitionFloor(spec, spec.SMs-reserve)
 		}
+	}
+	if p.Split && p.part == 0 {
+		return fmt.Errorf("%w: split with a reserve of %d SMs leaves BE no partition on %s", ErrConfig, p.Reserve, spec.Name)
 	}
 	return nil
 }
@@ -275,6 +341,16 @@ func Form(spec gpu.Spec, k *profiles.Kernel, plainBound time.Duration) gpu.Form 
 }
 
 func (p *Atoll) Schedule(st *sched.State, now time.Duration) {
+	if p.Split {
+		// HP and BE share no SM: each runs as it comes.
+		for _, c := range st.HP() {
+			preempt.LaunchHP(st, c, p.HPWindow, false, p.padKeep)
+		}
+		for _, b := range st.BE() {
+			p.launchFree(st, b)
+		}
+		return
+	}
 	if st.HPBusy() {
 		p.seenHP = true
 		if p.Preempt {

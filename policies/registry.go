@@ -80,3 +80,20 @@ func ByName(name string) (sched.Policy, error) {
 	}
 	return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
 }
+
+// SplitList splits a comma-separated list of policies, keeping each
+// policy's parameters with it: an element that holds '=' but no ':' is a
+// further parameter of the policy before it, so
+// "orion,atoll:split=true,reserve=100" is orion and
+// atoll:split=true,reserve=100.
+func SplitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if n := len(out); n > 0 && strings.Contains(e, "=") && !strings.Contains(e, ":") && strings.Contains(out[n-1], ":") {
+			out[n-1] += "," + e
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}

@@ -29,9 +29,28 @@ func TestByNameParameters(t *testing.T) {
 			t.Errorf("%s: NoAdmission %v Confined %v, want %v", params, a.NoAdmission, a.Confined, want)
 		}
 	}
-	for _, bad := range []string{"atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:admission=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
+	if p, err := ByName("atoll:split=true,reserve=68"); err != nil || !p.(*Atoll).Split || p.(*Atoll).Reserve != 68 {
+		t.Errorf("atoll:split=true,reserve=68: %+v, %v", p, err)
+	}
+	for _, bad := range []string{"atoll:split=maybe", "atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:admission=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
 		if _, err := ByName(bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("%q: %v, want ErrConfig", bad, err)
 		}
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	got := SplitList("dedicated,atoll:split=true,reserve=100,orion,atoll:resume-after=1us,reserve=x=y")
+	want := []string{"dedicated", "atoll:split=true,reserve=100", "orion", "atoll:resume-after=1us,reserve=x=y"}
+	if len(got) != len(want) {
+		t.Fatalf("SplitList: %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("SplitList[%d] = %q, want %q", i, got[i], want[i])
+		}
+	}
+	if got := SplitList("reserve=8,atoll"); len(got) != 2 || got[0] != "reserve=8" {
+		t.Errorf("a leading parameter has no policy to join: %q", got)
 	}
 }

@@ -47,6 +47,8 @@ func factory(name string, m map[string]string) (sched.Policy, error) {
 	set(e)
 	p.PadAnyClass, e = a.Bool("pad-any-class")
 	set(e)
+	p.Split, e = a.Bool("split")
+	set(e)
 	p.Reserve, e = a.Int("reserve")
 	set(e)
 	p.SMThreshold, e = a.Int("sm-threshold")

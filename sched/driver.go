@@ -124,6 +124,9 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	}
 	ctxs := map[Class]gpu.Context{}
 	ctxFor := func(sc StreamClass, class Class) (gpu.Context, error) {
+		if sc.Rest && sc.SMs <= 0 {
+			return 0, fmt.Errorf("%w: policy %s: %s streams on the rest of a partition of %d SMs", ErrConfig, opt.Policy.Name(), class, sc.SMs)
+		}
 		if !sc.OwnContext && sc.SMs <= 0 {
 			return 0, nil
 		}
@@ -135,12 +138,19 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 		}
 		var c gpu.Context
 		var err error
-		if sc.OwnContext {
+		switch {
+		case sc.OwnContext:
 			if c, err = dev.NewContext(); err != nil {
 				return 0, devErr("NewContext", err)
 			}
-		} else if c, err = dev.NewPartition(sc.SMs); err != nil {
-			return 0, devErr(fmt.Sprintf("NewPartition(%d SMs) for %s streams", sc.SMs, class), err)
+		case sc.Rest:
+			if c, err = dev.NewPartitionRest(sc.SMs); err != nil {
+				return 0, devErr(fmt.Sprintf("NewPartitionRest(%d SMs) for %s streams", sc.SMs, class), err)
+			}
+		default:
+			if c, err = dev.NewPartition(sc.SMs); err != nil {
+				return 0, devErr(fmt.Sprintf("NewPartition(%d SMs) for %s streams", sc.SMs, class), err)
+			}
 		}
 		ctxs[class] = c
 		return c, nil

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"time"
 
 	"atoll/gpu"
 	"atoll/profiles"
@@ -30,6 +31,42 @@ func SMsNeeded(spec gpu.Spec, k *profiles.Kernel) int {
 // per resident slot on the whole device, no more than its logical blocks.
 func Workers(spec gpu.Spec, k *profiles.Kernel) int {
 	return max(1, min(k.GridDim().Count(), spec.SMs*BlocksPerSM(spec, k)))
+}
+
+// DurationOn is k's solo duration confined to sms SMs: interpolated
+// between its partition points (profiles.Kernel.Partition, measured on SM
+// partitions; the last is the whole GPU) where it has them, the profiled
+// duration scaled by the share of the last point beyond them; else its
+// profiled duration scaled by the waves its grid takes on sms SMs against
+// the whole device (a grid that fits in one wave on sms SMs is not
+// slowed).
+func DurationOn(spec gpu.Spec, k *profiles.Kernel, sms int) time.Duration {
+	if sms >= spec.SMs || sms <= 0 {
+		return k.Duration()
+	}
+	if pts := k.Partition; len(pts) > 0 {
+		full := pts[len(pts)-1].DurationUs
+		if full <= 0 {
+			return k.Duration()
+		}
+		at := pts[0].DurationUs * float64(pts[0].SMs) / float64(sms) // below the first point: linear in SMs
+		for i := 1; i < len(pts); i++ {
+			a, b := pts[i-1], pts[i]
+			if sms >= a.SMs && sms <= b.SMs && b.SMs > a.SMs {
+				at = a.DurationUs + (b.DurationUs-a.DurationUs)*float64(sms-a.SMs)/float64(b.SMs-a.SMs)
+				break
+			}
+		}
+		if sms > pts[len(pts)-1].SMs {
+			at = full
+		}
+		return time.Duration(float64(k.Duration()) * max(at, full) / full)
+	}
+	per := BlocksPerSM(spec, k)
+	grid := k.GridDim().Count()
+	on := (grid + sms*per - 1) / (sms * per)
+	all := (grid + spec.SMs*per - 1) / (spec.SMs * per)
+	return time.Duration(float64(k.Duration()) * float64(on) / float64(max(all, 1)))
 }
 
 // Waves is how many rounds of resident blocks k's grid takes alone.

@@ -67,3 +67,63 @@ long dur=2ms grid=200 block=1024 class=compute
 		t.Errorf("BE work %v with the partition, %v without: the partition should cost BE little", onWork, offWork)
 	}
 }
+
+// TestSplitRunsBEBesideBusyHP: HP kernels that need 64 SMs for one wave
+// at a rate that keeps HP busy half the time, beside a BE client of 2 ms
+// one-wave kernels. With atoll:split and a reserve of 68 SMs, HP runs on
+// the 68 SMs BE's partition (64) leaves and BE runs all the time: HP p99
+// stays at solo (no BE block holds an SM HP may use) and BE gets its
+// partition's whole share. The default atoll leaves HP 36 SMs that no BE
+// block holds, half of what its kernels need for one wave, so HP takes
+// twice as long there (its BE, in 96 SMs, gets more).
+func TestSplitRunsBEBesideBusyHP(t *testing.T) {
+	hp := mustProfile(t, "hp", `
+a dur=50us grid=128 block=1024 class=compute
+b dur=50us grid=128 block=1024 class=compute
+c dur=50us grid=128 block=1024 class=compute
+d dur=50us grid=128 block=1024 class=compute
+`)
+	be := mustProfile(t, "wave", `
+long dur=2ms grid=264 block=1024 class=compute
+`)
+	const dur = 200 * time.Millisecond
+	var arr []time.Duration
+	for a := 700 * time.Microsecond; a < dur; a += 400 * time.Microsecond {
+		arr = append(arr, a)
+	}
+	w := sched.Workload{
+		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arr}},
+		BE: []sched.BEWorkload{{Name: "wave", Profile: be}},
+	}
+	run := func(name string) (p99 time.Duration, work time.Duration) {
+		t.Helper()
+		pol, err := policies.ByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: dur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lats []time.Duration
+		for _, r := range tr.Requests {
+			lats = append(lats, r.Latency())
+		}
+		return pct(lats, 0.99), tr.BEWork
+	}
+	splitP99, splitWork := run("atoll:split=true,reserve=68")
+	defP99, defWork := run("atoll")
+	t.Logf("split 68/64: p99 %v, BE work %v; default atoll: p99 %v, BE work %v", splitP99, splitWork, defP99, defWork)
+	solo := hp.Total()
+	if splitP99 > solo+20*time.Microsecond {
+		t.Errorf("split: HP p99 %v, want within 20µs of solo %v (its kernels fit in one wave on its 68 SMs)", splitP99, solo)
+	}
+	// 264 blocks at 2 per SM take 3 waves on 64 SMs: 6 ms a kernel, so
+	// the run holds about 33 kernels of 2 ms of work each.
+	if want := dur / 3 * 9 / 10; splitWork < want {
+		t.Errorf("split: BE work %v, want at least %v (its partition all the time)", splitWork, want)
+	}
+	if defP99 < solo*3/2 {
+		t.Errorf("default atoll: HP p99 %v, want at least 1.5x solo %v: its kernels should find too few SMs free", defP99, solo)
+	}
+}

@@ -47,6 +47,10 @@ type StreamClass struct {
 	// the other class but never on the SMs outside the partition. It must
 	// pass gpu.CheckPartition; OwnContext must then be false.
 	SMs int
+	// Rest puts the class's streams on the SMs a partition of SMs leaves
+	// instead (gpu.Device.NewPartitionRest): with the other class in the
+	// partition of SMs, the two classes share no SM.
+	Rest bool
 }
 
 // StreamPlan holds the stream classes of HP and BE clients. Every client

@@ -61,11 +61,11 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	w.register(fs)
 	plotPath := fs.String("plot", "", "also draw the HP latency CDFs to this file (.svg, .png or .pdf)")
 	reports := fs.String("reports", "", "also write each policy's JSON report (the format 'atoll compare' reads) into this directory as <policy>.json")
-	only := fs.String("policies", strings.Join(policies.Names(), ","), "policies to run, comma-separated, in table order")
+	only := fs.String("policies", strings.Join(policies.Names(), ","), "policies to run, comma-separated, in table order; a policy's parameters follow it (atoll:split=true,reserve=100)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	names := strings.Split(*only, ",")
+	names := policies.SplitList(*only)
 	for _, n := range names {
 		if _, err := policies.ByName(n); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"atoll/bench"
+	"atoll/policies"
 	"atoll/gpu"
 	gpubackend "atoll/gpu/backend"
 	"atoll/gpu/cuda"
@@ -95,7 +96,7 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	c.Policies = nil
-	for _, p := range strings.Split(*pols, ",") {
+	for _, p := range policies.SplitList(*pols) {
 		if p = strings.TrimSpace(p); p != "" {
 			c.Policies = append(c.Policies, p)
 		}

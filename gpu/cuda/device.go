@@ -63,7 +63,8 @@ const (
 type ctxRec struct {
 	h       uintptr // CUcontext
 	green   uintptr // CUgreenCtx when the context is an SM partition
-	sms     int     // SMs of a partition; 0: the whole device
+	sms     int     // SMs of a partition (NewPartition's size); 0: the whole device
+	rest    bool    // the SMs a partition of sms leaves (NewPartitionRest)
 	copyStr uintptr // internal stream: synchronous copies and clock base events
 	capStr  uintptr // internal stream graphs are captured on (made on first use)
 	base    uintptr // clock base event

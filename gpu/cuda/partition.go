@@ -43,6 +43,20 @@ func (p *partitionDriver) ok() bool {
 // events work across it. sms must be a multiple of Spec.PartitionStep.
 // Asking again for a size already made returns the same context.
 func (d *Device) NewPartition(sms int) (gpu.Context, error) {
+	return d.partition(sms, false)
+}
+
+// NewPartitionRest makes a green context of the SMs the split of
+// NewPartition(sms) leaves (the split's remaining resource): the driver's
+// split is made the same way for both, so the two share no SM
+// (TestGPUPartitionRest checks it with SM ids).
+func (d *Device) NewPartitionRest(sms int) (gpu.Context, error) {
+	return d.partition(sms, true)
+}
+
+// partition makes the green context of a split of sms SMs, or of what it
+// leaves.
+func (d *Device) partition(sms int, rest bool) (gpu.Context, error) {
 	if err := d.live(); err != nil {
 		return 0, err
 	}
@@ -52,7 +66,7 @@ func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 	// A partition holds no state but its SMs: one of each size is made
 	// and shared, so that runs on one device do not pile up contexts.
 	for c, cr := range d.ctxs {
-		if cr.green != 0 && cr.sms == sms {
+		if cr.green != 0 && cr.sms == sms && cr.rest == rest {
 			return gpu.Context(c), nil
 		}
 	}
@@ -81,8 +95,15 @@ func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 	if got := int(binary.LittleEndian.Uint32(buf[devResourceBytes+devResourceSMCount:])); groups != 1 || got != sms {
 		return 0, fmt.Errorf("%w: cuda: asked the driver for one group of %d SMs, got %d group(s) of %d", gpu.ErrDriver, sms, groups, got)
 	}
+	use := res
+	if rest {
+		use = rem
+		if left := int(binary.LittleEndian.Uint32(buf[2*devResourceBytes+devResourceSMCount:])); left != d.info.Spec.SMs-sms {
+			return 0, fmt.Errorf("%w: cuda: a split of %d SMs left %d of the device's %d", gpu.ErrDriver, sms, left, d.info.Spec.SMs)
+		}
+	}
 	var desc, green, h uintptr
-	if err := check("cuDevResourceGenerateDesc", d.drv.call(pd.cuDevResourceGenerateDesc, uintptr(unsafe.Pointer(&desc)), uintptr(res), 1)); err != nil {
+	if err := check("cuDevResourceGenerateDesc", d.drv.call(pd.cuDevResourceGenerateDesc, uintptr(unsafe.Pointer(&desc)), uintptr(use), 1)); err != nil {
 		return 0, err
 	}
 	if err := check("cuGreenCtxCreate", d.drv.call(pd.cuGreenCtxCreate, uintptr(unsafe.Pointer(&green)), desc, d.dev, greenCtxDefaultStrm)); err != nil {
@@ -93,7 +114,7 @@ func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 		return 0, err
 	}
 	c := int32(len(d.ctxs))
-	d.ctxs = append(d.ctxs, ctxRec{h: h, green: green, sms: sms})
+	d.ctxs = append(d.ctxs, ctxRec{h: h, green: green, sms: sms, rest: rest})
 	if err := d.initContext(c); err != nil {
 		return 0, err
 	}

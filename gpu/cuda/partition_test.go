@@ -152,3 +152,47 @@ func TestGPUPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGPUPartitionRest checks with SM ids that a partition and the rest
+// of its split share no SM: kernels wide enough for every SM, one in each,
+// run on disjoint sets that together cover at most the device.
+func TestGPUPartitionRest(t *testing.T) {
+	d, _ := openGPU(t)
+	spec := d.Info().Spec
+	sms := gpu.PartitionFloor(spec, spec.SMs*3/4)
+	part, err := d.NewPartition(sms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := d.NewPartitionRest(sms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.LoadModule(gpu.ModuleSource{Name: "partition_test", CUDA: partitionKernels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := m.Function("smid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := d.NewStream(gpu.StreamOptions{Context: part, Priority: d.Info().Priorities.Least})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := d.NewStream(gpu.StreamOptions{Context: rest, Priority: d.Info().Priorities.Greatest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := smids(t, d, fn, ps, 4*spec.SMs, 20_000)
+	out := smids(t, d, fn, rs, 4*spec.SMs, 20_000)
+	t.Logf("partition of %d SMs ran on %d SMs, its rest on %d", sms, len(in), len(out))
+	if len(in) > sms || len(out) > spec.SMs-sms {
+		t.Errorf("partition of %d SMs ran on %d, its rest (%d SMs) on %d", sms, len(in), spec.SMs-sms, len(out))
+	}
+	for id := range out {
+		if in[id] {
+			t.Errorf("SM %d ran work of both the partition and its rest", id)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func (e *InjectedError) Unwrap() []error { return []error{ErrInjected, gpu.ErrDr
 // names FailMethod accepts and Count reports. Info, Now, Store and Load cannot
 // fail and are not counted.
 var Methods = []string{
-	"Wait", "NewContext", "NewPartition", "NewStream", "DestroyStream", "LoadModule", "Function",
+	"Wait", "NewContext", "NewPartition", "NewPartitionRest", "NewStream", "DestroyStream", "LoadModule", "Function",
 	"Alloc", "Free", "CopyToDevice", "CopyFromDevice", "Memset32", "NewHostWords",
 	"Launch", "NewEvent", "DestroyEvent", "Record", "Query", "Time",
 	"NewGraph", "LaunchGraph", "DestroyGraph", "Matmul", "Conv", "Close",
@@ -214,6 +214,13 @@ func (f *Device) NewPartition(sms int) (gpu.Context, error) {
 		return 0, err
 	}
 	return f.inner.NewPartition(sms)
+}
+
+func (f *Device) NewPartitionRest(sms int) (gpu.Context, error) {
+	if err := f.enter("NewPartitionRest"); err != nil {
+		return 0, err
+	}
+	return f.inner.NewPartitionRest(sms)
 }
 
 func (f *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {

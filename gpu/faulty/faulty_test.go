@@ -39,6 +39,10 @@ func (d *fake) Wait(_ context.Context, until time.Duration) error {
 }
 func (d *fake) NewContext() (gpu.Context, error)      { d.hit("NewContext"); return 1, nil }
 func (d *fake) NewPartition(int) (gpu.Context, error) { d.hit("NewPartition"); return 2, nil }
+func (d *fake) NewPartitionRest(int) (gpu.Context, error) {
+	d.hit("NewPartitionRest")
+	return 3, nil
+}
 func (d *fake) NewStream(gpu.StreamOptions) (gpu.Stream, error) {
 	d.hit("NewStream")
 	d.streams++

@@ -65,6 +65,7 @@ type Device struct {
 	due     []*group
 	touched []*smClass
 	marks   []bool
+	blocked []smSpan // dispatch scratch: SMs a pending kernel holds back
 	// mergeBuf: mergeSorted's scratch.
 	mergeBuf []int16
 }
@@ -154,10 +155,11 @@ func (d *Device) NewContext() (gpu.Context, error) {
 }
 
 // simCtx is what a context handle stands for: a time-sliced machine, and
-// for an SM partition the first SM its streams may use.
+// for an SM partition the SMs its streams may use, [lo, hi) (hi 0: up to
+// the last SM).
 type simCtx struct {
 	machine   int
-	lo        int16
+	lo, hi    int16
 	partition bool
 }
 
@@ -188,6 +190,29 @@ func (d *Device) NewPartition(sms int) (gpu.Context, error) {
 	return c, nil
 }
 
+// NewPartitionRest makes the context of the SMs NewPartition(sms) leaves:
+// its streams' blocks are placed on the device's lowest SMs − sms SMs only.
+func (d *Device) NewPartitionRest(sms int) (gpu.Context, error) {
+	if d.fault != nil {
+		return 0, d.fault
+	}
+	if d.closed {
+		return 0, errClosed
+	}
+	if err := gpu.CheckPartition(d.spec, sms); err != nil {
+		return 0, err
+	}
+	hi := int16(d.spec.SMs - sms)
+	for c, x := range d.ctxs {
+		if x.partition && x.lo == 0 && x.hi == hi {
+			return gpu.Context(c), nil
+		}
+	}
+	c := gpu.Context(len(d.ctxs))
+	d.ctxs = append(d.ctxs, simCtx{hi: hi, partition: true})
+	return c, nil
+}
+
 // NewStream makes a stream. The priority must lie in Info().Priorities.
 func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 	if d.fault != nil {
@@ -209,6 +234,7 @@ func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 		ctx:  opt.Context,
 		m:    d.ctxs[opt.Context].machine,
 		lo:   d.ctxs[opt.Context].lo,
+		hi:   d.ctxs[opt.Context].hi,
 		wake: math.Inf(1),
 	}
 	d.streams = append(d.streams, s)

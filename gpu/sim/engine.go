@@ -268,21 +268,56 @@ func (d *Device) dispatch(m *machine) {
 
 // dispatchFIFO serves the pending kernels in order: each places as many
 // blocks as fit (one block per SM with room per round, breadth first), and
-// the first that cannot place all its blocks stops the dispatch, so no
-// kernel behind it, of its level or a less urgent one, places any.
+// a kernel left with blocks pending (unable to place them, or stopped by
+// one before it) stops the dispatch on its SMs: no kernel behind it, of its
+// level or a less urgent one, that may use any of those SMs places any.
+// Kernels confined to other SMs (SM partitions apart from it) go on.
 func (d *Device) dispatchFIFO(m *machine) {
+	blocked := d.blocked[:0]
 	for _, k := range m.pending {
-		for k.pendingBlocks() > 0 && d.placeLevel(m, k) > 0 {
+		lo, hi := d.smRange(k.st)
+		if !overlaps(blocked, lo, hi) {
+			for k.pendingBlocks() > 0 && d.placeLevel(m, k) > 0 {
+			}
 		}
 		if k.pendingBlocks() > 0 {
-			return
+			if lo == 0 && int(hi) == d.spec.SMs {
+				break
+			}
+			blocked = append(blocked, smSpan{lo, hi})
 		}
 	}
+	d.blocked = blocked[:0]
+}
+
+// smSpan is a range of SMs, [lo, hi).
+type smSpan struct{ lo, hi int16 }
+
+// smRange is the SMs s's blocks may use.
+func (d *Device) smRange(s *stream) (lo, hi int16) {
+	if s.hi > 0 {
+		return s.lo, s.hi
+	}
+	return s.lo, int16(d.spec.SMs)
+}
+
+// overlaps reports whether [lo, hi) shares an SM with any of spans.
+func overlaps(spans []smSpan, lo, hi int16) bool {
+	for _, b := range spans {
+		if lo < b.hi && b.lo < hi {
+			return true
+		}
+	}
+	return false
 }
 
 // dispatchRR: within a level, kernels take turns placing one block per SM
 // with room (breadth first), starting from a rotating offset.
+// A kernel left with blocks pending stops the less urgent levels on its
+// SMs, as in dispatchFIFO.
 func (d *Device) dispatchRR(m *machine) {
+	blocked := d.blocked[:0]
+	defer func() { d.blocked = blocked[:0] }()
 	for i := 0; i < len(m.pending); {
 		prio := m.pending[i].st.prio
 		j := i + 1
@@ -297,7 +332,10 @@ func (d *Device) dispatchRR(m *machine) {
 			progress := false
 			for q := range n {
 				k := level[(off+q)%n]
-				if k.pendingBlocks() > 0 && d.placeLevel(m, k) > 0 {
+				if k.pendingBlocks() == 0 {
+					continue
+				}
+				if lo, hi := d.smRange(k.st); !overlaps(blocked, lo, hi) && d.placeLevel(m, k) > 0 {
 					progress = true
 				}
 			}
@@ -309,15 +347,14 @@ func (d *Device) dispatchRR(m *machine) {
 		if placed && n > 1 {
 			m.rr[prio-greatestPriority]++
 		}
-		blocked := false
 		for _, k := range level {
 			if k.pendingBlocks() > 0 {
-				blocked = true
-				break
+				lo, hi := d.smRange(k.st)
+				if lo == 0 && int(hi) == d.spec.SMs {
+					return
+				}
+				blocked = append(blocked, smSpan{lo, hi})
 			}
-		}
-		if blocked {
-			return
 		}
 		i = j
 	}
@@ -363,12 +400,17 @@ func (d *Device) take(p *part, first, n int) {
 // SM index first, splitting classes as needed. It returns the blocks placed.
 func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 	cands, total := d.cands[:0], 0
-	lo := p.k.st.lo
+	lo, hi := p.k.st.lo, p.k.st.hi
 	if lo > 0 && limit > 0 {
 		d.splitAt(m, lo)
 	}
+	if hi > 0 && limit > 0 {
+		d.splitAt(m, hi)
+	} else {
+		hi = int16(d.spec.SMs)
+	}
 	for _, c := range m.classes {
-		if c.ids[0] >= lo && c.free.fits(p.res) {
+		if c.ids[0] >= lo && c.ids[len(c.ids)-1] < hi && c.free.fits(p.res) {
 			cands = append(cands, c)
 			total += len(c.ids)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"atoll/gpu"
 )
@@ -108,5 +109,85 @@ func TestPartitionReused(t *testing.T) {
 	c, _ := d.NewPartition(120)
 	if a != b || a == c {
 		t.Errorf("partitions %d, %d (same size) and %d: want the first two equal, the third apart", a, b, c)
+	}
+}
+
+// TestPartitionRestIsDisjoint: with BE in a partition of 96 SMs and HP in
+// the rest (36 SMs), kernels wide enough for every SM never place a block
+// on the other context's SMs, and side by side each ends when it ends
+// alone in its context (they share no SM; these kernels make no memory
+// traffic).
+func TestPartitionRestIsDisjoint(t *testing.T) {
+	lat := gpu.H100SXM.LaunchLatency
+	run := func(withBE, withHP bool) (*rig, time.Duration, time.Duration) {
+		r := newRig(t, Config{})
+		d := r.d
+		part, err := d.NewPartition(96)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest, err := d.NewPartitionRest(96)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := d.NewPartitionRest(96); again != rest || rest == part {
+			t.Fatalf("rest contexts %d and %d, partition %d: want the rests equal and apart from the partition", rest, again, part)
+		}
+		be, err := d.NewStream(gpu.StreamOptions{Context: part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hp, err := d.NewStream(gpu.StreamOptions{Context: rest, Priority: -5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withBE {
+			r.launch(be, plain("be", 132*2, 1024, 100*us))
+		}
+		if withHP {
+			r.launch(hp, plain("hp", 132*2, 1024, 10*us))
+		}
+		r.drain()
+		var beEnd, hpEnd time.Duration
+		for id, end := range r.ends() {
+			if withBE && id == 1 {
+				beEnd = end
+			} else {
+				hpEnd = end
+			}
+		}
+		return r, beEnd, hpEnd
+	}
+	_, beAlone, _ := run(true, false)
+	_, _, hpAlone := run(false, true)
+	r, beEnd, hpEnd := run(true, true)
+	// 264 blocks of 1024 threads, 2 per SM: one wave on 132 SMs, two on
+	// 96, four on 36.
+	if beAlone < lat+200*us || hpAlone < lat+40*us {
+		t.Errorf("alone: BE ends at %v, HP at %v; want at least 2 and 4 waves", beAlone, hpAlone)
+	}
+	if !near(beEnd, beAlone, us) || !near(hpEnd, hpAlone, us) {
+		t.Errorf("side by side BE ends at %v, HP at %v; alone %v and %v", beEnd, hpEnd, beAlone, hpAlone)
+	}
+	for _, e := range r.trace {
+		if e.Kind == TraceSwitch {
+			t.Fatalf("partitions must not time-slice: %+v", e)
+		}
+		if e.Kind != TraceDispatch {
+			continue
+		}
+		for _, sm := range e.SMs {
+			if e.Kernel == 1 && sm < 36 {
+				t.Fatalf("partition kernel on SM %d (its SMs are 36..131)", sm)
+			}
+			if e.Kernel == 2 && sm >= 36 {
+				t.Fatalf("rest kernel on SM %d (its SMs are 0..35)", sm)
+			}
+		}
+	}
+	for _, n := range []int{0, 4, 132} {
+		if _, err := r.d.NewPartitionRest(n); !errors.Is(err, gpu.ErrInvalidLaunch) {
+			t.Errorf("NewPartitionRest(%d): %v, want ErrInvalidLaunch", n, err)
+		}
 	}
 }

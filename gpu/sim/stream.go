@@ -32,7 +32,7 @@ type stream struct {
 	prio     int
 	ctx      gpu.Context
 	m        int   // index of its context's machine
-	lo       int16 // first SM its blocks may use (SM partitions)
+	lo, hi   int16 // SMs its blocks may use: [lo, hi), hi 0 for all from lo (SM partitions)
 	dead     bool
 	ops      []op // ops[head:] are not yet complete
 	head     int

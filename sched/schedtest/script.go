@@ -175,6 +175,8 @@ func ctxNote(c sched.StreamClass) string {
 	switch {
 	case c.OwnContext:
 		return " (own context)"
+	case c.Rest:
+		return fmt.Sprintf(" (the SMs a partition of %d leaves)", c.SMs)
 	case c.SMs > 0:
 		return fmt.Sprintf(" (partition of %d SMs)", c.SMs)
 	}
