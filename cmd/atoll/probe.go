@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"atoll/bench"
-	"atoll/policies"
 	"atoll/gpu"
 	gpubackend "atoll/gpu/backend"
 	"atoll/gpu/cuda"
 	"atoll/kernels"
+	"atoll/policies"
 )
 
 const probeHelp = `
