@@ -107,6 +107,9 @@ type Report struct {
 	// sched.Options.NoHPGraphs).
 	GraphLaunches int    `json:"graphLaunches,omitempty"`
 	HPGraphs      string `json:"hpGraphs,omitempty"`
+	// Streams says where the policy's streams ran: priorities, SM
+	// partitions (sched.StreamPlan.String).
+	Streams string `json:"streams,omitempty"`
 	// HPByBatch counts the measured HP requests by the batch of the pass
 	// that served them ("1", "2", ...; Workload.HPBatches), where passes
 	// may serve several.
@@ -322,6 +325,9 @@ func Describe(r *Report) string {
 	}
 	if len(r.HPByBatch) > 0 {
 		fmt.Fprintf(&b, "\nHP requests by the batch of their pass in the %s run: %s", r.Policy, byBatch(r.HPByBatch))
+	}
+	if r.Streams != "" {
+		fmt.Fprintf(&b, "\n%s run: %s", r.Policy, r.Streams)
 	}
 	switch {
 	case r.HPGraphs == "on":

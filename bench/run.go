@@ -377,7 +377,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.PreemptLatency = Summarize(pl)
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
-	r.GraphLaunches, r.HPGraphs = tr.GraphLaunches, tr.HPGraphs
+	r.GraphLaunches, r.HPGraphs, r.Streams = tr.GraphLaunches, tr.HPGraphs, tr.Streams
 	if len(c.HPBatched) > 0 {
 		r.HPByBatch = map[string]int{}
 		for _, q := range tr.Requests {

@@ -115,6 +115,7 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	}
 	// Streams per the policy's plan.
 	plan := opt.Policy.Streams()
+	d.trace.Streams = plan.String()
 	prio := dev.Info().Priorities
 	level := func(p Priority) int {
 		if p == PriorityGreatest {

@@ -1,6 +1,9 @@
 package sched
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Policy decides launches. The core calls Start once, then Schedule after
 // every event it accepts. Schedule inspects the State and acts through its
@@ -57,6 +60,26 @@ type StreamClass struct {
 // gets a stream of its own; padded launches go on the HP client's stream.
 type StreamPlan struct {
 	HP, BE StreamClass
+}
+
+// String says where the class's streams run: "greatest", "least (partition
+// of 96 SMs)", "greatest (the SMs a partition of 96 leaves)", "least (own
+// context)".
+func (c StreamClass) String() string {
+	switch {
+	case c.OwnContext:
+		return c.Priority.String() + " (own context)"
+	case c.SMs > 0 && c.Rest:
+		return fmt.Sprintf("%s (the SMs a partition of %d leaves)", c.Priority, c.SMs)
+	case c.SMs > 0:
+		return fmt.Sprintf("%s (partition of %d SMs)", c.Priority, c.SMs)
+	}
+	return c.Priority.String()
+}
+
+// String is "hp streams C, be streams C" with each class's String.
+func (p StreamPlan) String() string {
+	return "hp streams " + p.HP.String() + ", be streams " + p.BE.String()
 }
 
 // PriorityPlan is the common plan: HP at the greatest priority, BE at the

@@ -88,6 +88,7 @@ type Trace struct {
 	// duration are relative to it, record times are device-clock times.
 	Start            time.Duration
 	Policy           string
+	Streams          string // where the policy's streams ran (StreamPlan.String)
 	Device           string
 	Warmup, Duration time.Duration
 	End              time.Duration // when the run drained

@@ -105,8 +105,7 @@ func RunScript(t *testing.T, path string, f Factory) {
 					return "", err
 				}
 				pl := pol.Streams()
-				return fmt.Sprintf("policy %s: hp streams %s%s, be streams %s%s\n", pol.Name(),
-					pl.HP.Priority, ctxNote(pl.HP), pl.BE.Priority, ctxNote(pl.BE)) + format(core.Decisions()), nil
+				return fmt.Sprintf("policy %s: %s\n", pol.Name(), pl) + format(core.Decisions()), nil
 			}
 			if core == nil {
 				return "", fmt.Errorf("%s: run init first", d.Cmd)
@@ -169,18 +168,6 @@ func RunScript(t *testing.T, path string, f Factory) {
 		}
 		return out
 	})
-}
-
-func ctxNote(c sched.StreamClass) string {
-	switch {
-	case c.OwnContext:
-		return " (own context)"
-	case c.Rest:
-		return fmt.Sprintf(" (the SMs a partition of %d leaves)", c.SMs)
-	case c.SMs > 0:
-		return fmt.Sprintf(" (partition of %d SMs)", c.SMs)
-	}
-	return ""
 }
 
 func atoi(s string) int {
