@@ -36,6 +36,15 @@ func TestDurationOn(t *testing.T) {
 			t.Errorf("by waves, on %d SMs: %v, want %v", sms, got, want)
 		}
 	}
+	// A vendor kernel without points: its grid is not the profile's, so
+	// it is taken to use every SM.
+	k.Tags = []string{profiles.TagBLAS}
+	if got, want := sched.DurationOn(spec, &k, 66), 200*time.Microsecond; got != want {
+		t.Errorf("vendor kernel without points on 66 SMs: %v, want %v", got, want)
+	}
+	if got, want := sched.DurationOn(spec, &k, 33), 400*time.Microsecond; got != want {
+		t.Errorf("vendor kernel without points on 33 SMs: %v, want %v", got, want)
+	}
 }
 
 func TestSplitReserve(t *testing.T) {
@@ -60,11 +69,13 @@ func TestSplitReserve(t *testing.T) {
 	if got := SplitReserve(spec, append(one(small), one(scaled())...)); got != 68 {
 		t.Errorf("two clients: reserve %d, want 68", got)
 	}
-	for _, m := range []string{"resnet50", "bert-base"} {
-		p, err := profiles.Lookup(spec.Name, m, 1, "")
-		if err != nil {
-			t.Fatal(err)
+	for _, g := range []gpu.Spec{gpu.H100SXM, gpu.H200} {
+		for _, m := range []string{"resnet50", "bert-base"} {
+			p, err := profiles.Lookup(g.Name, m, 1, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s bs1 on %s: split reserve %d SMs", m, g.Name, SplitReserve(g, []*profiles.Profile{p}))
 		}
-		t.Logf("%s bs1 on %s: split reserve %d SMs", m, spec.Name, SplitReserve(spec, []*profiles.Profile{p}))
 	}
 }

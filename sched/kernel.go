@@ -39,7 +39,11 @@ func Workers(spec gpu.Spec, k *profiles.Kernel) int {
 // duration scaled by the share of the last point beyond them; else its
 // profiled duration scaled by the waves its grid takes on sms SMs against
 // the whole device (a grid that fits in one wave on sms SMs is not
-// slowed).
+// slowed). A vendor kernel (tagged blas) without points is taken to use
+// every SM, its duration growing as SMs / sms: its grid is the library's,
+// not the profile's (on an H200, whose profiles have no points, the waves
+// rule put ResNet-50's request on 52 SMs, where it ran 9x slower beside
+// training: results/split-h200).
 func DurationOn(spec gpu.Spec, k *profiles.Kernel, sms int) time.Duration {
 	if sms >= spec.SMs || sms <= 0 {
 		return k.Duration()
@@ -61,6 +65,9 @@ func DurationOn(spec gpu.Spec, k *profiles.Kernel, sms int) time.Duration {
 			at = full
 		}
 		return time.Duration(float64(k.Duration()) * max(at, full) / full)
+	}
+	if k.HasTag(profiles.TagBLAS) {
+		return time.Duration(float64(k.Duration()) * float64(spec.SMs) / float64(sms))
 	}
 	per := BlocksPerSM(spec, k)
 	grid := k.GridDim().Count()
