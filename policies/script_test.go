@@ -32,6 +32,8 @@ func factory(name string, m map[string]string) (sched.Policy, error) {
 	set(e)
 	p.BEWindow, e = a.Int("be-window")
 	set(e)
+	p.BEQueue, e = a.Duration("be-queue")
+	set(e)
 	p.HPWindow, e = a.Int("hp-window")
 	set(e)
 	// Scripts exercise the mechanisms: padding and preemption are on

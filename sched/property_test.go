@@ -39,8 +39,9 @@ func randProfile(r *rand.Rand, name string, n int, maxDur int) *profiles.Profile
 // event:
 //   - every HP request's kernels are launched exactly once, in order;
 //   - no BE client has more own-stream launches in flight than its
-//     window (2 for every windowed policy), and a Resumable launch is
-//     always alone;
+//     window (2 for reef, atoll's DefaultBEWindow), its queued work
+//     (BEClient.Queued) is zero when nothing of it is in flight, and a
+//     Resumable launch is always alone;
 //   - once HP has been idle for 1 ms (and the run is not stopping), every
 //     flag is down;
 //   - every admitted request finishes and the run drains.
@@ -84,8 +85,15 @@ func TestInvariantsRandom(t *testing.T) {
 						seenHP = true
 					}
 					for _, b := range st.BE() {
-						if b.OwnInFlight() > 2 && name != "streams" && name != "priority" && name != "timeslice" && name != "orion" {
+						window := 2
+						if name == "atoll" {
+							window = policies.DefaultBEWindow
+						}
+						if b.OwnInFlight() > window && name != "streams" && name != "priority" && name != "timeslice" && name != "orion" {
 							return fmt.Errorf("%s has %d launches in flight", b.ID(), b.OwnInFlight())
+						}
+						if q := b.Queued(); q < 0 || q > 0 && b.OwnInFlight() == 0 && !b.ResumableInFlight() {
+							return fmt.Errorf("%s: %v queued with %d own launches in flight", b.ID(), q, b.OwnInFlight())
 						}
 						if b.ResumableInFlight() && b.InFlight() != 1 {
 							return fmt.Errorf("%s: a resumable launch shares the client with %d others", b.ID(), b.InFlight()-1)

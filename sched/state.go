@@ -185,10 +185,11 @@ type BEClient struct {
 	partial   bool
 	raised    bool
 	inflight  []LaunchID
-	nOwn      int // Plain/Reset launches in flight on its stream
-	nReset    int // Reset launches in flight
-	nResume   int // Resumable launches in flight (at most one)
-	nPads     int // pads in flight (all on padStream)
+	nOwn      int           // Plain/Reset launches in flight on its stream
+	queued    time.Duration // profiled solo time of its own-stream launches in flight
+	nReset    int           // Reset launches in flight
+	nResume   int           // Resumable launches in flight (at most one)
+	nPads     int           // pads in flight (all on padStream)
 	padStream ClientID
 	opens     []*openPreemption
 }
@@ -223,6 +224,10 @@ func (b *BEClient) Raised() bool { return b.raised }
 
 // InFlight is the number of its launches not yet completed (pads included).
 func (b *BEClient) InFlight() int { return len(b.inflight) }
+
+// Queued is the profiled solo time of b's launches in flight on its own
+// stream: how long its queued work keeps the GPU busy once launched.
+func (b *BEClient) Queued() time.Duration { return b.queued }
 
 // OwnInFlight is the number of its Plain/Reset launches in flight.
 func (b *BEClient) OwnInFlight() int { return b.nOwn }
@@ -461,6 +466,7 @@ func (s *State) LaunchBE(b *BEClient, form gpu.Form) (LaunchID, bool) {
 		}
 	}
 	id := s.newLaunch(Launch{Client: b.id, Kernel: b.issued, Stream: b.id, Form: form}, f)
+	b.queued += b.prof.Kernels[b.issued].Duration()
 	b.issued++
 	b.inflight = append(b.inflight, id)
 	s.stats.BELaunches++
@@ -624,6 +630,9 @@ func (s *State) completeBE(f *flight, t time.Duration, o Outcome) {
 		b = s.be[f.l.Client.Index]
 	}
 	b.inflight = dropID(b.inflight, f.l.ID)
+	if f.l.Form != gpu.Padded {
+		b.queued -= b.prof.Kernels[f.l.Kernel].Duration()
+	}
 	// Close preemption records waiting for this launch.
 	b.opens = slices.DeleteFunc(b.opens, func(op *openPreemption) bool {
 		n := len(op.waiting)
