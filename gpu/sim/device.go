@@ -38,6 +38,12 @@ type Device struct {
 
 	now      float64 // virtual time, ns
 	observed bool    // an event completed or a kernel stored a HostWord during this Wait
+	// unseen: something observable happened outside a Wait (while the host
+	// was busy in a call, hostBusy, or an event recorded on an idle stream)
+	// since the last Wait returned; the next Wait returns at once, as the
+	// real GPU's does when an event it would wait for has already
+	// completed.
+	unseen bool
 	seq      uint64  // launches so far
 	hostFree float64 // when the GPU-wide host-read server is next free, ns
 
@@ -135,6 +141,10 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 	}
 	if float64(until) <= d.now {
 		return nil
+	}
+	if d.unseen {
+		d.unseen = false
+		return ctx.Err()
 	}
 	return d.run(ctx, float64(until))
 }
@@ -398,6 +408,7 @@ func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream) {
 	ev.recorded, ev.done = true, false
 	if st.idle() {
 		ev.done, ev.t = true, d.now
+		d.unseen = true
 		return
 	}
 	d.enqueue(st, op{kind: opRecord, host: d.now, ev: e, gen: ev.gen})

@@ -260,6 +260,7 @@ func (d *Device) hostBusy(dt float64) {
 		if err := d.run(context.Background(), target); err != nil {
 			return
 		}
+		d.unseen = d.unseen || d.observed
 	}
 }
 
