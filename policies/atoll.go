@@ -35,7 +35,8 @@ const DefaultBEWindow = 16
 // about half its alone rate on an H200 whatever its partition's size;
 // with eight (about 140-190 µs of the training steps' kernels) it gained
 // 26-50 % beside HP with HP's p99 inside Orion's CI
-// (results/bewindow-h200).
+// (results/bewindow-h200); on an H100 this bound gained 24-35 %
+// (results/bequeue-h100, docs/policies.md).
 const DefaultBEQueue = 200 * time.Microsecond
 
 // DefaultHPWindow is the HP launches atoll keeps in flight per client:
