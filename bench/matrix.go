@@ -68,6 +68,11 @@ type CellSpec struct {
 	Name    string  `yaml:"name" json:"name"`
 	HP      string  `yaml:"hp" json:"hp"`
 	HPBatch int     `yaml:"hpBatch" json:"hpBatch"`
+	// HPMaxBatch serves the HP requests waiting when the model's stream
+	// empties together, in passes of up to this many (the bench flag
+	// --hp-max-batch; 0 or 1: one request per pass). PyTorch's rows still
+	// serve one request at a time.
+	HPMaxBatch int `yaml:"hpMaxBatch" json:"hpMaxBatch,omitempty"`
 	BE      string  `yaml:"be" json:"be"`
 	BEBatch int     `yaml:"beBatch" json:"beBatch"`
 	Arrival string  `yaml:"arrival" json:"arrival"`
@@ -167,6 +172,8 @@ func ReadMatrix(r io.Reader) (*MatrixSpec, error) {
 			return nil, bad("%s: no be model (a cell measures co-location)", where)
 		case !(c.Load > 0 && c.Load < 1):
 			return nil, bad("%s: load must be in (0, 1), got %v", where, c.Load)
+		case c.HPMaxBatch < 0 || len(sched.BatchSizes(c.HPMaxBatch)) > sched.MaxBatched:
+			return nil, bad("%s: hpMaxBatch %d: want 1 to %d (0 or 1: one request per pass)", where, c.HPMaxBatch, 1<<sched.MaxBatched)
 		}
 		seen[c.Name] = true
 		if c.HPBatch == 0 {

@@ -41,6 +41,16 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 		if len(mc.Reports) > 0 && mc.Reports[0].HPGraphs != "" {
 			ew.printf(" HP graphs: %s.", mc.Reports[0].HPGraphs)
 		}
+		if c.HPMaxBatch > 1 {
+			var by []string
+			for _, r := range mc.Reports {
+				if len(r.HPByBatch) > 0 {
+					by = append(by, r.Policy+" "+byBatch(r.HPByBatch))
+				}
+			}
+			ew.printf(" HP requests waiting are served together in passes of up to %d (PyTorch's rows: one at a time); requests by the batch of their pass: %s.",
+				c.HPMaxBatch, strings.Join(by, "; "))
+		}
 		ew.printf(" %.1f s measured per run after %.1f s warm-up; command: `%s`\n\n", res.WindowSec, res.WarmupSec, res.Command)
 		ew.printf("| run | HP req/s | HP p50 ms | HP p99 ms [95 %% CI] | p99 overhead [95 %% CI] | BE steps/s | BE norm | padded | unpadded |\n")
 		ew.printf("|---|---|---|---|---|---|---|---|---|\n")

@@ -32,6 +32,8 @@ func TestReadMatrixRefuses(t *testing.T) {
 		{"name: m\npolicies: [atoll]\ndedicatedRuns: 1\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "noise floor"},
 		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, load: 0.5}\n", "no be model"},
 		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5, arrival: trace}\n", "arrival"},
+		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5, hpMaxBatch: -2}\n", "hpMaxBatch -2"},
+		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5, hpMaxBatch: 100000}\n", "hpMaxBatch 100000"},
 		{"name: [\n", "bench: matrix"},
 	} {
 		_, err := ReadMatrix(strings.NewReader(tc.text))

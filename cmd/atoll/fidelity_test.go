@@ -137,7 +137,7 @@ func TestMatrixCIFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("atoll matrix: %v: %s", err, stderrOf(err))
 	}
-	for _, want := range []string{"### resnet50-train", "### bert-vgg19-bursty", "| atoll |", "Delay by cause"} {
+	for _, want := range []string{"### resnet50-train", "### bert-vgg19-bursty", "| atoll |", "Delay by cause", "by the batch of their pass"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("matrix output lacks %q", want)
 		}

@@ -34,6 +34,12 @@ tools/gpu/torch_cell.py replays in PyTorch). A cell is skipped once its
 cell.json exists, so an interrupted matrix resumes: run the same command
 again. 'atoll compare DIR' prints the tables.
 
+A cell names hp, be, load (0-1 of HP's solo latency), and optionally
+hpBatch, beBatch, arrival (poisson, uniform, lognormal; sigma), seed, and
+hpMaxBatch: HP requests waiting served together in passes of up to that
+many, as --hp-max-batch does for 'atoll bench' (PyTorch's rows still serve
+one at a time). bench/matrix/ci.yaml shows each.
+
 Examples:
   atoll matrix bench/matrix/ci.yaml --out /tmp/m             # simulated, about a minute
   atoll matrix --backend cuda --budget 9m --out results/matrix-h100-2 bench/matrix/gpu.yaml
@@ -89,7 +95,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	var sess cudaSession
 	defer sess.close()
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
-		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, be: c.BE, beBatch: c.BEBatch,
+		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
 			duration: time.Second, warmup: 0, hostCost: *hostCost, graphs: *graphs}
 		if err := w.checkPolicies(spec.Policies); err != nil {
