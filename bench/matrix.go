@@ -65,20 +65,20 @@ type MatrixSpec struct {
 
 // CellSpec is one co-location workload of a matrix.
 type CellSpec struct {
-	Name    string  `yaml:"name" json:"name"`
-	HP      string  `yaml:"hp" json:"hp"`
-	HPBatch int     `yaml:"hpBatch" json:"hpBatch"`
+	Name    string `yaml:"name" json:"name"`
+	HP      string `yaml:"hp" json:"hp"`
+	HPBatch int    `yaml:"hpBatch" json:"hpBatch"`
 	// HPMaxBatch serves the HP requests waiting when the model's stream
 	// empties together, in passes of up to this many (the bench flag
 	// --hp-max-batch; 0 or 1: one request per pass). PyTorch's rows still
 	// serve one request at a time.
-	HPMaxBatch int `yaml:"hpMaxBatch" json:"hpMaxBatch,omitempty"`
-	BE      string  `yaml:"be" json:"be"`
-	BEBatch int     `yaml:"beBatch" json:"beBatch"`
-	Arrival string  `yaml:"arrival" json:"arrival"`
-	Sigma   float64 `yaml:"sigma" json:"sigma,omitempty"`
-	Load    float64 `yaml:"load" json:"load"`
-	Seed    uint64  `yaml:"seed" json:"seed"`
+	HPMaxBatch int     `yaml:"hpMaxBatch" json:"hpMaxBatch,omitempty"`
+	BE         string  `yaml:"be" json:"be"`
+	BEBatch    int     `yaml:"beBatch" json:"beBatch"`
+	Arrival    string  `yaml:"arrival" json:"arrival"`
+	Sigma      float64 `yaml:"sigma" json:"sigma,omitempty"`
+	Load       float64 `yaml:"load" json:"load"`
+	Seed       uint64  `yaml:"seed" json:"seed"`
 	// Torch names the same workload in PyTorch (tools/gpu/torch_cell.py
 	// runs it on the cell's arrivals); absent when PyTorch has no such
 	// model.
