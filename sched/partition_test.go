@@ -34,24 +34,8 @@ long dur=2ms grid=200 block=1024 class=compute
 		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arr}},
 		BE: []sched.BEWorkload{{Name: "wave", Profile: be}, {Name: "wave2", Profile: be}},
 	}
-	run := func(name string) (p99 time.Duration, work time.Duration, part int) {
-		t.Helper()
-		pol, err := policies.ByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: dur})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var lats []time.Duration
-		for _, r := range tr.Requests {
-			lats = append(lats, r.Latency())
-		}
-		return pct(lats, 0.99), tr.BEWork, pol.(*policies.Atoll).PartitionSMs()
-	}
-	offP99, offWork, offPart := run("atoll:reserve=off")
-	onP99, onWork, onPart := run("atoll")
+	offP99, offWork, offPart := runNamed(t, "atoll:reserve=off", w, dur)
+	onP99, onWork, onPart := runNamed(t, "atoll", w, dur)
 	t.Logf("no partition: p99 %v, BE work %v; partition of %d SMs: p99 %v, BE work %v", offP99, offWork, onPart, onP99, onWork)
 	if offPart != 0 || onPart != 120 {
 		t.Fatalf("partitions %d and %d SMs, want none and 120 (HP needs 8 SMs: 132-8 rounded down to a multiple of 8)", offPart, onPart)
@@ -95,24 +79,8 @@ long dur=2ms grid=264 block=1024 class=compute
 		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arr}},
 		BE: []sched.BEWorkload{{Name: "wave", Profile: be}},
 	}
-	run := func(name string) (p99 time.Duration, work time.Duration) {
-		t.Helper()
-		pol, err := policies.ByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: dur})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var lats []time.Duration
-		for _, r := range tr.Requests {
-			lats = append(lats, r.Latency())
-		}
-		return pct(lats, 0.99), tr.BEWork
-	}
-	splitP99, splitWork := run("atoll:split=true,reserve=68")
-	defP99, defWork := run("atoll")
+	splitP99, splitWork, _ := runNamed(t, "atoll:split=true,reserve=68", w, dur)
+	defP99, defWork, _ := runNamed(t, "atoll", w, dur)
 	t.Logf("split 68/64: p99 %v, BE work %v; default atoll: p99 %v, BE work %v", splitP99, splitWork, defP99, defWork)
 	solo := hp.Total()
 	if splitP99 > solo+20*time.Microsecond {
@@ -126,4 +94,23 @@ long dur=2ms grid=264 block=1024 class=compute
 	if defP99 < solo*3/2 {
 		t.Errorf("default atoll: HP p99 %v, want at least 1.5x solo %v: its kernels should find too few SMs free", defP99, solo)
 	}
+}
+
+// runNamed runs w for dur under the atoll policy so named on the
+// simulator and returns HP's p99, the BE work done and BE's partition.
+func runNamed(t *testing.T, name string, w sched.Workload, dur time.Duration) (p99, work time.Duration, part int) {
+	t.Helper()
+	pol, err := policies.ByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Duration: dur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lats []time.Duration
+	for _, r := range tr.Requests {
+		lats = append(lats, r.Latency())
+	}
+	return pct(lats, 0.99), tr.BEWork, pol.(*policies.Atoll).PartitionSMs()
 }

@@ -43,7 +43,7 @@ type Device struct {
 	// since the last Wait returned; the next Wait returns at once, as the
 	// real GPU's does when an event it would wait for has already
 	// completed.
-	unseen bool
+	unseen   bool
 	seq      uint64  // launches so far
 	hostFree float64 // when the GPU-wide host-read server is next free, ns
 
@@ -180,29 +180,18 @@ type simCtx struct {
 // context. Partitions of different sizes overlap; a real GPU's green
 // contexts made from one split would not.
 func (d *Device) NewPartition(sms int) (gpu.Context, error) {
-	if d.fault != nil {
-		return 0, d.fault
-	}
-	if d.closed {
-		return 0, errClosed
-	}
-	if err := gpu.CheckPartition(d.spec, sms); err != nil {
-		return 0, err
-	}
-	lo := int16(d.spec.SMs - sms)
-	for c, x := range d.ctxs {
-		if x.partition && x.lo == lo {
-			return gpu.Context(c), nil
-		}
-	}
-	c := gpu.Context(len(d.ctxs))
-	d.ctxs = append(d.ctxs, simCtx{lo: lo, partition: true})
-	return c, nil
+	return d.partition(sms, false)
 }
 
 // NewPartitionRest makes the context of the SMs NewPartition(sms) leaves:
 // its streams' blocks are placed on the device's lowest SMs − sms SMs only.
 func (d *Device) NewPartitionRest(sms int) (gpu.Context, error) {
+	return d.partition(sms, true)
+}
+
+// partition makes (or finds) the context of the top sms SMs, [SMs − sms,
+// SMs), or with rest of the others, [0, SMs − sms).
+func (d *Device) partition(sms int, rest bool) (gpu.Context, error) {
 	if d.fault != nil {
 		return 0, d.fault
 	}
@@ -212,15 +201,17 @@ func (d *Device) NewPartitionRest(sms int) (gpu.Context, error) {
 	if err := gpu.CheckPartition(d.spec, sms); err != nil {
 		return 0, err
 	}
-	hi := int16(d.spec.SMs - sms)
-	for c, x := range d.ctxs {
-		if x.partition && x.lo == 0 && x.hi == hi {
+	x := simCtx{lo: int16(d.spec.SMs - sms), partition: true}
+	if rest {
+		x.lo, x.hi = 0, int16(d.spec.SMs-sms)
+	}
+	for c, y := range d.ctxs {
+		if y == x {
 			return gpu.Context(c), nil
 		}
 	}
-	c := gpu.Context(len(d.ctxs))
-	d.ctxs = append(d.ctxs, simCtx{hi: hi, partition: true})
-	return c, nil
+	d.ctxs = append(d.ctxs, x)
+	return gpu.Context(len(d.ctxs) - 1), nil
 }
 
 // NewStream makes a stream. The priority must lie in Info().Priorities.
