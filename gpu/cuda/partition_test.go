@@ -27,6 +27,20 @@ extern "C" __global__ void smid(unsigned *out, unsigned long long ns) {
 }
 `
 
+// smidKernel loads the smid kernel.
+func smidKernel(t *testing.T, d *Device) gpu.Func {
+	t.Helper()
+	m, err := d.LoadModule(gpu.ModuleSource{Name: "partition_test", CUDA: partitionKernels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := m.Function("smid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fn
+}
+
 // smids runs the smid kernel (grid blocks of 1024 threads, ns each) on s
 // and returns the distinct SMs it ran on.
 func smids(t *testing.T, d *Device, fn gpu.Func, s gpu.Stream, grid int, ns int64) map[uint32]bool {
@@ -69,14 +83,7 @@ func TestGPUPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := d.LoadModule(gpu.ModuleSource{Name: "partition_test", CUDA: partitionKernels})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fn, err := m.Function("smid")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fn := smidKernel(t, d)
 	ps, err := d.NewStream(gpu.StreamOptions{Context: part, Priority: d.Info().Priorities.Least})
 	if err != nil {
 		t.Fatal(err)
@@ -168,14 +175,7 @@ func TestGPUPartitionRest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := d.LoadModule(gpu.ModuleSource{Name: "partition_test", CUDA: partitionKernels})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fn, err := m.Function("smid")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fn := smidKernel(t, d)
 	ps, err := d.NewStream(gpu.StreamOptions{Context: part, Priority: d.Info().Priorities.Least})
 	if err != nil {
 		t.Fatal(err)
