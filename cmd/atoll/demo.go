@@ -45,11 +45,12 @@ simulator's HP p99 was within 10 % in 19 of 32 policy runs (median error 9 %):
 orion 8 of 8 and atoll 7 of 8, but priority 1 of 8 (median error 63 %) and reef
 3 of 8 (median error 28 %), which it under-predicts; its BE throughput was off by a median
 16 %, and it ranked the policies by HP p99 as the GPU did in 2 of 8 cells.
-On that run's profiles, beside the two training cells of
-results/matrix-h100-embed (this demo's workload among them), its HP p99 was
-off by a median 8 % and its BE throughput by a median 68 %, too high:
-docs/fidelity.md. Run 'atoll demo --backend cuda' or 'atoll matrix
---backend cuda' on a GPU.`
+With this build's simulator, profiles and policies, beside the two training
+cells of results/bequeue-h100 (an H100; this demo's workload among them), its
+HP p99 was off by a median 9 % and its BE throughput by a median 29 %, and it
+ranked the policies by BE throughput as the GPU did in 0 of 2 cells (it puts
+Orion's BE above atoll's; the GPU, atoll's above Orion's): docs/fidelity.md.
+Run 'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
 
 func init() {
 	register(command{name: "demo", summary: "run the co-location demo under every policy (simulated GPU)", run: runDemo})

@@ -43,15 +43,16 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 	if within != f.Within || runs != f.Runs || len(f.Policies) != 4 {
 		t.Errorf("per policy %d of %d runs over %d policies, overall %d of %d", within, runs, len(f.Policies), f.Within, f.Runs)
 	}
-	gpu, err = bench.ReadMatrixDir("../../results/matrix-h100-embed")
+	gpu, err = bench.ReadMatrixDir("../../results/bequeue-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sim, err = bench.ReadMatrixDir("../../results/matrix-sim-h100-embed"); err != nil {
+	if sim, err = bench.ReadMatrixDir("../../results/matrix-sim-bequeue-h100"); err != nil {
 		t.Fatal(err)
 	}
 	c := bench.FidelitySummary(gpu, sim)
-	want = append(want, fmt.Sprintf("HP p99 was off by a median %.0f %% and its BE throughput by a median %.0f %%", c.MedianP99*100, c.MedianBE*100))
+	want = append(want, fmt.Sprintf("HP p99 was off by a median %.0f %% and its BE throughput by a median %.0f %%", c.MedianP99*100, c.MedianBE*100),
+		fmt.Sprintf("by BE throughput as the GPU did in %d of %d cells", c.RankBE, c.Cells))
 	note := strings.Join(strings.Fields(simulatedNote), " ")
 	for _, w := range want {
 		if !strings.Contains(note, w) {
