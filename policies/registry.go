@@ -30,7 +30,7 @@ var registry = []struct {
 		func() sched.Policy { return orion.New() }},
 	{"reef", "REEF: reset preemption with 2 BE kernels in flight, plus dynamic kernel padding",
 		func() sched.Policy { return preempt.New() }},
-	{"atoll", "BE in an SM partition leaving HP a reserve, priorities, Orion admission beside HP (preemption, padding: atoll:preempt=true,padding=true)",
+	{"atoll", "BE in an SM partition leaving HP a reserve, its queued work bounded, priorities, Orion admission beside HP (preemption, padding: atoll:preempt=true,padding=true; HP partitioned too: atoll:split=true)",
 		func() sched.Policy { return New() }},
 }
 
@@ -56,8 +56,8 @@ func Names() []string {
 
 // ByName returns a fresh policy: a registered name with default
 // parameters, or "atoll:key=value,..." with some of atoll's parameters set
-// (hp-window, be-window, plain-bound, resume-after, padding, admission;
-// see Atoll), for experiments that compare parameter settings on the same
+// (hp-window, be-window, be-queue, reserve, plain-bound, resume-after,
+// padding, preempt, split, admission; see Atoll), for experiments that compare parameter settings on the same
 // workload.
 func ByName(name string) (sched.Policy, error) {
 	n := strings.ToLower(strings.TrimSpace(name))

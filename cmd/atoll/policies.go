@@ -13,9 +13,9 @@ Usage: atoll policies
 Lists the scheduling policies, baselines first. Any of them can be passed to
 'atoll bench --policy NAME'; 'atoll demo' runs them all. The atoll policy
 takes parameters by name for experiments: atoll:hp-window=64,
-atoll:plain-bound=50us,padding=false (keys hp-window, be-window,
-plain-bound, resume-after, padding, admission). docs/policies.md states each
-rule and its parameters exactly.
+atoll:plain-bound=50us,padding=false (keys hp-window, be-window, be-queue,
+reserve, plain-bound, resume-after, padding, preempt, split, admission).
+docs/policies.md states each rule and its parameters exactly.
 `
 
 func init() {
