@@ -3,6 +3,7 @@ package sched_test
 import (
 	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,7 +51,8 @@ func TestInvariantsRandom(t *testing.T) {
 	if testing.Short() {
 		iters = 30
 	}
-	for _, name := range policies.Names() {
+	names := append(policies.Names(), "atoll:split=true", "atoll:be-window=2,be-queue=off")
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			for seed := int64(0); seed < int64(iters); seed++ {
 				r := rand.New(rand.NewSource(seed))
@@ -86,7 +88,7 @@ func TestInvariantsRandom(t *testing.T) {
 					}
 					for _, b := range st.BE() {
 						window := 2
-						if name == "atoll" {
+						if strings.HasPrefix(name, "atoll") && !strings.Contains(name, "be-window=2") {
 							window = policies.DefaultBEWindow
 						}
 						if b.OwnInFlight() > window && name != "streams" && name != "priority" && name != "timeslice" && name != "orion" {
