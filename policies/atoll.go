@@ -120,8 +120,8 @@ type Atoll struct {
 	Reserve int
 	// Split confines HP to the reserve too: HP streams run on the SMs
 	// BE's partition leaves (gpu.Device.NewPartitionRest), so the two
-	// share no SM, and BE runs in its partition at all times, BEWindow
-	// Plain launches per client, whatever HP does. HP is then never
+	// share no SM, and BE runs in its partition at all times, within
+	// BEQueue and BEWindow, whatever HP does. HP is then never
 	// delayed by a BE block, only by what the two share (memory, L2), and
 	// runs on fewer SMs than the whole GPU. It needs a partition; padding
 	// and preemption have nothing to act on and are refused with it.
@@ -176,13 +176,11 @@ func SplitReserve(spec gpu.Spec, hp []*profiles.Profile) int {
 	step := max(spec.PartitionStep, 1)
 	fits := func(sms int) bool {
 		for _, p := range hp {
-			var on, all time.Duration
+			var on time.Duration
 			for i := range p.Kernels {
-				k := &p.Kernels[i]
-				on += sched.DurationOn(spec, k, sms)
-				all += k.Duration()
+				on += sched.DurationOn(spec, &p.Kernels[i], sms)
 			}
-			if float64(on) > SplitSlack*float64(all) {
+			if float64(on) > SplitSlack*float64(p.Total()) {
 				return false
 			}
 		}
@@ -436,7 +434,7 @@ func (p *Atoll) launchFree(st *sched.State, b *sched.BEClient) {
 			form = Form(st.Spec(), k, p.PlainBound)
 		}
 		form = st.LaunchForm(b, form)
-		if form == gpu.Plain && (b.InFlight() >= p.BEWindow || b.InFlight() > 0 && p.BEQueue > 0 && b.Queued() >= p.BEQueue) {
+		if form == gpu.Plain && (b.InFlight() >= p.BEWindow || p.BEQueue > 0 && b.Queued() >= p.BEQueue) {
 			return
 		}
 		if _, ok := st.LaunchBE(b, form); !ok {

@@ -57,8 +57,8 @@ func Names() []string {
 // ByName returns a fresh policy: a registered name with default
 // parameters, or "atoll:key=value,..." with some of atoll's parameters set
 // (hp-window, be-window, be-queue, reserve, plain-bound, resume-after,
-// padding, preempt, split, admission; see Atoll), for experiments that compare parameter settings on the same
-// workload.
+// padding, preempt, split, admission; see Atoll), for experiments that
+// compare parameter settings on the same workload.
 func ByName(name string) (sched.Policy, error) {
 	n := strings.ToLower(strings.TrimSpace(name))
 	base, params, hasParams := strings.Cut(n, ":")

@@ -35,50 +35,43 @@ func Workers(spec gpu.Spec, k *profiles.Kernel) int {
 
 // DurationOn is k's solo duration confined to sms SMs: interpolated
 // between its partition points (profiles.Kernel.Partition, measured on SM
-// partitions; the last is the whole GPU) where it has them, the profiled
-// duration scaled by the share of the last point beyond them; else its
-// profiled duration scaled by the waves its grid takes on sms SMs against
-// the whole device (a grid that fits in one wave on sms SMs is not
-// slowed). A vendor kernel (tagged blas) without points is taken to use
-// every SM, its duration growing as SMs / sms: its grid is the library's,
-// not the profile's (on an H200, whose profiles have no points, the waves
-// rule put ResNet-50's request on 52 SMs, where it ran 9x slower beside
-// training: results/split-h200).
+// partitions; the last is the whole GPU) where it has them, linear in SMs
+// below the first; else its profiled duration scaled by the waves its grid
+// takes on sms SMs against the whole device (a grid that fits in one wave
+// on sms SMs is not slowed). A vendor kernel (tagged blas) without points
+// is taken to use every SM, its duration growing as SMs / sms: its launch
+// geometry is the library's, not the profile's grid.
 func DurationOn(spec gpu.Spec, k *profiles.Kernel, sms int) time.Duration {
 	if sms >= spec.SMs || sms <= 0 {
 		return k.Duration()
 	}
+	scale := func(num, den float64) time.Duration { return time.Duration(float64(k.Duration()) * num / den) }
 	if pts := k.Partition; len(pts) > 0 {
 		full := pts[len(pts)-1].DurationUs
 		if full <= 0 {
 			return k.Duration()
 		}
-		at := pts[0].DurationUs * float64(pts[0].SMs) / float64(sms) // below the first point: linear in SMs
+		at := pts[0].DurationUs * float64(pts[0].SMs) / float64(sms)
 		for i := 1; i < len(pts); i++ {
-			a, b := pts[i-1], pts[i]
-			if sms >= a.SMs && sms <= b.SMs && b.SMs > a.SMs {
+			if a, b := pts[i-1], pts[i]; sms >= a.SMs && sms <= b.SMs && b.SMs > a.SMs {
 				at = a.DurationUs + (b.DurationUs-a.DurationUs)*float64(sms-a.SMs)/float64(b.SMs-a.SMs)
 				break
 			}
 		}
-		if sms > pts[len(pts)-1].SMs {
-			at = full
-		}
-		return time.Duration(float64(k.Duration()) * max(at, full) / full)
+		return scale(max(at, full), full)
 	}
 	if k.HasTag(profiles.TagBLAS) {
-		return time.Duration(float64(k.Duration()) * float64(spec.SMs) / float64(sms))
+		return scale(float64(spec.SMs), float64(sms))
 	}
-	per := BlocksPerSM(spec, k)
-	grid := k.GridDim().Count()
-	on := (grid + sms*per - 1) / (sms * per)
-	all := (grid + spec.SMs*per - 1) / (spec.SMs * per)
-	return time.Duration(float64(k.Duration()) * float64(on) / float64(max(all, 1)))
+	return scale(float64(wavesOn(spec, k, sms)), float64(Waves(spec, k)))
 }
 
 // Waves is how many rounds of resident blocks k's grid takes alone.
-func Waves(spec gpu.Spec, k *profiles.Kernel) int {
-	slots := spec.SMs * BlocksPerSM(spec, k)
+func Waves(spec gpu.Spec, k *profiles.Kernel) int { return max(wavesOn(spec, k, spec.SMs), 1) }
+
+// wavesOn is how many rounds of resident blocks k's grid takes on sms SMs.
+func wavesOn(spec gpu.Spec, k *profiles.Kernel, sms int) int {
+	slots := sms * BlocksPerSM(spec, k)
 	return (k.GridDim().Count() + slots - 1) / slots
 }
 

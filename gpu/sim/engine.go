@@ -281,7 +281,7 @@ func (d *Device) dispatchFIFO(m *machine) {
 			}
 		}
 		if k.pendingBlocks() > 0 {
-			if lo == 0 && int(hi) == d.spec.SMs {
+			if d.everySM(lo, hi) {
 				break
 			}
 			blocked = append(blocked, smSpan{lo, hi})
@@ -289,6 +289,10 @@ func (d *Device) dispatchFIFO(m *machine) {
 	}
 	d.blocked = blocked[:0]
 }
+
+// everySM reports whether [lo, hi) is the whole device: a kernel pending
+// there holds back every kernel behind it.
+func (d *Device) everySM(lo, hi int16) bool { return lo == 0 && int(hi) == d.spec.SMs }
 
 // smSpan is a range of SMs, [lo, hi).
 type smSpan struct{ lo, hi int16 }
@@ -317,7 +321,6 @@ func overlaps(spans []smSpan, lo, hi int16) bool {
 // SMs, as in dispatchFIFO.
 func (d *Device) dispatchRR(m *machine) {
 	blocked := d.blocked[:0]
-	defer func() { d.blocked = blocked[:0] }()
 	for i := 0; i < len(m.pending); {
 		prio := m.pending[i].st.prio
 		j := i + 1
@@ -350,7 +353,8 @@ func (d *Device) dispatchRR(m *machine) {
 		for _, k := range level {
 			if k.pendingBlocks() > 0 {
 				lo, hi := d.smRange(k.st)
-				if lo == 0 && int(hi) == d.spec.SMs {
+				if d.everySM(lo, hi) {
+					d.blocked = blocked[:0]
 					return
 				}
 				blocked = append(blocked, smSpan{lo, hi})
@@ -358,6 +362,7 @@ func (d *Device) dispatchRR(m *machine) {
 		}
 		i = j
 	}
+	d.blocked = blocked[:0]
 }
 
 // placeLevel places at most one block of k's current part on each SM with
