@@ -32,7 +32,12 @@ func TestByNameParameters(t *testing.T) {
 	if p, err := ByName("atoll:split=true,reserve=68"); err != nil || !p.(*Atoll).Split || p.(*Atoll).Reserve != 68 {
 		t.Errorf("atoll:split=true,reserve=68: %+v, %v", p, err)
 	}
-	for _, bad := range []string{"atoll:split=maybe", "atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:admission=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
+	for params, want := range map[string]time.Duration{"atoll:be-queue=50us": 50 * time.Microsecond, "atoll:be-queue=off": -1} {
+		if p, err := ByName(params); err != nil || p.(*Atoll).BEQueue != want {
+			t.Errorf("%s: %+v, %v; want BEQueue %v", params, p, err, want)
+		}
+	}
+	for _, bad := range []string{"atoll:split=maybe", "atoll:be-queue=0s", "atoll:be-queue=-5us", "atoll:be-queue=soon", "atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:admission=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
 		if _, err := ByName(bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("%q: %v, want ErrConfig", bad, err)
 		}

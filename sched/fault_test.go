@@ -45,6 +45,20 @@ func (f *faultDevice) NewContext() (gpu.Context, error) {
 	}
 	return f.Device.NewContext()
 }
+func (f *faultDevice) NewPartition(sms int) (gpu.Context, error) {
+	if err := f.hit("NewPartition"); err != nil {
+		return 0, err
+	}
+	return f.Device.NewPartition(sms)
+}
+
+func (f *faultDevice) NewPartitionRest(sms int) (gpu.Context, error) {
+	if err := f.hit("NewPartitionRest"); err != nil {
+		return 0, err
+	}
+	return f.Device.NewPartitionRest(sms)
+}
+
 func (f *faultDevice) NewStream(o gpu.StreamOptions) (gpu.Stream, error) {
 	if err := f.hit("NewStream"); err != nil {
 		return 0, err
@@ -151,7 +165,7 @@ var cleanup = map[string]bool{"DestroyEvent": true, "DestroyStream": true, "Free
 func TestFaultSweep(t *testing.T) {
 	const dur = 3 * time.Millisecond
 	w := smallWorkload(t, 700*time.Microsecond, dur)
-	for _, name := range []string{"timeslice", "orion", "reef", "atoll"} {
+	for _, name := range []string{"timeslice", "orion", "reef", "atoll", "atoll:split=true"} {
 		t.Run(name, func(t *testing.T) {
 			run := func(fail int) (*faultDevice, error) {
 				pol, err := policies.ByName(name)
