@@ -74,6 +74,12 @@ type Report struct {
 	// (training steps, batches) finished per second, shared and alone.
 	BEItersPerSec      float64 `json:"beItersPerSec,omitempty"`
 	BEAloneItersPerSec float64 `json:"beAloneItersPerSec,omitempty"`
+	// BEKernelsPerStep is the BE kernels one iteration launches in Plain
+	// form (its profile's kernels): with BENormalized it gives the device
+	// time BE lost per kernel, (1/BEItersPerSec − 1/BEAloneItersPerSec) /
+	// BEKernelsPerStep — with HP idle, the host's turnaround between a
+	// completion and the next launch (tools/gpu/launchpath.sh).
+	BEKernelsPerStep int `json:"beKernelsPerStep,omitempty"`
 
 	// P99CI and P99OverheadCI are 95 % bootstrap intervals (BootstrapIters
 	// resamples of this run's requests and the dedicated run's): moving

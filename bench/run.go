@@ -346,6 +346,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		r.BEAlonePerS = b.BEAlone.BEWork.Seconds() / b.BEAlone.Window().Seconds()
 		r.BEItersPerSec = float64(len(tr.Iterations)) / tr.Window().Seconds()
 		r.BEAloneItersPerSec = float64(len(b.BEAlone.Iterations)) / b.BEAlone.Window().Seconds()
+		r.BEKernelsPerStep = len(c.BE.Kernels)
 	}
 	if c.Samples {
 		// Kept in arrival order: latencies of neighbouring requests are

@@ -58,6 +58,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	hostCost := fs.Duration("sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
+	notice := fs.Duration("sim-notice", defaultSimNotice, simNoticeHelp)
 	graphs := fs.Bool("hp-graphs", true, hpGraphsHelp)
 	var files []string
 	for rest := args; ; {
@@ -97,7 +98,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: *hostCost, graphs: *graphs}
+			duration: time.Second, warmup: 0, hostCost: *hostCost, notice: *notice, graphs: *graphs}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

@@ -34,6 +34,7 @@ type workloadFlags struct {
 	backend  string
 	quiet    bool
 	hostCost time.Duration
+	notice   time.Duration
 	graphs   bool
 	streams  int
 	maxBatch int
@@ -55,6 +56,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU, any profiles) or cuda (the real GPU, measured profiles of it; models the kernel library can run)")
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
+	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
 	fs.IntVar(&w.maxBatch, "hp-max-batch", 1, hpMaxBatchHelp)
@@ -71,6 +73,15 @@ const hpGraphsHelp = "submit each HP request launched whole (kernels all at once
 // hostUsPerLaunch), and the committed simulator matrix ran with 8 µs
 // (docs/fidelity.md).
 const defaultSimLaunchCost = 8 * time.Microsecond
+
+// defaultSimNotice is the simulator's time from a completion to the host
+// seeing it (sim.Config.NoticeLatency): on an H100 a BE training step with
+// one launch in flight lost 29.6–33.7 µs per kernel, median 30.9
+// (tools/gpu/launchpath.sh, results/launchpath-h100), of which the
+// simulator's launch latency is 4 µs.
+const defaultSimNotice = 27 * time.Microsecond
+
+const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction; measured on the GPU, docs/simulator.md; 0 turns it off)"
 
 const simLaunchCostHelp = "simulator: host time each launch takes (the GPU runs meanwhile; models one host thread launching for every client — the GPU reports' hostUsPerLaunch is the measured figure, docs/fidelity.md; 0 turns it off)"
 
@@ -115,11 +126,13 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	}
 	switch w.backend {
 	case "sim":
-		seed, cost := w.seed, w.hostCost
-		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: seed, HostLaunchCost: cost})
+		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: w.seed, HostLaunchCost: w.hostCost, NoticeLatency: w.notice})
 	case "cuda":
 		if w.hostCost != 0 && w.hostCost != defaultSimLaunchCost { // set to something else on purpose
 			return nil, fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
+		}
+		if w.notice != 0 && w.notice != defaultSimNotice {
+			return nil, fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")
 		}
 		// Profiles must be measured on this GPU kind (atoll profile);
 		// runs go one at a time, each owning the device.

@@ -16,10 +16,12 @@ var Names = []string{"sim", "cuda"}
 type Config struct {
 	// Backend is "sim" or "cuda".
 	Backend string
-	// Spec, Seed and HostLaunchCost configure the simulator (sim.Config).
+	// Spec, Seed, HostLaunchCost and NoticeLatency configure the
+	// simulator (sim.Config).
 	Spec           gpu.Spec
 	Seed           uint64
 	HostLaunchCost time.Duration
+	NoticeLatency  time.Duration
 	// Ordinal is the CUDA device number.
 	Ordinal int
 }
@@ -29,7 +31,7 @@ type Config struct {
 func Open(c Config) (gpu.Device, error) {
 	switch c.Backend {
 	case "sim":
-		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost})
+		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost, NoticeLatency: c.NoticeLatency})
 	case "cuda":
 		return cuda.Open(c.Ordinal)
 	}

@@ -35,6 +35,17 @@ type Config struct {
 	// cuda-graph.log): about a quarter of a launch per event. Zero means
 	// HostLaunchCost/4.
 	HostGraphEventCost time.Duration
+	// NoticeLatency is the time from an event's completion on the device
+	// until the host sees it: Query answers true and Wait returns only
+	// then (Time still gives the completion time). It stands for the
+	// host's whole reaction to a completion before its next launch call —
+	// the driver's spin noticing the event, polling it, deciding — so
+	// that a kernel launched on seeing another's completion starts
+	// NoticeLatency + LaunchLatency after it, as measured on the GPU
+	// (tools/gpu/launchpath.sh; docs/simulator.md). Zero (the default):
+	// the host sees a completion at once; bench, demo and matrix set the
+	// measured figure (--sim-notice).
+	NoticeLatency time.Duration
 	// BlockMin is the shortest lifetime of any block: the time a block
 	// that exits at once (raised flag, nothing left to take) holds its
 	// slot, and the floor of every block's solo duration. Zero means
@@ -152,7 +163,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"NoticeLatency", c.NoticeLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

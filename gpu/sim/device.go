@@ -44,8 +44,10 @@ type Device struct {
 	// real GPU's does when an event it would wait for has already
 	// completed.
 	unseen   bool
-	seq      uint64  // launches so far
-	hostFree float64 // when the GPU-wide host-read server is next free, ns
+	notice   float64   // NoticeLatency, ns
+	seenAt   []float64 // when completions not yet seen by the host become seen
+	seq      uint64    // launches so far
+	hostFree float64   // when the GPU-wide host-read server is next free, ns
 
 	streams  []*stream   // handle-1
 	events   []eventSlot // handle-1
@@ -86,6 +88,7 @@ func New(cfg Config) (*Device, error) {
 		cfg:      cfg,
 		spec:     cfg.Spec,
 		lat:      float64(cfg.LaunchLatency),
+		notice:   float64(cfg.NoticeLatency),
 		blkMin:   float64(cfg.BlockMin),
 		hostLat:  float64(cfg.HostReadLatency),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x61746f6c6c)), // "atoll"
@@ -351,6 +354,7 @@ type eventSlot struct {
 	done     bool
 	gen      uint32 // bumped by every Record, so a stale record cannot complete it
 	t        float64
+	seen     float64 // when the host sees it complete: t + NoticeLatency
 }
 
 func (d *Device) event(e gpu.Event) (*eventSlot, error) {
@@ -398,8 +402,10 @@ func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream) {
 	ev.gen++
 	ev.recorded, ev.done = true, false
 	if st.idle() {
-		ev.done, ev.t = true, d.now
-		d.unseen = true
+		d.completeEvent(ev, d.now)
+		if d.notice == 0 {
+			d.unseen = true
+		}
 		return
 	}
 	d.enqueue(st, op{kind: opRecord, host: d.now, ev: e, gen: ev.gen})
@@ -414,7 +420,31 @@ func (d *Device) Query(e gpu.Event) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return ev.done, nil
+	return ev.done && ev.seen <= d.now, nil
+}
+
+// completeEvent marks ev complete at t. The host sees it NoticeLatency
+// later: at once (observed) without one, else when notify reaches it.
+func (d *Device) completeEvent(ev *eventSlot, t float64) {
+	ev.done, ev.t, ev.seen = true, t, t+d.notice
+	if d.notice == 0 {
+		d.observed = true
+		return
+	}
+	d.seenAt = append(d.seenAt, ev.seen)
+}
+
+// notify marks the completions whose notice time has come as observed.
+func (d *Device) notify() {
+	for i := 0; i < len(d.seenAt); {
+		if d.seenAt[i] <= d.now {
+			d.seenAt[i] = d.seenAt[len(d.seenAt)-1]
+			d.seenAt = d.seenAt[:len(d.seenAt)-1]
+			d.observed = true
+			continue
+		}
+		i++
+	}
 }
 
 // Time is the virtual time at which e completed.
@@ -429,7 +459,7 @@ func (d *Device) Time(e gpu.Event) (time.Duration, error) {
 	switch {
 	case !ev.recorded:
 		return 0, fmt.Errorf("%w: event %d was never recorded", gpu.ErrNotReady, e)
-	case !ev.done:
+	case !ev.done || ev.seen > d.now:
 		return 0, fmt.Errorf("%w: event %d has not completed", gpu.ErrNotReady, e)
 	}
 	return dur(ev.t), nil

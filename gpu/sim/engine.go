@@ -129,6 +129,7 @@ func (d *Device) run(ctx context.Context, until float64) error {
 // settle does everything due at the present instant that takes no time.
 func (d *Device) settle() {
 	d.pump()
+	d.notify()
 	d.timeslice()
 	if d.slice.switching {
 		return
@@ -144,6 +145,9 @@ func (d *Device) nextTime() float64 {
 	t := math.Inf(1)
 	for _, s := range d.streams {
 		t = min(t, s.wake)
+	}
+	for _, s := range d.seenAt {
+		t = min(t, s)
 	}
 	if d.slice.switching {
 		return min(t, d.slice.end)

@@ -39,3 +39,95 @@ func TestWaitSeesWhatHappenedDuringHostTime(t *testing.T) {
 		t.Errorf("the second Wait returned at once again")
 	}
 }
+
+// TestNoticeLatency: the host sees a completion NoticeLatency after it —
+// Query and Time answer "not yet" until then and Wait returns then — while
+// Time gives the completion itself; a kernel launched on seeing it starts
+// NoticeLatency + LaunchLatency after the one before ended.
+func TestNoticeLatency(t *testing.T) {
+	const notice = 20 * us
+	r := newRig(t, Config{NoticeLatency: notice})
+	d := r.d
+	s := r.stream(0)
+	ev, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.launch(s, plain("first", 1, 32, 10*us)) // runs 4–14 µs
+	if err := d.Record(ev, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Wait(context.Background(), 16*us); err != nil { // past the end, before the notice
+		t.Fatal(err)
+	}
+	if done, _ := d.Query(ev); done || d.Now() != 16*us {
+		t.Fatalf("at %v Query says done %v; want not yet seen until %v", d.Now(), done, 14*us+notice)
+	}
+	if _, err := d.Time(ev); err == nil {
+		t.Errorf("Time answered before the host could see the completion")
+	}
+	if err := d.Wait(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := d.Query(ev); !done || d.Now() != 14*us+notice {
+		t.Fatalf("Wait returned at %v, event seen %v; want at %v", d.Now(), done, 14*us+notice)
+	}
+	if at, err := d.Time(ev); err != nil || at != 14*us {
+		t.Errorf("Time = %v, %v; want the completion, 14µs", at, err)
+	}
+	// An event recorded on an idle stream is seen NoticeLatency later too.
+	idle := r.stream(0)
+	ev2, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := d.Now()
+	if err := d.Record(ev2, idle); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Wait(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := d.Query(ev2); !done || d.Now() != at+notice {
+		t.Errorf("idle-stream record seen at %v (done %v); want %v", d.Now(), done, at+notice)
+	}
+}
+
+// TestNoticeLatencyTurnaround: one launch in flight, each launched when
+// the host sees the previous one complete, as a BE client with a window of
+// one: every kernel starts NoticeLatency + LaunchLatency after the one
+// before ended, and without NoticeLatency LaunchLatency after.
+func TestNoticeLatencyTurnaround(t *testing.T) {
+	for _, notice := range []time.Duration{0, 27 * us} {
+		r := newRig(t, Config{NoticeLatency: notice})
+		d := r.d
+		s := r.stream(0)
+		ev, err := d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n, body = 10, 10 * us
+		for i := 0; i < n; i++ {
+			r.launch(s, plain("k", 1, 32, body))
+			if err := d.Record(ev, s); err != nil {
+				t.Fatal(err)
+			}
+			for done := false; !done; {
+				if err := d.Wait(context.Background(), time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if done, err = d.Query(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		end, err := d.Time(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lat := d.cfg.LaunchLatency
+		if want := n*(lat+body) + (n-1)*notice; end != want {
+			t.Errorf("notice %v: last kernel ended at %v; want %v (%d × (launch latency %v + %v) + %d notices)", notice, end, want, n, lat, body, n-1)
+		}
+	}
+}

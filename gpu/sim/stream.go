@@ -92,8 +92,7 @@ func (d *Device) pump() {
 				d.fill(o.ptr, o.val, o.n)
 			case opRecord:
 				if ev := &d.events[o.ev-1]; ev.live && ev.gen == o.gen {
-					ev.done, ev.t = true, t
-					d.observed = true
+					d.completeEvent(ev, t)
 				}
 			case opKernel:
 				if !o.k.eligible {
