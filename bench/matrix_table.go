@@ -26,11 +26,15 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 			ew.printf(" **Refused:** %s\n\n", res.Refused)
 			continue
 		}
+		watched, stalled := stallsSeen(mc.Reports)
 		if hj := res.HostJitter; hj != nil {
 			ew.printf(" Host wake-up lateness p99 %.0f µs (max %.0f).", hj.P99, hj.Max)
-			if hj.P99 > hostJitterWarnUs {
+			if hj.P99 > hostJitterWarnUs && !watched {
 				ew.printf(" **The host stalled: every run of this cell is suspect.**")
 			}
+		}
+		if stalled {
+			ew.printf(" **The host stalled during runs (below): their HP latency is suspect.**")
 		}
 		for _, r := range mc.Reports {
 			if r.BEAloneItersPerSec > 0 {
@@ -77,6 +81,9 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 			}
 			ew.printf("| %s | %.0f | %.3f | %.3f %s | | %s | %s | | |\n", name, t.RatePerSec, t.HPP50Us/1e3, t.HPP99Us/1e3, ci, be, norm)
 		}
+		if st := stallLine(mc.Reports); st != "" {
+			ew.printf("\nHost stalls (the driver's thread kept 1 ms or more from its wait for the GPU; HP requests then wait for the host, whatever the policy): %s.\n", st)
+		}
 		if len(mc.Torch) > 0 {
 			t := mc.Torch[0]
 			ew.printf("\nPyTorch %s (%s, CUDA graphs: %v): HP %s solo %.0f µs; BE %s. %s\n", t.Torch, t.Device, t.Graphs, t.HPModel, t.SoloUs, t.BEModel, t.Note)
@@ -104,6 +111,45 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 // host is called stalling: an order of magnitude above what an idle GPU
 // host shows.
 const hostJitterWarnUs = 500
+
+// stallsSeen reports whether every atoll run of a cell watched for host
+// stalls, and whether any saw one. Where they watched, the stalls, not
+// the wake-up lateness measured before the runs, say whether the host
+// disturbed them.
+func stallsSeen(rs []*Report) (watched, stalled bool) {
+	watched = len(rs) > 0
+	for _, r := range rs {
+		if r.HostStalls == nil {
+			watched = false
+			continue
+		}
+		stalled = stalled || r.HostStalls.Count > 0
+	}
+	return watched, stalled
+}
+
+// stallLine lists each run's host stalls, "" when no report watched
+// for them (the simulator's, or reports made before they were counted).
+func stallLine(rs []*Report) string {
+	var parts []string
+	watched := false
+	for _, r := range rs {
+		s := r.HostStalls
+		switch {
+		case s == nil:
+			continue
+		case s.Count == 0:
+			parts = append(parts, r.Policy+" none")
+		default:
+			parts = append(parts, fmt.Sprintf("%s %d, %.1f ms in all, longest %.1f ms", r.Policy, s.Count, s.TotalMs, s.LongestMs))
+		}
+		watched = true
+	}
+	if !watched {
+		return ""
+	}
+	return strings.Join(parts, "; ")
+}
 
 func firstSolo(rs []*Report) float64 {
 	for _, r := range rs {

@@ -128,6 +128,11 @@ type Report struct {
 	// turned away (sched.Trace).
 	GraphWaits       int `json:"graphWaits,omitempty"`
 	StaleGraphEvents int `json:"staleGraphEvents,omitempty"`
+	// HostStalls are the gaps of 1 ms or more in the driver thread's
+	// waits for the GPU over the run (gpu.HostStalls; a GPU run's only):
+	// HP latency in a run with stalls measures the host as much as the
+	// policy. Nil where the device does not watch for them.
+	HostStalls *StallStat `json:"hostStalls,omitempty"`
 	// HostUsPerLaunch is the driver's host time per launch (bind, launch,
 	// record), from the run's wall clock: the real cost on a GPU; on the
 	// simulator it is the Go code's own cost, not a model figure.
@@ -341,6 +346,9 @@ func Describe(r *Report) string {
 	case r.HPGraphs != "":
 		fmt.Fprintf(&b, "\nHP kernels launched one by one (graphs %s)", r.HPGraphs)
 	}
+	if s := r.HostStalls; s != nil && s.Count > 0 {
+		fmt.Fprintf(&b, "\nthe host stalled %d times in the %s run (the driver's thread kept 1 ms or more from the GPU; %.1f ms in all, the longest %.1f ms): HP latency there measures the host as much as the policy", s.Count, r.Policy, s.TotalMs, s.LongestMs)
+	}
 	return b.String()
 }
 
@@ -402,6 +410,13 @@ func causeOrder(rs []*Report) []string {
 		}
 	}
 	return nil
+}
+
+// StallStat summarises a run's host stalls.
+type StallStat struct {
+	Count     int     `json:"count"`
+	TotalMs   float64 `json:"totalMs"`
+	LongestMs float64 `json:"longestMs"`
 }
 
 // HostSplit is the driver's host time per launch by part, in µs, and the

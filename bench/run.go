@@ -386,6 +386,10 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		}
 	}
 	r.GraphWaits, r.StaleGraphEvents = tr.GraphWaits, tr.StaleGraphEvents
+	if b.Info.Backend == "cuda" {
+		s := tr.HostStalls
+		r.HostStalls = &StallStat{Count: s.Count, TotalMs: round3(s.Total.Seconds() * 1e3), LongestMs: round3(s.Longest.Seconds() * 1e3)}
+	}
 	if tr.Launches > 0 {
 		n := float64(tr.Launches)
 		us := func(d time.Duration) float64 { return round3(float64(d) / n / 1e3) }

@@ -198,6 +198,30 @@ type Device interface {
 	Close() error
 }
 
+// HostStalls are the times a device's host thread was kept from its work
+// for StallThreshold or more while it waited for the GPU: the operating
+// system or the VM took its CPU, or a driver call blocked. The GPU runs
+// on meanwhile, but nothing is launched and no completion is seen, so
+// every HP request in flight or arriving then is late by up to the stall.
+// A device that watches for them (the CUDA backend) answers TakeHostStalls.
+type HostStalls struct {
+	Count   int           `json:"count"`
+	Total   time.Duration `json:"totalNs"`
+	Longest time.Duration `json:"longestNs"`
+}
+
+// StallThreshold is the shortest gap in a host thread's wait counted as a
+// stall: far longer than one poll of the GPU (microseconds), and
+// the lateness of a timer wake-up on an idle host.
+const StallThreshold = time.Millisecond
+
+// Add counts a stall of d.
+func (h *HostStalls) Add(d time.Duration) {
+	h.Count++
+	h.Total += d
+	h.Longest = max(h.Longest, d)
+}
+
 // Module is a loaded kernel module.
 type Module interface {
 	Function(name string) (Func, error)

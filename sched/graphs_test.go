@@ -221,3 +221,39 @@ func TestStaleGraphEventsPerRun(t *testing.T) {
 		t.Errorf("StaleGraphEvents %d, want 3 (13 after the run less 10 before it)", tr.StaleGraphEvents)
 	}
 }
+
+// stallWatching answers TakeHostStalls as a device that saw one stall of
+// 40 ms before the run and, by the run's end, two more.
+type stallWatching struct {
+	plainDevice
+	calls int
+}
+
+func (s *stallWatching) TakeHostStalls() gpu.HostStalls {
+	s.calls++
+	var h gpu.HostStalls
+	if s.calls == 1 {
+		h.Add(40 * time.Millisecond)
+		return h
+	}
+	h.Add(3 * time.Millisecond)
+	h.Add(2 * time.Millisecond)
+	return h
+}
+
+// A run reports the host stalls of its own time, not those the device saw
+// before it.
+func TestHostStallsPerRun(t *testing.T) {
+	const dur = 10 * time.Millisecond
+	w := smallWorkload(t, time.Millisecond, dur)
+	pol, _ := policies.ByName("atoll")
+	dev := &stallWatching{plainDevice: plainDevice{newSim(t)}}
+	tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: dur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gpu.HostStalls{Count: 2, Total: 5 * time.Millisecond, Longest: 3 * time.Millisecond}
+	if tr.HostStalls != want || dev.calls != 2 {
+		t.Errorf("HostStalls %+v after %d calls, want %+v after 2 (one before the run, one after)", tr.HostStalls, dev.calls, want)
+	}
+}

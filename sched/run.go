@@ -113,6 +113,10 @@ type Trace struct {
 	// of a graph's event that still showed the previous replay (devices
 	// that count them: gpu/cuda).
 	StaleGraphEvents int
+	// HostStalls are the gaps of gpu.StallThreshold or more in the host
+	// thread's waits over the run (devices that watch for them:
+	// gpu/cuda): the driver's thread kept from its CPU.
+	HostStalls gpu.HostStalls
 	// UnpaddedLaunches are padded decisions launched as the HP kernel alone
 	// because the pair kernel was not ready (Binder answered ErrNotReady).
 	UnpaddedLaunches int
@@ -181,11 +185,18 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	if counts {
 		before = stale.StaleGraphEvents() // the device may have served earlier runs
 	}
+	stalls, watched := dev.(interface{ TakeHostStalls() gpu.HostStalls })
+	if watched {
+		stalls.TakeHostStalls() // those of earlier runs
+	}
 	if err := l.serve(ctx); err != nil {
 		return nil, err
 	}
 	if counts {
 		d.trace.StaleGraphEvents = stale.StaleGraphEvents() - before
+	}
+	if watched {
+		d.trace.HostStalls = stalls.TakeHostStalls()
 	}
 	d.trace.Stats = d.core.State().Stats()
 	d.trace.BlameByKernel = d.attr.blamed()

@@ -154,6 +154,14 @@ func (s sharedDevice) StaleGraphEvents() int {
 	return 0
 }
 
+// TakeHostStalls forwards the device's stalls (none when it keeps none).
+func (s sharedDevice) TakeHostStalls() gpu.HostStalls {
+	if c, ok := s.Device.(interface{ TakeHostStalls() gpu.HostStalls }); ok {
+		return c.TakeHostStalls()
+	}
+	return gpu.HostStalls{}
+}
+
 func (s sharedDevice) DestroyGraph(h gpu.Graph) error {
 	g, err := s.grapher()
 	if err != nil {

@@ -192,6 +192,7 @@ type Device struct {
 	cacheDir string
 	closed   bool
 	stale    int // StaleGraphEvents
+	stalls   gpu.HostStalls
 }
 
 var _ gpu.Device = (*Device)(nil)

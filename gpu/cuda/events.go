@@ -36,11 +36,17 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 	for _, w := range words[1:] {
 		d.snap = append(d.snap, atomic.LoadUint32(w))
 	}
+	last := time.Now()
 	for {
 		done, err := d.pollPending()
 		if err != nil || done {
 			return err
 		}
+		t := time.Now()
+		if gap := t.Sub(last); gap >= gpu.StallThreshold {
+			d.stalls.Add(gap)
+		}
+		last = t
 		for i, w := range words[1:] {
 			if atomic.LoadUint32(w) != d.snap[i] {
 				return nil
@@ -60,6 +66,7 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 		// deadline and spin the rest.
 		if d.npending == 0 && until-now > 2*sleepMargin {
 			time.Sleep(until - now - sleepMargin)
+			last = time.Now() // a sleep's lateness is not a stall
 		} else {
 			runtime.Gosched()
 		}
@@ -193,6 +200,15 @@ const staleMargin = time.Microsecond
 // at its previous completion's time (the previous replay's state, read
 // before the GPU reached the node) and answered not complete.
 func (d *Device) StaleGraphEvents() int { return d.stale }
+
+// TakeHostStalls returns the stalls seen in Wait since the last call and
+// starts counting afresh: a gap of gpu.StallThreshold or more between two
+// polls of the GPU while Wait spun (not while it slept on purpose).
+func (d *Device) TakeHostStalls() gpu.HostStalls {
+	s := d.stalls
+	d.stalls = gpu.HostStalls{}
+	return s
+}
 
 // recorded notes that e was just recorded in stream s of context c, by a
 // graph's event-record node when byGraph.

@@ -1,0 +1,53 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+// The matrix's stall line names each run's stalls and says nothing where
+// no report watched for them (simulated runs, older reports).
+func TestStallLine(t *testing.T) {
+	rs := []*Report{
+		{Policy: "dedicated-1", HostStalls: &StallStat{Count: 3, TotalMs: 52.5, LongestMs: 41.2}},
+		{Policy: "orion", HostStalls: &StallStat{}},
+		{Policy: "old"},
+	}
+	got := stallLine(rs)
+	want := "dedicated-1 3, 52.5 ms in all, longest 41.2 ms; orion none"
+	if got != want {
+		t.Errorf("stallLine = %q, want %q", got, want)
+	}
+	if s := stallLine(rs[2:]); s != "" {
+		t.Errorf("no report watched, stallLine = %q, want empty", s)
+	}
+	if h := Describe(rs[0]); !strings.Contains(h, "the host stalled 3 times in the dedicated-1 run") {
+		t.Errorf("header lacks the stalls:\n%s", h)
+	}
+	if h := Describe(rs[1]); strings.Contains(h, "stalled") {
+		t.Errorf("header of a run without stalls mentions them:\n%s", h)
+	}
+}
+
+// Where every run watched for stalls they decide whether a cell's runs
+// are suspect; the wake-up lateness measured before them only where they
+// did not.
+func TestStallsSeen(t *testing.T) {
+	none := &Report{HostStalls: &StallStat{}}
+	one := &Report{HostStalls: &StallStat{Count: 1, TotalMs: 2, LongestMs: 2}}
+	old := &Report{}
+	for _, c := range []struct {
+		rs               []*Report
+		watched, stalled bool
+	}{
+		{[]*Report{none, none}, true, false},
+		{[]*Report{none, one}, true, true},
+		{[]*Report{none, old}, false, false},
+		{nil, false, false},
+	} {
+		w, s := stallsSeen(c.rs)
+		if w != c.watched || s != c.stalled {
+			t.Errorf("stallsSeen(%d reports) = %v, %v; want %v, %v", len(c.rs), w, s, c.watched, c.stalled)
+		}
+	}
+}
