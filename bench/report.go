@@ -133,6 +133,10 @@ type Report struct {
 	// HP latency in a run with stalls measures the host as much as the
 	// policy. Nil where the device does not watch for them.
 	HostStalls *StallStat `json:"hostStalls,omitempty"`
+	// LaunchOrder is how each scheduler round sent its launches:
+	// "hp-first" (the default) or "decision" (--launch-order decision;
+	// sched.Options.DecisionOrder). Empty in reports made before it.
+	LaunchOrder string `json:"launchOrder,omitempty"`
 	// HostUsPerLaunch is the driver's host time per launch (bind, launch,
 	// record), from the run's wall clock: the real cost on a GPU; on the
 	// simulator it is the Go code's own cost, not a model figure.

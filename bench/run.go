@@ -57,6 +57,9 @@ type Config struct {
 	// NoHPGraphs launches HP requests kernel by kernel instead of one graph
 	// per request (sched.Options.NoHPGraphs).
 	NoHPGraphs bool
+	// DecisionOrder sends each round's launches in decision order, not HP
+	// first (sched.Options.DecisionOrder).
+	DecisionOrder bool
 	// HPStreams serves the HP model with this many clients (0: one), each
 	// with its own stream and buffers (on a GPU, its own instance of the
 	// model), an arrival going to the client with the fewest requests
@@ -209,7 +212,7 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	if withBE && c.BE != nil {
 		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
 	}
-	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs}
+	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs, DecisionOrder: c.DecisionOrder}
 	if c.KernelSolo != nil {
 		for range w.HP {
 			opt.KernelSolo = append(opt.KernelSolo, c.KernelSolo)
@@ -379,6 +382,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
 	r.GraphLaunches, r.HPGraphs, r.Streams = tr.GraphLaunches, tr.HPGraphs, tr.Streams
+	r.LaunchOrder = tr.LaunchOrder
 	if len(c.HPBatched) > 0 {
 		r.HPByBatch = map[string]int{}
 		for _, q := range tr.Requests {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"atoll/gpu"
 )
 
 // loop is the one scheduler loop. Run drives it over a fixed timeline (HP
@@ -13,7 +15,8 @@ import (
 // each round polls the device, feeds the core the completions and the due
 // inputs in time order, hands idle HP clients their next requests and idle
 // BE clients their next runs, ticks the policy, and then waits for the
-// device, the next input or wake, or a submission.
+// device, the next input or wake, or a submission. Within a round the HP
+// launches decided go to the device before the BE launches (holdBE).
 type loop struct {
 	d *driver
 	// timeline holds Run's timed inputs in time order (EvArrive, EvReady,
@@ -43,7 +46,15 @@ type loop struct {
 	anyBatching bool
 	formed      []int
 	beCur       []*beRun
-	beQ         [][]*beRun
+	// hpFirst is set while a round feeds its completions and inputs:
+	// BE launches decided meanwhile wait in beHeld and go to the device
+	// after the round's HP launches (flushBE), so an HP request arriving
+	// in a round that also refills BE is launched before the refills,
+	// not behind their host time.
+	hpFirst bool
+	beHeld  []Decision
+	rest    []Decision // holdBE's scratch
+	beQ     [][]*beRun
 	// keep records requests, iterations and preemptions in the Trace
 	// (Run); Online's counters are published instead.
 	keep      bool
@@ -190,34 +201,14 @@ func (l *loop) round(ctx context.Context, draining bool) (roundEnd, error) {
 	if n > 0 {
 		l.lastProg = now
 	}
-	// Completions and due inputs in time order (completions first on
-	// ties: they happened before we saw the input).
-	comps, ci := l.d.comps, 0
-	for ci < len(comps) || (l.next < len(l.timeline) && l.timeline[l.next].Time <= now) {
-		if ci < len(comps) && (l.next >= len(l.timeline) || l.timeline[l.next].Time > now || comps[ci].Time <= l.timeline[l.next].Time) {
-			if err := l.feed(comps[ci]); err != nil {
-				return roundBusy, err
-			}
-			ci++
-			continue
-		}
-		ev := l.timeline[l.next]
-		l.next++
-		l.lastProg = now
-		if err := l.input(ev); err != nil {
-			return roundBusy, err
-		}
+	// The round's completions and due inputs, HP's launches first.
+	l.hpFirst = !l.d.opt.DecisionOrder
+	err = l.takeDue(draining, now)
+	l.hpFirst = false
+	if err == nil {
+		err = l.flushBE(true)
 	}
-	if l.o != nil && !draining {
-		l.takeInbox(now)
-		if err := l.pauseCancelled(); err != nil {
-			return roundBusy, err
-		}
-	}
-	if err := l.startBE(draining, dev.Now()); err != nil {
-		return roundBusy, err
-	}
-	if err := l.injectHP(draining, dev.Now()); err != nil {
+	if err != nil {
 		return roundBusy, err
 	}
 	if w, ok := core.NextWake(); ok && w <= dev.Now() {
@@ -265,6 +256,43 @@ func (l *loop) round(ctx context.Context, draining bool) (roundEnd, error) {
 		return roundBusy, fmt.Errorf("%w: not drained %v after the run ended: %s", ErrStuck, l.d.opt.Drain, core.Describe())
 	}
 	return roundBusy, nil
+}
+
+// takeDue feeds the core the completions polled and the inputs due by now
+// in time order (completions first on ties: they happened before the
+// input was seen), then the daemon's submissions, BE runs to start and HP
+// requests to inject.
+func (l *loop) takeDue(draining bool, now time.Duration) error {
+	dev := l.d.dev
+	comps, ci := l.d.comps, 0
+	for ci < len(comps) || (l.next < len(l.timeline) && l.timeline[l.next].Time <= now) {
+		if ci < len(comps) && (l.next >= len(l.timeline) || l.timeline[l.next].Time > now || comps[ci].Time <= l.timeline[l.next].Time) {
+			if err := l.feed(comps[ci]); err != nil {
+				return err
+			}
+			ci++
+			continue
+		}
+		ev := l.timeline[l.next]
+		l.next++
+		l.lastProg = now
+		if err := l.input(ev); err != nil {
+			return err
+		}
+	}
+	if l.o != nil && !draining {
+		l.takeInbox(now)
+		if err := l.pauseCancelled(); err != nil {
+			return err
+		}
+	}
+	if err := l.startBE(draining, dev.Now()); err != nil {
+		return err
+	}
+	if err := l.injectHP(draining, dev.Now()); err != nil {
+		return err
+	}
+	return nil
 }
 
 // input takes one timeline input: an HP arrival joins its client's
@@ -543,7 +571,67 @@ func (l *loop) feed(ev Event) error {
 	}
 	decs := d.core.Decisions()
 	l.passes(decs)
-	return d.applyAll(decs, l.apply)
+	if !l.hpFirst && len(l.beHeld) == 0 {
+		return d.applyAll(decs, l.apply)
+	}
+	return l.holdBE(decs)
+}
+
+// holdBE applies decs but their BE launches, which join beHeld (also
+// outside a round's feeding while launches are still held, so that a BE
+// client's launches keep their order). Whatever acts on BE launches
+// already decided — a flag raised or lowered, a progress counter reset, a
+// padded launch whose pad continues a BE client's work — first sends all
+// the held ones, in order.
+func (l *loop) holdBE(decs []Decision) error {
+	d := l.d
+	rest := l.rest[:0]
+	defer func() { l.rest = rest[:0] }()
+	for _, dec := range decs {
+		switch {
+		case dec.Kind == DecLaunch && dec.Launch.Client.Class == BE:
+			l.beHeld = append(l.beHeld, dec)
+			continue
+		case dec.Kind == DecRaise || dec.Kind == DecLower || dec.Kind == DecResetProgress ||
+			(dec.Kind == DecLaunch && dec.Launch.Form == gpu.Padded):
+			if err := d.applyAll(rest, l.apply); err != nil {
+				return err
+			}
+			rest = rest[:0]
+			if err := l.flushBE(false); err != nil {
+				return err
+			}
+		}
+		rest = append(rest, dec)
+	}
+	return d.applyAll(rest, l.apply)
+}
+
+// flushBE sends the BE launches held back, in order. With forHP it stops
+// early, keeping the rest held for the next round, when an HP arrival has
+// come due meanwhile (each launch takes the host microseconds), so that
+// the arrival goes first.
+func (l *loop) flushBE(forHP bool) error {
+	n := 0
+	defer func() {
+		l.beHeld = l.beHeld[:copy(l.beHeld, l.beHeld[n:])]
+	}()
+	for ; n < len(l.beHeld); n++ {
+		if forHP && l.hpDue() {
+			return nil
+		}
+		if err := l.apply(l.beHeld[n]); err != nil {
+			n++
+			return err
+		}
+	}
+	return nil
+}
+
+// hpDue reports whether the next timeline input is an HP arrival whose
+// time has come.
+func (l *loop) hpDue() bool {
+	return l.next < len(l.timeline) && l.timeline[l.next].Kind == EvArrive && l.timeline[l.next].Time <= l.d.dev.Now()
 }
 
 // passes places the requests of each pass of a batching client that decs

@@ -80,6 +80,12 @@ type Options struct {
 	// kernels are all launched at once, in Plain form, is submitted as one
 	// graph (sched/graphs.go), one host call instead of one per kernel.
 	NoHPGraphs bool
+	// DecisionOrder sends each round's launches to the device in the order
+	// the core decided them. By default a round's HP launches go before
+	// its BE launches, and the BE launches stop for an HP arrival that
+	// comes due while the host makes them (sched/loop.go, holdBE); this is
+	// the behaviour before that, kept to measure the difference.
+	DecisionOrder bool
 }
 
 // Trace is what a run measured. Times are on the device clock.
@@ -113,6 +119,8 @@ type Trace struct {
 	// of a graph's event that still showed the previous replay (devices
 	// that count them: gpu/cuda).
 	StaleGraphEvents int
+	// LaunchOrder is "hp-first" or "decision" (Options.DecisionOrder).
+	LaunchOrder string
 	// HostStalls are the gaps of gpu.StallThreshold or more in the host
 	// thread's waits over the run (devices that watch for them:
 	// gpu/cuda): the driver's thread kept from its CPU.
@@ -179,6 +187,10 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	defer d.release()
 	l := newLoop(d, nil)
 	l.timeline = timeline(w, d.opt.Duration)
+	d.trace.LaunchOrder = "hp-first"
+	if opt.DecisionOrder {
+		d.trace.LaunchOrder = "decision"
+	}
 	l.rebase(dev.Now())
 	stale, counts := dev.(interface{ StaleGraphEvents() int })
 	before := 0

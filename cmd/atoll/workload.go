@@ -35,6 +35,7 @@ type workloadFlags struct {
 	quiet    bool
 	hostCost time.Duration
 	notice   time.Duration
+	order    string
 	graphs   bool
 	streams  int
 	maxBatch int
@@ -57,6 +58,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
+	fs.StringVar(&w.order, "launch-order", "hp-first", "how each scheduler round sends its launches: hp-first (its HP launches before its BE launches, which also stop for an HP arrival that comes due meanwhile) or decision (in the order decided, as before hp-first; to measure the difference)")
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
 	fs.IntVar(&w.maxBatch, "hp-max-batch", 1, hpMaxBatchHelp)
@@ -144,6 +146,13 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		return nil, fmt.Errorf("unknown backend %q (want sim or cuda)", w.backend)
 	}
 	c.NoHPGraphs = !w.graphs
+	switch w.order {
+	case "hp-first", "":
+	case "decision":
+		c.DecisionOrder = true
+	default:
+		return nil, fmt.Errorf("--launch-order %q: want hp-first or decision", w.order)
+	}
 	c.HPStreams = w.streams
 	if c.HPBatched, err = w.batched(spec, hp); err != nil {
 		return nil, err
