@@ -58,7 +58,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
-	fs.StringVar(&w.order, "launch-order", "hp-first", "how each scheduler round sends its launches: hp-first (its HP launches before its BE launches, which also stop for an HP arrival that comes due meanwhile) or decision (in the order decided, as before hp-first; to measure the difference)")
+	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
 	fs.IntVar(&w.maxBatch, "hp-max-batch", 1, hpMaxBatchHelp)
@@ -84,6 +84,8 @@ const defaultSimLaunchCost = 8 * time.Microsecond
 const defaultSimNotice = 27 * time.Microsecond
 
 const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction; measured on the GPU, docs/simulator.md; 0 turns it off)"
+
+const launchOrderHelp = "how each scheduler round sends its launches: hp-first (its HP launches before its BE launches, which also stop for an HP arrival that comes due meanwhile) or decision (in the order decided, as builds before hp-first did; to measure the difference or re-run their series)"
 
 const simLaunchCostHelp = "simulator: host time each launch takes (the GPU runs meanwhile; models one host thread launching for every client — the GPU reports' hostUsPerLaunch is the measured figure, docs/fidelity.md; 0 turns it off)"
 

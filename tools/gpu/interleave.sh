@@ -14,7 +14,7 @@ a=${2:?A_FLAGS}; b=${3:?B_FLAGS}; rounds=${4:-3}
 atoll=${ATOLL:-bin/atoll}
 cell=${CELL:---hp resnet50 --be resnet50-train --be-batch 32 --duration 6s}
 mkdir -p "$out"
-printf 'a: %s\nb: %s\ncell: %s\n' "$a" "$b" "$cell" > "$out/settings.txt"
+[ -s "$out/settings.txt" ] || printf 'a: %s\nb: %s\ncell: %s\n' "$a" "$b" "$cell" > "$out/settings.txt"
 for r in $(seq 1 "$rounds"); do
 	for s in a b; do
 		f="$out/$s-$r.json"
@@ -26,14 +26,14 @@ for r in $(seq 1 "$rounds"); do
 	done
 done
 python3 - "$out" <<'PY'
-import glob, json, os, sys
+import glob, gzip, json, os, sys
 out = sys.argv[1]
 print(f"{'run':<6} {'HP p50 ms':>9} {'HP p99 ms [95 % CI]':>26} {'p99 overhead':>12} {'BE norm':>7} {'host µs mean/p99':>16} {'stalls':>6}")
-for f in sorted(glob.glob(os.path.join(out, "*.json"))):
-    d = json.load(open(f))
+for f in sorted(glob.glob(os.path.join(out, "*.json")) + glob.glob(os.path.join(out, "*.json.gz"))):
+    d = json.load(gzip.open(f) if f.endswith(".gz") else open(f))
     ci = d.get("p99CiUs") or {}
     c = {x["cause"]: x for x in d.get("causes", [])}
     h = c.get("host", {})
     st = (d.get("hostStalls") or {}).get("count", "-")
-    print(f"{os.path.basename(f)[:-5]:<6} {d['hp']['p50Us']/1e3:9.3f} {d['hp']['p99Us']/1e3:9.3f} [{ci.get('lo',0)/1e3:.3f}, {ci.get('hi',0)/1e3:.3f}] {d['p99Overhead']*100:+11.1f}% {d.get('beNormalized') or 0:7.2f} {h.get('meanUs',0):8.0f}/{h.get('p99Us',0):<7.0f} {st:>6}")
+    print(f"{os.path.basename(f).split('.')[0]:<6} {d['hp']['p50Us']/1e3:9.3f} {d['hp']['p99Us']/1e3:9.3f} [{ci.get('lo',0)/1e3:.3f}, {ci.get('hi',0)/1e3:.3f}] {d['p99Overhead']*100:+11.1f}% {d.get('beNormalized') or 0:7.2f} {h.get('meanUs',0):8.0f}/{h.get('p99Us',0):<7.0f} {st:>6}")
 PY
