@@ -3,8 +3,9 @@
 measured kernel durations per class (conv forward, data gradient, weight
 gradient, GEMM, attention, norms, other) and the ten kernels that moved most.
 
-    python3 tools/gpu/profile_diff.py BEFORE.json AFTER.json
+    python3 tools/gpu/profile_diff.py BEFORE.json AFTER.json    (or .json.gz)
 """
+import gzip
 import json
 import sys
 from collections import defaultdict
@@ -19,7 +20,7 @@ def kind(name):
 
 
 def load(path):
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         return json.load(f)["kernels"]
 
 
