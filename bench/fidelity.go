@@ -25,6 +25,7 @@ type Fidelity struct {
 	RankP99, RankBE     int     // cells whose policy order matches, by HP p99 and by BE
 	Cells               int     // cells compared
 	MedianP99, MedianBE float64 // median |relative error|
+	MedianP50           float64 // median |relative error| of HP p50
 	// Policies holds the same figures per policy, in the order the GPU
 	// reports name them (RankP99, RankBE and Cells unused).
 	Policies []PolicyFidelity
@@ -48,13 +49,13 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 		sim[c.Result.Cell.Name] = c
 	}
 	ew := &errWriter{w: w}
-	ew.printf("| cell | policy | GPU p99 ms | sim p99 ms | p99 error | GPU p99 overhead [95 %% CI] | sim p99 overhead | GPU BE norm | sim BE norm | BE error |\n")
-	ew.printf("|---|---|---|---|---|---|---|---|---|---|\n")
-	var p99Err, beErr []float64
+	ew.printf("| cell | policy | HP p50 ms, GPU / sim | GPU p99 ms | sim p99 ms | p99 error | GPU p99 overhead [95 %% CI] | sim p99 overhead | GPU BE norm | sim BE norm | BE error |\n")
+	ew.printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var p50Err, p99Err, beErr []float64
 	within, total, rankP99, rankBE, cells := 0, 0, 0, 0, 0
 	type perPolicy struct {
 		within, runs int
-		p99, be      []float64
+		p50, p99, be []float64
 	}
 	var names []string
 	pols := map[string]*perPolicy{}
@@ -82,6 +83,9 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 				pols[r.Policy] = pp
 				names = append(names, r.Policy)
 			}
+			e50 := o.HP.P50/r.HP.P50 - 1
+			p50Err = append(p50Err, math.Abs(e50))
+			pp.p50 = append(pp.p50, math.Abs(e50))
 			e := o.HP.P99/r.HP.P99 - 1
 			p99Err = append(p99Err, math.Abs(e))
 			pp.p99 = append(pp.p99, math.Abs(e))
@@ -98,8 +102,8 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 				beErr = append(beErr, math.Abs(be))
 				pp.be = append(pp.be, math.Abs(be))
 			}
-			ew.printf("| %s | %s | %.3f | %.3f | %+.0f%%%s | %s %s | %s | %s | %s | %s |\n", g.Result.Cell.Name, r.Policy,
-				r.HP.P99/1e3, o.HP.P99/1e3, e*100, mark(ok), pct(r.P99Overhead), ciPct(r.P99OverheadCI), pct(o.P99Overhead),
+			ew.printf("| %s | %s | %.3f / %.3f (%+.0f%%) | %.3f | %.3f | %+.0f%%%s | %s %s | %s | %s | %s | %s |\n", g.Result.Cell.Name, r.Policy,
+				r.HP.P50/1e3, o.HP.P50/1e3, e50*100, r.HP.P99/1e3, o.HP.P99/1e3, e*100, mark(ok), pct(r.P99Overhead), ciPct(r.P99OverheadCI), pct(o.P99Overhead),
 				num(r.BENormalized, "%.2f"), num(o.BENormalized, "%.2f"), signedPct(be))
 			gp, sp = append(gp, rank{r.Policy, r.HP.P99}), append(sp, rank{r.Policy, o.HP.P99})
 			gb, sb = append(gb, rank{r.Policy, -val(r.BENormalized)}), append(sb, rank{r.Policy, -val(o.BENormalized)})
@@ -114,20 +118,20 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 			}
 		}
 	}
-	ew.printf("\nHP p99 within 10 %% (or inside the GPU run's CI): %d of %d (✓ above); median |error| HP p99 %.0f %%, BE normalized %.0f %%. "+
+	ew.printf("\nHP p99 within 10 %% (or inside the GPU run's CI): %d of %d (✓ above); median |error| HP p99 %.0f %%, BE normalized %.0f %%, HP p50 %.0f %%. "+
 		"Policies ranked as on the GPU by HP p99 in %d of %d cells, by BE throughput in %d of %d.\n",
-		within, total, sortedQuantile(p99Err, 0.5)*100, sortedQuantile(beErr, 0.5)*100, rankP99, cells, rankBE, cells)
+		within, total, sortedQuantile(p99Err, 0.5)*100, sortedQuantile(beErr, 0.5)*100, sortedQuantile(p50Err, 0.5)*100, rankP99, cells, rankBE, cells)
 	f := Fidelity{Within: within, Runs: total, RankP99: rankP99, RankBE: rankBE, Cells: cells,
-		MedianP99: sortedQuantile(p99Err, 0.5), MedianBE: sortedQuantile(beErr, 0.5)}
+		MedianP99: sortedQuantile(p99Err, 0.5), MedianBE: sortedQuantile(beErr, 0.5), MedianP50: sortedQuantile(p50Err, 0.5)}
 	if len(names) > 0 {
-		ew.printf("\n| policy | HP p99 within 10 %% (or the GPU CI) | median error, HP p99 | median error, BE normalized |\n|---|---|---|---|\n")
+		ew.printf("\n| policy | HP p99 within 10 %% (or the GPU CI) | median error, HP p99 | median error, BE normalized | median error, HP p50 |\n|---|---|---|---|---|\n")
 	}
 	for _, n := range names {
 		pp := pols[n]
 		pf := PolicyFidelity{Policy: n, Fidelity: Fidelity{Within: pp.within, Runs: pp.runs,
-			MedianP99: sortedQuantile(pp.p99, 0.5), MedianBE: sortedQuantile(pp.be, 0.5)}}
+			MedianP99: sortedQuantile(pp.p99, 0.5), MedianBE: sortedQuantile(pp.be, 0.5), MedianP50: sortedQuantile(pp.p50, 0.5)}}
 		f.Policies = append(f.Policies, pf)
-		ew.printf("| %s | %d of %d | %.0f %% | %s |\n", n, pf.Within, pf.Runs, pf.MedianP99*100, medianPct(pp.be))
+		ew.printf("| %s | %d of %d | %.0f %% | %s | %.0f %% |\n", n, pf.Within, pf.Runs, pf.MedianP99*100, medianPct(pp.be), pf.MedianP50*100)
 	}
 	return f, ew.err
 }

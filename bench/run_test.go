@@ -201,7 +201,8 @@ func TestMisalignedClockIsRefused(t *testing.T) {
 // BenchmarkDemoWorkload10s simulates 10 s of GPU time of the demo workload
 // (ResNet-50 bs1 HP beside ResNet-50 bs32 training) under each policy
 // through the whole stack: arrivals, the scheduler core, the driver loop and
-// the simulated GPU, at load 0.5 and at load 2 (HP alone cannot keep up:
+// the simulated GPU with the demo's host figures, at loads 0.3, 0.5, 0.9
+// and 2 (at 2 HP alone cannot keep up:
 // the queue grows for the whole run). The load's unit is the HP profile's
 // solo time. Run it with -cpu 1 for the acceptance figures (under 5 s of
 // wall time per 10 s simulated at load 0.5, under 20 s at load 2, one core).
@@ -211,6 +212,10 @@ func BenchmarkDemoWorkload10s(b *testing.B) {
 			b.Run(fmt.Sprintf("load%g/%s", load, policy), func(b *testing.B) {
 				c := demoConfig(b, 10*time.Second)
 				c.Warmup = 0
+				// The demo's simulator: the host's measured launch cost and notice.
+				c.NewDevice = func() (gpu.Device, error) {
+					return sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, HostLaunchCost: sim.MeasuredHostLaunchCost, NoticeLatency: sim.MeasuredNoticeLatency})
+				}
 				base := &Baseline{Rate: load / c.HP.Total().Seconds()}
 				var err error
 				base.Arrivals, err = Arrivals(Poisson, base.Rate, c.Duration, 1, 0)

@@ -10,6 +10,7 @@ import (
 	"atoll/bench"
 	"atoll/gpu"
 	"atoll/gpu/backend"
+	"atoll/gpu/sim"
 	"atoll/models"
 	"atoll/profiler"
 	"atoll/profiles"
@@ -70,18 +71,14 @@ const hpStreamsHelp = "serve HP with this many clients of the model, each its ow
 
 const hpGraphsHelp = "submit each HP request launched whole (kernels all at once, none padded) as one recorded graph: one host call per request instead of one per kernel (a CUDA graph on the GPU); false launches kernel by kernel"
 
-// defaultSimLaunchCost is the simulator's host time per launch: the GPU
-// matrix measured a median of 8.9 µs (7.1–27 µs over its 56 runs,
-// hostUsPerLaunch), and the committed simulator matrix ran with 8 µs
-// (docs/fidelity.md).
-const defaultSimLaunchCost = 8 * time.Microsecond
+// defaultSimLaunchCost is the simulator's host time per launch
+// (sim.MeasuredHostLaunchCost).
+const defaultSimLaunchCost = sim.MeasuredHostLaunchCost
 
 // defaultSimNotice is the simulator's time from a completion to the host
-// seeing it (sim.Config.NoticeLatency): on an H100 a BE training step with
-// one launch in flight lost 29.6–33.7 µs per kernel, median 30.9
-// (tools/gpu/launchpath.sh, results/launchpath-h100), of which the
-// simulator's launch latency is 4 µs.
-const defaultSimNotice = 27 * time.Microsecond
+// seeing it (sim.Config.NoticeLatency, sim.MeasuredNoticeLatency;
+// results/launchpath-h100).
+const defaultSimNotice = sim.MeasuredNoticeLatency
 
 const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction; measured on the GPU, docs/simulator.md; 0 turns it off)"
 

@@ -122,6 +122,18 @@ func (o SamePriority) String() string {
 	return fmt.Sprintf("SamePriority(%d)", uint8(o))
 }
 
+// The host's figures bench, demo and matrix simulate with (their
+// --sim-launch-cost and --sim-notice defaults; Config's zero values leave
+// both out): host time per launch, the GPU matrix's median of 8.9 µs
+// (hostUsPerLaunch over its 56 runs); time from a completion to the host
+// seeing it, the median turnaround of a BE kernel launched on seeing its
+// predecessor complete on an H100 (30.9 µs, tools/gpu/launchpath.sh)
+// less the 4 µs launch latency.
+const (
+	MeasuredHostLaunchCost = 8 * time.Microsecond
+	MeasuredNoticeLatency  = 27 * time.Microsecond
+)
+
 // Defaults of the model parameters. They are estimates for Hopper-class
 // GPUs; docs/simulator.md says where each comes from.
 const (

@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// fidelityCell is a cell of runs with the given HP p50, p99 (µs) and BE
+// normalized throughput per policy.
+func fidelityCell(name string, runs map[string][3]float64, order []string) *MatrixCell {
+	c := &MatrixCell{Result: CellResult{Cell: CellSpec{Name: name}}}
+	for _, p := range order {
+		v := runs[p]
+		be := v[2]
+		c.Reports = append(c.Reports, &Report{Policy: p, HP: Latency{P50: v[0], P99: v[1]}, BENormalized: &be})
+	}
+	return c
+}
+
+// The fidelity table's figures against hand-computed ones: per run the
+// errors of HP p50, p99 and BE, within 10 % or the GPU CI, the medians,
+// and whether each cell ranks the policies as the GPU did.
+func TestFidelityFigures(t *testing.T) {
+	order := []string{"orion", "atoll"}
+	gpu := []*MatrixCell{
+		fidelityCell("a", map[string][3]float64{"orion": {600, 2000, 0.30}, "atoll": {700, 2100, 0.40}}, order),
+		fidelityCell("b", map[string][3]float64{"orion": {1200, 5000, 0.36}, "atoll": {1300, 4800, 0.42}}, order),
+	}
+	sim := []*MatrixCell{
+		// a: p50 −10 % / +0 %, p99 +5 % / +20 %, BE +10 % / −25 %: BE order flips.
+		fidelityCell("a", map[string][3]float64{"orion": {540, 2100, 0.33}, "atoll": {700, 2520, 0.30}}, order),
+		// b: p50 +25 % / +0 %, p99 −2 % / +5 %: HP order flips; BE +0 % / +5 %.
+		fidelityCell("b", map[string][3]float64{"orion": {1500, 4900, 0.36}, "atoll": {1300, 5040, 0.441}}, order),
+	}
+	gpu[0].Reports[1].P99CI = &CI{Lo: 1900, Hi: 2600} // atoll's +20 % lies inside its CI
+	var b strings.Builder
+	if err := FidelityTable(&b, gpu, sim); err != nil {
+		t.Fatal(err)
+	}
+	f := FidelitySummary(gpu, sim)
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	if f.Runs != 4 || f.Within != 4 || f.Cells != 2 || f.RankP99 != 1 || f.RankBE != 1 {
+		t.Errorf("runs %d within %d cells %d rankP99 %d rankBE %d; want 4 4 2 1 1\n%s", f.Runs, f.Within, f.Cells, f.RankP99, f.RankBE, b.String())
+	}
+	// |p50 errors| 0.10, 0, 0.25, 0: median 0.05; |p99| 0.05, 0.2, 0.02, 0.05: 0.05;
+	// |BE| 0.10, 0.25, 0, 0.05: 0.075.
+	if !near(f.MedianP50, 0.05) || !near(f.MedianP99, 0.05) || !near(f.MedianBE, 0.075) {
+		t.Errorf("medians p50 %v p99 %v BE %v; want 0.05 0.05 0.075", f.MedianP50, f.MedianP99, f.MedianBE)
+	}
+	if !strings.Contains(b.String(), "| a | orion | 0.600 / 0.540 (-10%) |") {
+		t.Errorf("table lacks orion's p50 column in cell a:\n%s", b.String())
+	}
+}
