@@ -34,7 +34,7 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 			}
 		}
 		if stalled {
-			ew.printf(" **The host stalled during runs (below): their HP latency is suspect.**")
+			ew.printf(" **The host stalled during runs long enough to reach their HP p99 (below): it is suspect.**")
 		}
 		for _, r := range mc.Reports {
 			if r.BEAloneItersPerSec > 0 {
@@ -113,9 +113,9 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 const hostJitterWarnUs = 500
 
 // stallsSeen reports whether every atoll run of a cell watched for host
-// stalls, and whether any saw one. Where they watched, the stalls, not
-// the wake-up lateness measured before the runs, say whether the host
-// disturbed them.
+// stalls, and whether any run's stalls may reach its HP p99. Where they
+// watched, the stalls, not the wake-up lateness measured before the runs,
+// say whether the host disturbed them.
 func stallsSeen(rs []*Report) (watched, stalled bool) {
 	watched = len(rs) > 0
 	for _, r := range rs {
@@ -123,10 +123,24 @@ func stallsSeen(rs []*Report) (watched, stalled bool) {
 			watched = false
 			continue
 		}
-		stalled = stalled || r.HostStalls.Count > 0
+		stalled = stalled || stallTouched(r) >= stallSuspect
 	}
 	return watched, stalled
 }
+
+// stallTouched is the fraction of a run's HP requests its host stalls may
+// have delayed: one per stall, and those arriving during them.
+func stallTouched(r *Report) float64 {
+	s := r.HostStalls
+	if s == nil || s.Count == 0 || r.HPCompleted == 0 {
+		return 0
+	}
+	return (float64(s.Count) + s.TotalMs/1e3*r.Workload.RatePerSec) / float64(r.HPCompleted)
+}
+
+// stallSuspect is the fraction of requests touched by stalls at which a
+// run's HP p99 is called suspect: half of the 1 % that p99 leaves above it.
+const stallSuspect = 0.005
 
 // stallLine lists each run's host stalls, "" when no report watched
 // for them (the simulator's, or reports made before they were counted).

@@ -33,15 +33,20 @@ func TestStallLine(t *testing.T) {
 // are suspect; the wake-up lateness measured before them only where they
 // did not.
 func TestStallsSeen(t *testing.T) {
-	none := &Report{HostStalls: &StallStat{}}
-	one := &Report{HostStalls: &StallStat{Count: 1, TotalMs: 2, LongestMs: 2}}
+	w := WorkloadInfo{RatePerSec: 900}
+	none := &Report{HostStalls: &StallStat{}, HPCompleted: 5000, Workload: w}
+	// 1 + 0.0011 s × 900/s ≈ 2 of 5,000 requests: below the tail.
+	short := &Report{HostStalls: &StallStat{Count: 1, TotalMs: 1.1, LongestMs: 1.1}, HPCompleted: 5000, Workload: w}
+	// 3 + 0.09 s × 900/s = 84 of 5,000: past half the 1 % tail.
+	long := &Report{HostStalls: &StallStat{Count: 3, TotalMs: 90, LongestMs: 40}, HPCompleted: 5000, Workload: w}
 	old := &Report{}
 	for _, c := range []struct {
 		rs               []*Report
 		watched, stalled bool
 	}{
 		{[]*Report{none, none}, true, false},
-		{[]*Report{none, one}, true, true},
+		{[]*Report{none, short}, true, false},
+		{[]*Report{none, long}, true, true},
 		{[]*Report{none, old}, false, false},
 		{nil, false, false},
 	} {
