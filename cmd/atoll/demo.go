@@ -39,18 +39,17 @@ Examples:
 // simulatedNote says how far the simulator's co-location figures were from
 // the GPU's on the committed matrices (TestSimulatedNoteMatchesResults
 // recomputes its figures from results/).
-const simulatedNote = `note: these co-location figures are simulated. Beside the committed GPU matrix
-(results/matrix-h100-g8: an H100, 8 cells, HP requests as CUDA graphs) the
-simulator's HP p99 was within 10 % in 19 of 32 policy runs (median error 9 %):
-orion 8 of 8 and atoll 7 of 8, but priority 1 of 8 (median error 63 %) and reef
-3 of 8 (median error 28 %), which it under-predicts; its BE throughput was off by a median
-16 %, and it ranked the policies by HP p99 as the GPU did in 2 of 8 cells.
-With this build's simulator, profiles and policies, beside the two training
-cells of results/bequeue-h100 (an H100; this demo's workload among them), its
-HP p99 was off by a median 9 % and its BE throughput by a median 13 %, and it
-ranked the policies by BE throughput as the GPU did in 1 of 2 cells; it models
-the host's turnaround after a completion as the one H100 measured, whose host
-launched slower than most: docs/fidelity.md.
+const simulatedNote = `note: these co-location figures are simulated. With this build's simulator,
+beside the latest GPU series (results/matrix-h200-hpfirst: an H200, the two
+training cells, this demo's workload among them; nothing in the simulator set
+from it), its HP p99 was within 10 % in 5 of 6 policy runs (median error 4 %),
+its HP p50 off by a median 5 % and its BE throughput by a median 14 %, and it
+ranked the policies as the GPU did in 2 of 2 cells by HP p99 and 2 of 2 by BE
+throughput. It misses what BE kept running beside busy HP does to HP
+(atoll:admission=confined). On the older 8-cell matrix (results/matrix-h100-g8,
+simulated by the builds of that day) it under-predicted plain priorities and
+reef: HP p99 within 10 % in priority 1 of 8 (median error 63 %) and reef 3 of 8
+(median error 28 %). docs/fidelity.md has every comparison.
 Run 'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
 
 func init() {
