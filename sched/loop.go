@@ -628,9 +628,13 @@ func (l *loop) flushBE(forHP bool) error {
 	return nil
 }
 
-// hpDue reports whether the next timeline input is an HP arrival whose
-// time has come.
+// hpDue reports whether an HP request may be waiting to be taken in: the
+// next timeline input is an arrival whose time has come, or (Online) a
+// submission has woken the loop since it last took its inbox.
 func (l *loop) hpDue() bool {
+	if l.o != nil {
+		return len(l.o.notify) > 0
+	}
 	return l.next < len(l.timeline) && l.timeline[l.next].Kind == EvArrive && l.timeline[l.next].Time <= l.d.dev.Now()
 }
 
