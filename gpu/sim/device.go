@@ -132,8 +132,8 @@ func dur(ns float64) time.Duration {
 }
 
 // Wait advances virtual time to until, or to the first instant before it at
-// which an event completed or a kernel stored a HostWord, whichever is
-// first. With no work on the device it jumps to until. It returns ctx.Err()
+// which the host sees an event complete (Config.NoticeLatency after it did)
+// or a kernel stored a HostWord, whichever is first. With no work on the device it jumps to until. It returns ctx.Err()
 // if ctx is cancelled (virtual time then stops wherever it got to).
 func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 	if d.fault != nil {
