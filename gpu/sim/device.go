@@ -411,7 +411,7 @@ func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream) {
 	d.enqueue(st, op{kind: opRecord, host: d.now, ev: e, gen: ev.gen})
 }
 
-// Query reports whether e has completed.
+// Query reports whether the host sees e complete (NoticeLatency after it did).
 func (d *Device) Query(e gpu.Event) (bool, error) {
 	if d.fault != nil {
 		return false, d.fault
