@@ -382,7 +382,10 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
 	r.GraphLaunches, r.HPGraphs, r.Streams = tr.GraphLaunches, tr.HPGraphs, tr.Streams
-	r.LaunchOrder = tr.LaunchOrder
+	r.LaunchOrder = "hp-first"
+	if c.DecisionOrder {
+		r.LaunchOrder = "decision"
+	}
 	if len(c.HPBatched) > 0 {
 		r.HPByBatch = map[string]int{}
 		for _, q := range tr.Requests {

@@ -29,14 +29,11 @@ const DefaultBEWindow = 16
 
 // DefaultBEQueue bounds the BE work a client keeps queued on the device
 // (the profiled solo time of its launches in flight; one launch always
-// may go): enough that the GPU does not idle while the host sees a
-// completion and launches the next kernel, little enough that a long
-// kernel is queued alone. With two launches in flight atoll's BE reached
-// about half its alone rate on an H200 whatever its partition's size;
-// with eight (about 140-190 µs of the training steps' kernels) it gained
-// 26-50 % beside HP with HP's p99 inside Orion's CI
-// (results/bewindow-h200); on an H100 this bound gained 24-35 %
-// (results/bequeue-h100, docs/policies.md).
+// may go): enough that the GPU does not idle through the host's 26-34 µs
+// turnaround between a completion and the next launch
+// (results/launchpath-h100, -h200), little enough that a long kernel is
+// queued alone. Half and twice it measured no better on the GPU
+// (results/bequeue-size-h100, docs/policies.md "BE work queued").
 const DefaultBEQueue = 200 * time.Microsecond
 
 // DefaultHPWindow is the HP launches atoll keeps in flight per client:

@@ -119,8 +119,6 @@ type Trace struct {
 	// of a graph's event that still showed the previous replay (devices
 	// that count them: gpu/cuda).
 	StaleGraphEvents int
-	// LaunchOrder is "hp-first" or "decision" (Options.DecisionOrder).
-	LaunchOrder string
 	// HostStalls are the gaps of gpu.StallThreshold or more in the host
 	// thread's waits over the run (devices that watch for them:
 	// gpu/cuda): the driver's thread kept from its CPU.
@@ -187,10 +185,6 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	defer d.release()
 	l := newLoop(d, nil)
 	l.timeline = timeline(w, d.opt.Duration)
-	d.trace.LaunchOrder = "hp-first"
-	if opt.DecisionOrder {
-		d.trace.LaunchOrder = "decision"
-	}
 	l.rebase(dev.Now())
 	stale, counts := dev.(interface{ StaleGraphEvents() int })
 	before := 0

@@ -36,23 +36,22 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 	for _, w := range words[1:] {
 		d.snap = append(d.snap, atomic.LoadUint32(w))
 	}
-	last := time.Now()
+	last := start
 	for {
 		done, err := d.pollPending()
 		if err != nil || done {
 			return err
 		}
-		t := time.Now()
-		if gap := t.Sub(last); gap >= gpu.StallThreshold {
+		now := d.Now()
+		if gap := now - last; gap >= gpu.StallThreshold {
 			d.stalls.Add(gap)
 		}
-		last = t
+		last = now
 		for i, w := range words[1:] {
 			if atomic.LoadUint32(w) != d.snap[i] {
 				return nil
 			}
 		}
-		now := d.Now()
 		if now >= until {
 			return nil
 		}
@@ -66,7 +65,7 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 		// deadline and spin the rest.
 		if d.npending == 0 && until-now > 2*sleepMargin {
 			time.Sleep(until - now - sleepMargin)
-			last = time.Now() // a sleep's lateness is not a stall
+			last = d.Now() // a sleep's lateness is not a stall
 		} else {
 			runtime.Gosched()
 		}

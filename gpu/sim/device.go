@@ -38,11 +38,10 @@ type Device struct {
 
 	now      float64 // virtual time, ns
 	observed bool    // an event completed or a kernel stored a HostWord during this Wait
-	// unseen: something observable happened outside a Wait (while the host
-	// was busy in a call, hostBusy, or an event recorded on an idle stream)
-	// since the last Wait returned; the next Wait returns at once, as the
-	// real GPU's does when an event it would wait for has already
-	// completed.
+	// unseen: something observable happened while the host was busy in a
+	// call (hostBusy) since the last Wait returned; the next Wait returns
+	// at once, as the real GPU's does when an event it would wait for has
+	// already completed.
 	unseen   bool
 	notice   float64   // NoticeLatency, ns
 	seenAt   []float64 // when completions not yet seen by the host become seen
@@ -132,9 +131,10 @@ func dur(ns float64) time.Duration {
 }
 
 // Wait advances virtual time to until, or to the first instant before it at
-// which the host sees an event complete (Config.NoticeLatency after it did)
-// or a kernel stored a HostWord, whichever is first. With no work on the device it jumps to until. It returns ctx.Err()
-// if ctx is cancelled (virtual time then stops wherever it got to).
+// which the host sees an event complete (Config.NoticeLatency after it
+// did) or a kernel stored a HostWord, whichever is first. With no work on
+// the device it jumps to until. It returns ctx.Err() if ctx is cancelled
+// (virtual time then stops wherever it got to).
 func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 	if d.fault != nil {
 		return d.fault
@@ -403,9 +403,6 @@ func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream) {
 	ev.recorded, ev.done = true, false
 	if st.idle() {
 		d.completeEvent(ev, d.now)
-		if d.notice == 0 {
-			d.unseen = true
-		}
 		return
 	}
 	d.enqueue(st, op{kind: opRecord, host: d.now, ev: e, gen: ev.gen})
@@ -423,14 +420,10 @@ func (d *Device) Query(e gpu.Event) (bool, error) {
 	return ev.done && ev.seen <= d.now, nil
 }
 
-// completeEvent marks ev complete at t. The host sees it NoticeLatency
-// later: at once (observed) without one, else when notify reaches it.
+// completeEvent marks ev complete at t; the host sees it NoticeLatency
+// later, when notify reaches it (the next settle, without one).
 func (d *Device) completeEvent(ev *eventSlot, t float64) {
 	ev.done, ev.t, ev.seen = true, t, t+d.notice
-	if d.notice == 0 {
-		d.observed = true
-		return
-	}
 	d.seenAt = append(d.seenAt, ev.seen)
 }
 
