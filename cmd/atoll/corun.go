@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"atoll/gpu"
+	"atoll/gpu/cuda"
+	"atoll/gpu/sim"
+	"atoll/kernels"
+	"atoll/models"
+	"atoll/policies"
+	"atoll/profiler"
+	"atoll/profiles"
+)
+
+const corunHelp = `
+Usage: atoll corun --hp MODEL --be MODEL [--be-batch N] [flags]
+
+Measures how much an HP model's kernels slow down while each kernel of a BE
+model runs beside them, the way atoll runs the two: BE kernels in an SM
+partition (a green context of --partition SMs; default the partition atoll
+gives BE for this HP model), HP on every SM at the greatest stream
+priority. For each distinct BE launch shape, the kernel is queued back to
+back in the partition and, once it runs, --passes HP passes are timed with
+a CUDA event between every two HP launches; the HP model alone is timed
+the same way every 16 BE kernels. The report gives, per BE kernel, the HP
+pass's slowdown (median time beside it / median alone) and each HP
+kernel's; its summary, the mean over the BE step (each kernel weighted by
+its profiled time) and the share of the step whose slowdown stays within
+2, 5, 10 and 25 %.
+
+The profiles of both models must exist (atoll profile). On --backend sim
+the same code runs on the simulator with the profiles' costs: its report
+is the simulator's prediction of the same figures, and --compare FILE
+(a report of the GPU) prints the two side by side.
+
+See docs/physics.md, "Co-run slowdown".
+
+Examples:
+  atoll corun --hp resnet50 --be resnet50-train --be-batch 32 --out corun.json
+  atoll corun --hp bert-base --be bert-base-train --be-batch 8 --kernels 0-40
+  atoll corun --backend sim --gpu H200 --hp resnet50 --be resnet50-train --be-batch 32 \
+      --compare results/corun-h200/resnet50.json
+`
+
+func init() {
+	register(command{name: "corun", summary: "on a GPU: measure HP kernels' slowdown beside each BE kernel", run: runCoRun})
+}
+
+func runCoRun(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "corun", corunHelp)
+	hp := fs.String("hp", "", "HP model (zoo name)")
+	hpBatch := fs.Int("hp-batch", 1, "HP batch size")
+	be := fs.String("be", "", "BE model (zoo name)")
+	beBatch := fs.Int("be-batch", 1, "BE batch size")
+	backend := fs.String("backend", "cuda", "cuda (the GPU) or sim (the simulator's prediction)")
+	simGPU := fs.String("gpu", gpu.H100SXM.Name, "--backend sim: the simulated GPU (its profiles are used)")
+	ordinal := fs.Int("device", 0, "GPU ordinal")
+	part := fs.Int("partition", 0, "SMs of BE's partition (0: atoll's default for the HP model, the SMs less policies.ReserveSMs)")
+	hpRest := fs.Bool("hp-rest", false, "run HP on the SMs the partition leaves, not every SM: the two share no SM, only memory, L2 and the front end")
+	passes := fs.Int("passes", profiler.DefaultCoRunPasses, "HP passes timed beside each BE kernel")
+	which := fs.String("kernels", "", "BE kernel indices to measure, e.g. 0-40,52 (default: all)")
+	out := fs.String("out", "", "write the report (JSON) here")
+	compare := fs.String("compare", "", "a report to compare with (e.g. the GPU's, when this one is simulated)")
+	notice := fs.Duration("sim-notice", 0, "--backend sim: the host's notice of a completion (only host waits; the figures do not depend on it)")
+	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "atoll corun: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	if *hp == "" || *be == "" {
+		fmt.Fprintln(e.stderr, "atoll corun: --hp and --be are required")
+		fs.Usage()
+		return errUsage
+	}
+	if *passes < 1 {
+		return fmt.Errorf("--passes %d: need at least 1", *passes)
+	}
+	if *notice < 0 {
+		return fmt.Errorf("--sim-notice %v: must be 0 or more", *notice)
+	}
+	var kernelList []int
+	if *which != "" {
+		var err error
+		if kernelList, err = parseIndexList(*which); err != nil {
+			return fmt.Errorf("--kernels %q: %w", *which, err)
+		}
+	}
+	var cmp *profiler.CoRunReport
+	if *compare != "" {
+		var err error
+		if cmp, err = readCoRun(*compare); err != nil {
+			return err
+		}
+	}
+	for _, m := range []string{*hp, *be} {
+		if _, err := models.Get(m); err != nil {
+			return err
+		}
+	}
+	opt := profiler.CoRunOptions{HPRest: *hpRest, Passes: *passes, Kernels: kernelList, Seed: 1, Command: "atoll corun " + quoteArgs(args)}
+	if !*quiet {
+		bar := profiler.NewBar(e.stderr, isTerminal(e.stderr))
+		defer bar.Done()
+		opt.Progress = bar.Update
+	}
+	measure := func(dev gpu.Device) error {
+		spec, err := gpu.LookupSpec(dev.Info().Name)
+		if err != nil {
+			return err
+		}
+		if opt.HP, err = profileFor(spec, *hp, *hpBatch); err != nil {
+			return err
+		}
+		if opt.BE, err = profileFor(spec, *be, *beBatch); err != nil {
+			return err
+		}
+		opt.PartitionSMs = *part
+		if opt.PartitionSMs == 0 {
+			opt.PartitionSMs = gpu.PartitionFloor(spec, spec.SMs-policies.ReserveSMs(spec, []*profiles.Profile{opt.HP}))
+		}
+		start := time.Now()
+		rep, err := profiler.CoRun(ctx, dev, kernels.New(dev), profiler.ModelBatch{Model: opt.HP.Model, Batch: *hpBatch}, profiler.ModelBatch{Model: opt.BE.Model, Batch: *beBatch}, opt)
+		if err != nil {
+			return err
+		}
+		if *out != "" {
+			if err := writeCoRun(*out, rep); err != nil {
+				return err
+			}
+		}
+		printCoRun(e.stdout, rep, *out, time.Since(start))
+		if cmp != nil {
+			compareCoRun(e.stdout, rep, cmp, *compare)
+		}
+		return nil
+	}
+	switch *backend {
+	case "sim":
+		spec, err := gpu.LookupSpec(*simGPU)
+		if err != nil {
+			return err
+		}
+		// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
+		dev, err := sim.New(sim.Config{Spec: spec, NoticeLatency: *notice, BLAS: true})
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		return measure(dev)
+	case "cuda":
+		err := cuda.Run(*ordinal, func(d *cuda.Device) error { return measure(d) })
+		if errors.Is(err, gpu.ErrNoDevice) {
+			return fmt.Errorf("no GPU found: %w\nhint: --backend sim runs the same measurement on the simulator (its prediction)", err)
+		}
+		return err
+	default:
+		return fmt.Errorf("--backend %q: want cuda or sim", *backend)
+	}
+}
+
+// parseIndexList reads "0-40,52".
+func parseIndexList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(f), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("%q is not an index or a range a-b", f)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("%q is not a range a-b with a <= b", f)
+			}
+		}
+		for i := a; i <= b; i++ {
+			if !slices.Contains(out, i) {
+				out = append(out, i)
+			}
+		}
+	}
+	return out, nil
+}
+
+func readCoRun(path string) (*profiler.CoRunReport, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := profiler.ReadCoRun(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}
+
+func writeCoRun(path string, r *profiler.CoRunReport) error {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := profiler.WriteCoRun(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// printCoRun prints the summary and the BE kernels that slow HP most.
+func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Duration) {
+	where := "every SM"
+	if r.HPRest {
+		where = "the other SMs"
+	}
+	fmt.Fprintf(w, "%s bs%d (on %s) beside each kernel of %s bs%d in a %d-SM partition, %s (%s), %d passes each, %.1f s\n",
+		r.HP.Model, r.HP.Batch, where, r.BE.Model, r.BE.Batch, r.PartitionSMs, r.GPU, r.Backend, r.Passes, took.Seconds())
+	if r.Backend == "sim" {
+		fmt.Fprintln(w, "simulated: the simulator's prediction, not a measurement")
+	}
+	fmt.Fprintf(w, "HP pass alone: %.1f µs, the median of %d baselines (spread %.1f %%)\n", medianOf(r.HPRequestUs), len(r.HPRequestUs), 100*r.Summary.BaselineSpread)
+	s := r.Summary
+	fmt.Fprintf(w, "HP slowdown over the BE step (time-weighted mean): %.3f\n", s.MeanHPSlowdown)
+	var parts []string
+	for _, b := range profiler.CoRunBounds {
+		parts = append(parts, fmt.Sprintf("≤ %+.0f %%: %.0f %%", 100*(b-1), 100*s.ShareWithin[fmt.Sprintf("%.2f", b)]))
+	}
+	fmt.Fprintf(w, "share of the BE step's time with HP slowdown %s", strings.Join(parts, ", "))
+	if s.Unmeasured > 0 {
+		fmt.Fprintf(w, "; unmeasured %.1f %%", 100*s.Unmeasured)
+	}
+	fmt.Fprintln(w)
+	ks := slices.Clone(r.Kernels)
+	ks = slices.DeleteFunc(ks, func(k profiler.CoRunBE) bool { return k.SameAs >= 0 || k.Passes == 0 })
+	sort.SliceStable(ks, func(i, j int) bool { return ks[i].HPSlowdown > ks[j].HPSlowdown })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "BE kernel\tprofile µs\talone µs\tmem %\tcompute %\tHP slowdown\t")
+	for _, k := range ks[:min(12, len(ks))] {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.3f\t\n", k.Name, k.ProfileUs, k.AloneUs, k.MemoryPct, k.ComputePct, k.HPSlowdown)
+	}
+	tw.Flush()
+	if path != "" {
+		fmt.Fprintf(w, "report: %s\n", path)
+	}
+}
+
+// compareCoRun prints how far r's per-kernel HP slowdowns are from ref's
+// (same models and partition).
+func compareCoRun(w io.Writer, r, ref *profiler.CoRunReport, refPath string) {
+	if r.HP != ref.HP || r.BE != ref.BE || r.PartitionSMs != ref.PartitionSMs || r.HPRest != ref.HPRest {
+		fmt.Fprintf(w, "--compare %s: another measurement (%s bs%d beside %s bs%d, %d SMs): not compared\n",
+			refPath, ref.HP.Model, ref.HP.Batch, ref.BE.Model, ref.BE.Batch, ref.PartitionSMs)
+		return
+	}
+	byIndex := map[int]profiler.CoRunBE{}
+	for _, k := range ref.Kernels {
+		byIndex[k.Index] = k
+	}
+	var errs []float64
+	n := 0
+	for _, k := range r.Kernels {
+		o, ok := byIndex[k.Index]
+		if !ok || k.Passes == 0 || o.Passes == 0 {
+			continue
+		}
+		n++
+		errs = append(errs, (k.HPSlowdown-1)-(o.HPSlowdown-1))
+	}
+	abs := make([]float64, len(errs))
+	for i, v := range errs {
+		abs[i] = math.Abs(v)
+	}
+	sort.Float64s(abs)
+	fmt.Fprintf(w, "against %s (%s, %s): mean HP slowdown %.3f here, %.3f there; %d kernels in both",
+		refPath, ref.GPU, ref.Backend, r.Summary.MeanHPSlowdown, ref.Summary.MeanHPSlowdown, n)
+	if n > 0 {
+		fmt.Fprintf(w, ", per-kernel slowdown off by %.1f points (median), %.1f (90th percentile)", 100*abs[len(abs)/2], 100*abs[min(len(abs)-1, len(abs)*9/10)])
+	}
+	fmt.Fprintln(w)
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,217 @@
+package profiler_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"atoll/gpu"
+	"atoll/gpu/sim"
+	"atoll/kernels"
+	"atoll/profiler"
+	"atoll/profiles"
+)
+
+func coRunProfiles(t *testing.T, spec gpu.Spec) (hp, be *profiles.Profile) {
+	t.Helper()
+	hp, err := profiles.Lookup(spec.Name, "mobilenetv2", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err = profiles.Lookup(spec.Name, "vgg19", 4, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hp, be
+}
+
+// byName is the index of the BE kernel called name.
+func byName(t *testing.T, p *profiles.Profile, name string) int {
+	t.Helper()
+	for i := range p.Kernels {
+		if p.Kernels[i].Name == name {
+			return i
+		}
+	}
+	t.Fatalf("%s has no kernel %s", p.Model, name)
+	return -1
+}
+
+// On the simulator the co-run replays the profiles: HP alone takes its
+// profiled time, a kernel measured once per launch shape is shared by its
+// twins, and a BE kernel on every SM of the partition slows HP more than
+// one on 13 of them.
+func TestCoRunSim(t *testing.T) {
+	spec := gpu.H100SXM
+	dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
+	hp, be := coRunProfiles(t, spec)
+	small := byName(t, be, "features.36")  // 98 blocks on 13 SMs, 8 % of DRAM
+	stream := byName(t, be, "features.14") // every SM
+	twinA := byName(t, be, "features.12")  // the same shape as stream
+	var stages []profiler.Progress
+	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+		profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
+		profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, Kernels: []int{small, twinA, stream}, HP: hp, BE: be,
+			Progress: func(p profiler.Progress) { stages = append(stages, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stages) != 3 || stages[2].Done != 3 || stages[2].Stage != "co-run" {
+		t.Errorf("progress %v, want three co-run steps", stages)
+	}
+	if rep.APIVersion != profiler.CoRunAPIVersion || rep.Backend != "sim" || rep.GPU != spec.Name || rep.PartitionSMs != 96 {
+		t.Errorf("header %+v", rep)
+	}
+	if len(rep.HPKernels) != len(hp.Kernels) || len(rep.HPAloneUs) != len(hp.Kernels) {
+		t.Fatalf("%d HP kernels, %d alone times; profile has %d", len(rep.HPKernels), len(rep.HPAloneUs), len(hp.Kernels))
+	}
+	total := 0.0
+	for i, k := range hp.Kernels {
+		total += k.DurationUs
+		// Each kernel's event-to-event time is at least its profiled time
+		// (the simulator times it so) and at most that plus a launch gap.
+		if got := rep.HPAloneUs[i]; got < k.DurationUs-0.01 || got > k.DurationUs+10 {
+			t.Errorf("HP %s alone %.2f µs, profile %.2f", k.Name, got, k.DurationUs)
+		}
+	}
+	for _, r := range rep.HPRequestUs {
+		if r < total*0.999 || r > total*1.15 {
+			t.Errorf("HP pass alone %.1f µs, profile total %.1f", r, total)
+		}
+	}
+	if len(rep.Kernels) != 3 {
+		t.Fatalf("%d BE kernels reported, want 3", len(rep.Kernels))
+	}
+	got := map[int]profiler.CoRunBE{}
+	for _, k := range rep.Kernels {
+		got[k.Index] = k
+		if k.Passes != 3 {
+			t.Errorf("%s: %d covered passes, want 3", k.Name, k.Passes)
+		}
+		if len(k.HPKernelSlowdown) != len(hp.Kernels) {
+			t.Errorf("%s: %d per-kernel slowdowns", k.Name, len(k.HPKernelSlowdown))
+		}
+		if k.HPSlowdown < 0.999 || k.HPSlowdown > 3 {
+			t.Errorf("%s: HP slowdown %.3f", k.Name, k.HPSlowdown)
+		}
+	}
+	if got[twinA].SameAs != -1 || got[stream].SameAs != twinA {
+		t.Errorf("sameAs: %d for the first of the shape, %d for its twin (want -1 and %d)", got[twinA].SameAs, got[stream].SameAs, twinA)
+	}
+	if got[stream].HPSlowdown != got[twinA].HPSlowdown {
+		t.Errorf("twins differ: %.4f and %.4f", got[stream].HPSlowdown, got[twinA].HPSlowdown)
+	}
+	if !(got[stream].HPSlowdown > got[small].HPSlowdown) {
+		t.Errorf("the partition-wide kernel slows HP %.4f, the 13-SM one %.4f: want the first larger", got[stream].HPSlowdown, got[small].HPSlowdown)
+	}
+	// Shares grow with the bound and stay in [0, 1].
+	prev := -1.0
+	for _, b := range profiler.CoRunBounds {
+		s := rep.Summary.ShareWithin[fmt.Sprintf("%.2f", b)]
+		if s < prev || s > 1.0000001 {
+			t.Errorf("share within %.2f = %.4f after %.4f", b, s, prev)
+		}
+		prev = s
+	}
+
+	// The report reads back, plain and gzipped.
+	var buf bytes.Buffer
+	if err := profiler.WriteCoRun(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := profiler.ReadCoRun(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(buf.Bytes())
+	zw.Close()
+	if _, err := profiler.ReadCoRun(&z); err != nil {
+		t.Fatalf("gzipped: %v", err)
+	}
+}
+
+// With HP on the SMs the partition leaves, the two share no SM: HP alone
+// runs on fewer SMs and is slower than on the whole device.
+func TestCoRunHPRest(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	run := func(rest bool) *profiler.CoRunReport {
+		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
+		rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+			profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
+			profiler.CoRunOptions{PartitionSMs: 96, Passes: 2, Kernels: []int{0}, HP: hp, BE: be, HPRest: rest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	all, rest := run(false), run(true)
+	if !rest.HPRest || all.HPRest {
+		t.Errorf("hpRest recorded %v / %v", all.HPRest, rest.HPRest)
+	}
+	if !(rest.HPRequestUs[0] > all.HPRequestUs[0]*1.05) {
+		t.Errorf("HP alone on the rest %.1f µs, on every SM %.1f: want the rest slower", rest.HPRequestUs[0], all.HPRequestUs[0])
+	}
+}
+
+func TestCoRunRefuses(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	hpM, beM := profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4}
+	short := *be
+	short.Kernels = be.Kernels[:10]
+	for _, tc := range []struct {
+		name   string
+		hp, be profiler.ModelBatch
+		opt    profiler.CoRunOptions
+		want   string
+	}{
+		{"no profiles", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96}, "needs the HP and BE profiles"},
+		{"partition size", hpM, beM, profiler.CoRunOptions{PartitionSMs: 95, HP: hp, BE: be}, "BE partition"},
+		{"whole device", hpM, beM, profiler.CoRunOptions{PartitionSMs: 132, HP: hp, BE: be}, "BE partition"},
+		{"passes", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, Passes: -1, HP: hp, BE: be}, "passes -1"},
+		{"kernel index", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, Kernels: []int{5000}, HP: hp, BE: be}, "BE kernel 5000"},
+		{"stale profile", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: &short}, "has 10 kernels"},
+		{"unknown model", profiler.ModelBatch{Model: "nope", Batch: 1}, beM, profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: be}, "nope"},
+	} {
+		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
+		_, err := profiler.CoRun(context.Background(), dev, kernels.New(dev), tc.hp, tc.be, tc.opt)
+		if err == nil || !errors.Is(err, profiler.ErrMeasure) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrMeasure naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestReadCoRunRefuses(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"apiVersion":"atoll/corun/v0"}`, "apiVersion"},
+		{`{"apiVersion":"atoll/corun/v1","extra":1}`, "unknown field"},
+		{`not json`, "not a co-run report"},
+		{`{"apiVersion":"atoll/corun/v1","hpKernels":["a","b"],"beKernels":[{"index":0,"name":"k","passes":2,"hpKernelSlowdown":[1.1]}]}`, "1 HP kernel slowdowns for 2"},
+	} {
+		if _, err := profiler.ReadCoRun(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%.40s: %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func FuzzReadCoRun(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"atoll/corun/v1","hpKernels":["a"],"beKernels":[{"index":0,"passes":1,"hpKernelSlowdown":[1.2]}]}`))
+	f.Add([]byte{0x1f, 0x8b, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := profiler.ReadCoRun(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		for _, k := range r.Kernels {
+			if k.Passes > 0 && len(k.HPKernelSlowdown) != len(r.HPKernels) {
+				t.Fatalf("accepted a kernel with %d slowdowns for %d HP kernels", len(k.HPKernelSlowdown), len(r.HPKernels))
+			}
+		}
+	})
+}
