@@ -46,6 +46,15 @@ type CoRunOptions struct {
 	// every SM: the two then share no SM, only memory, L2 and the front
 	// end, and the slowdown is theirs alone.
 	HPRest bool
+	// HPGraph submits each HP pass as one graph (gpu.Grapher: a CUDA
+	// graph) with an event after every kernel, as the scheduler submits a
+	// request, instead of a launch and a record per kernel.
+	HPGraph bool
+	// BEDepth, when positive, keeps at most this many BE launches queued
+	// (the host launches the next as one completes, between its HP
+	// launches), as a scheduler with a bounded BE queue does; zero queues
+	// the whole run of BE launches at once.
+	BEDepth int
 	// Passes of the HP model timed beside each BE kernel (0:
 	// DefaultCoRunPasses) and alone at each baseline.
 	Passes int
@@ -77,7 +86,9 @@ type CoRunReport struct {
 	HP           ModelBatch  `json:"hp"`
 	BE           ModelBatch  `json:"be"`
 	PartitionSMs int         `json:"partitionSms"`
-	HPRest       bool        `json:"hpRest,omitempty"` // HP on the SMs the partition leaves
+	HPRest       bool        `json:"hpRest,omitempty"`  // HP on the SMs the partition leaves
+	BEDepth      int         `json:"beDepth,omitempty"` // BE launches queued at most (0: all at once)
+	HPGraph      bool        `json:"hpGraph,omitempty"` // HP passes submitted as graphs
 	Passes       int         `json:"passes"`
 	HPKernels    []string    `json:"hpKernels"`
 	HPAloneUs    []float64   `json:"hpAloneUs"`        // per HP kernel, median of every baseline pass
@@ -164,6 +175,9 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 	if opt.Passes < 1 {
 		return nil, fmt.Errorf("%w: passes %d: need at least 1", ErrMeasure, opt.Passes)
 	}
+	if opt.BEDepth < 0 || opt.BEDepth > coRunMaxQueue {
+		return nil, fmt.Errorf("%w: BE depth %d: want 0 (all queued at once) to %d", ErrMeasure, opt.BEDepth, coRunMaxQueue)
+	}
 	if opt.Date.IsZero() {
 		opt.Date = time.Now().UTC()
 	}
@@ -208,6 +222,8 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 		BE:           be,
 		PartitionSMs: opt.PartitionSMs,
 		HPRest:       opt.HPRest,
+		BEDepth:      opt.BEDepth,
+		HPGraph:      opt.HPGraph,
 		Passes:       opt.Passes,
 	}
 	for _, l := range hpIn.Graph().Layers {
@@ -348,6 +364,8 @@ type coRunner struct {
 	hpLaunches []*gpu.Launch
 	events     []gpu.Event // Passes × HP kernels + 1
 	beStart    gpu.Event
+	ring       []gpu.Event // BEDepth: one per BE launch in flight
+	graphs     []gpu.Graph // HPGraph: one per pass
 	beEnd      gpu.Event
 	allocs     []gpu.Ptr
 
@@ -403,6 +421,29 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 	if c.beEnd, err = c.dev.NewEvent(); err != nil {
 		return fmt.Errorf("NewEvent: %w", err)
 	}
+	if c.opt.HPGraph {
+		gr, ok := c.dev.(gpu.Grapher)
+		if !ok {
+			return fmt.Errorf("HP graphs: the %s device cannot record graphs", info.Backend)
+		}
+		for p := range c.opt.Passes {
+			steps := make([]gpu.GraphStep, n)
+			for i, l := range c.hpLaunches {
+				steps[i] = gpu.GraphStep{Launch: l, Event: c.events[p*n+i+1]}
+			}
+			g, err := gr.NewGraph(hpCtx, steps)
+			if err != nil {
+				return fmt.Errorf("NewGraph: %w", err)
+			}
+			c.graphs = append(c.graphs, g)
+		}
+	}
+	c.ring = make([]gpu.Event, c.opt.BEDepth)
+	for i := range c.ring {
+		if c.ring[i], err = c.dev.NewEvent(); err != nil {
+			return fmt.Errorf("NewEvent: %w", err)
+		}
+	}
 	mt := &meter{ctx: c.ctx, dev: c.dev, lib: lib, spec: spec, fill: info.Backend != "sim"}
 	gemm := kernels.GEMM{M: 4096, N: 4096, K: 8192, In: kernels.BF16, Out: kernels.BF16}
 	if c.blocker, err = mt.peakLaunch(gemm); err != nil {
@@ -420,10 +461,15 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 }
 
 func (c *coRunner) close() {
+	if gr, ok := c.dev.(gpu.Grapher); ok {
+		for _, g := range c.graphs {
+			_ = gr.DestroyGraph(g)
+		}
+	}
 	for _, p := range c.allocs {
 		_ = c.dev.Free(p)
 	}
-	for _, e := range append(slices.Clone(c.events), c.beStart, c.beEnd) {
+	for _, e := range append(append(slices.Clone(c.events), c.ring...), c.beStart, c.beEnd) {
 		if e != 0 {
 			_ = c.dev.DestroyEvent(e)
 		}
@@ -531,21 +577,11 @@ func (c *coRunner) hpPasses() (passes [][]float64, ends []float64, err error) {
 			return nil, nil, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
 		}
 	}
-	start := time.Now()
-	if err := c.dev.Record(c.events[0], c.hp); err != nil {
-		return nil, nil, fmt.Errorf("Record: %w", err)
+	start := c.dev.Now() // the device's clock: on the simulator, host costs are virtual
+	if err := c.enqueuePasses(nil); err != nil {
+		return nil, nil, err
 	}
-	for p := range c.opt.Passes {
-		for i, l := range c.hpLaunches {
-			if err := c.dev.Launch(c.hp, l); err != nil {
-				return nil, nil, fmt.Errorf("launch %s: %w", l.Name, err)
-			}
-			if err := c.dev.Record(c.events[p*n+i+1], c.hp); err != nil {
-				return nil, nil, fmt.Errorf("Record: %w", err)
-			}
-		}
-	}
-	c.hostUs = float64(time.Since(start)) / float64(time.Microsecond) / float64(c.opt.Passes)
+	c.hostUs = float64(c.dev.Now()-start) / float64(time.Microsecond) / float64(c.opt.Passes)
 	if err := c.wait(c.events[len(c.events)-1]); err != nil {
 		return nil, nil, err
 	}
@@ -565,6 +601,44 @@ func (c *coRunner) hpPasses() (passes [][]float64, ends []float64, err error) {
 	return passes, ends, nil
 }
 
+// enqueuePasses enqueues the HP passes on the HP stream after the record of
+// the first event: kernel by kernel with an event after each, or one graph
+// per pass (HPGraph). between, when set, is called every four kernels (or
+// after each graph).
+func (c *coRunner) enqueuePasses(between func() error) error {
+	if err := c.dev.Record(c.events[0], c.hp); err != nil {
+		return fmt.Errorf("Record: %w", err)
+	}
+	n := len(c.hpLaunches)
+	for p := range c.opt.Passes {
+		if c.graphs != nil {
+			if err := c.dev.(gpu.Grapher).LaunchGraph(c.graphs[p], c.hp); err != nil {
+				return fmt.Errorf("LaunchGraph: %w", err)
+			}
+			if between != nil {
+				if err := between(); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		for i, l := range c.hpLaunches {
+			if err := c.dev.Launch(c.hp, l); err != nil {
+				return fmt.Errorf("launch %s: %w", l.Name, err)
+			}
+			if err := c.dev.Record(c.events[p*n+i+1], c.hp); err != nil {
+				return fmt.Errorf("Record: %w", err)
+			}
+			if between != nil && i%4 == 3 {
+				if err := between(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // hpBlockers is how many blockers go before the HP passes: enough to cover
 // the host's enqueueing of one pass (the GPU takes longer over a pass than
 // the host does to enqueue it, so the host stays ahead after that).
@@ -576,6 +650,9 @@ func (c *coRunner) hpBlockers() int {
 // host enqueues), waits until the queue runs, then times the HP passes
 // beside it; passes that end after the queue has run out are dropped.
 func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) ([][]float64, error) {
+	if c.opt.BEDepth > 0 {
+		return c.besideBounded(l)
+	}
 	cover := float64(c.hpBlockers())*c.blockerHPUs*1.5 + float64(c.opt.Passes)*c.reqUs*2 + 300
 	queued := int(min(coRunMaxQueue, max(1, math.Ceil(cover/max(aloneUs, 0.5)))))
 	// The host enqueues a launch in well under 5 µs.
@@ -616,6 +693,119 @@ func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) ([][]float64, error) {
 			break
 		}
 		out = append(out, all[p])
+	}
+	return out, nil
+}
+
+// besideBounded keeps BEDepth launches of l queued on the BE stream while
+// the host enqueues the HP passes (a few launches at a time, refilling the
+// BE queue in between) and until they have run: each BE launch is followed
+// by an event, and a completed one is replaced by a new launch. Passes
+// that started before the host had enqueued them all, or before the BE
+// queue ran, or ended after it stopped, are dropped.
+func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, error) {
+	d := c.opt.BEDepth
+	next := 0 // ring slot of the oldest launch in flight
+	launchBE := func(slot int) error {
+		if err := c.dev.Launch(c.be, l); err != nil {
+			return fmt.Errorf("launch %s: %w", l.Name, err)
+		}
+		if err := c.dev.Record(c.ring[slot], c.be); err != nil {
+			return fmt.Errorf("Record: %w", err)
+		}
+		return nil
+	}
+	// refill replaces the completed launches, oldest first, at most d per
+	// call: kernels shorter than the host's launch would otherwise keep it
+	// refilling for ever.
+	refill := func() error {
+		for range d {
+			ok, err := c.dev.Query(c.ring[next])
+			if err != nil {
+				return fmt.Errorf("Query: %w", err)
+			}
+			if !ok {
+				return nil
+			}
+			if err := launchBE(next); err != nil {
+				return err
+			}
+			next = (next + 1) % d
+		}
+		return nil
+	}
+	if err := c.dev.Record(c.beStart, c.be); err != nil {
+		return nil, fmt.Errorf("Record: %w", err)
+	}
+	for i := range d {
+		if err := launchBE(i); err != nil {
+			return nil, err
+		}
+	}
+	n := len(c.hpLaunches)
+	// The host refills BE while it enqueues HP, so it needs longer than
+	// alone: blockers for three times every pass's enqueueing alone, so
+	// that no HP kernel waits for its launch.
+	blockers := min(64, max(1, int(math.Ceil(3*c.hostUs*float64(c.opt.Passes)/c.blockerHPUs))))
+	for range blockers {
+		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
+			return nil, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
+		}
+	}
+	if err := c.enqueuePasses(refill); err != nil {
+		return nil, err
+	}
+	enqueued := float64(c.dev.Now()) / float64(time.Microsecond) // device clock
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		done, err := c.dev.Query(c.events[len(c.events)-1])
+		if err != nil {
+			return nil, fmt.Errorf("Query: %w", err)
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
+		}
+		if err := refill(); err != nil {
+			return nil, err
+		}
+		if err := c.dev.Wait(c.ctx, c.dev.Now()+2*time.Microsecond); err != nil {
+			return nil, err
+		}
+	}
+	// The BE queue stops here: its last launch ends the co-run.
+	last := (next + d - 1) % d
+	if err := c.wait(c.ring[last]); err != nil {
+		return nil, err
+	}
+	first, err := c.at(c.beStart)
+	if err != nil {
+		return nil, err
+	}
+	stop, err := c.at(c.ring[last])
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]float64, len(c.events))
+	for i, e := range c.events {
+		if ts[i], err = c.at(e); err != nil {
+			return nil, err
+		}
+	}
+	var out [][]float64
+	for p := range c.opt.Passes {
+		// A pass that began before the host had enqueued every pass may
+		// have waited for its launches: dropped with those outside BE.
+		if ts[p*n] < first || ts[p*n] < enqueued || ts[(p+1)*n] > stop {
+			continue
+		}
+		d := make([]float64, n)
+		for i := range n {
+			d[i] = ts[p*n+i+1] - ts[p*n+i]
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }

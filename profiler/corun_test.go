@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"atoll/gpu"
 	"atoll/gpu/sim"
@@ -214,4 +215,43 @@ func FuzzReadCoRun(f *testing.F) {
 			}
 		}
 	})
+}
+
+// With a bounded BE queue the host refills BE between its HP launches. A
+// BE kernel shorter than the host's launch completes before the host can
+// look at the next, so a refill that replaced every completed launch
+// would never return; with HP, BE and the host's launch cost as on a GPU
+// the measurement must end and cover passes.
+func TestCoRunBoundedDepthShortKernels(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	short := byName(t, be, "features.36") // 5.9 µs
+	type result struct {
+		rep *profiler.CoRunReport
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		dev, err := sim.New(sim.Config{Spec: spec, BLAS: true, HostLaunchCost: 8 * time.Microsecond, NoticeLatency: 2 * time.Microsecond})
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer dev.Close()
+		rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+			profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
+			profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, BEDepth: 8, Kernels: []int{short}, HP: hp, BE: be})
+		done <- result{rep, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if k := r.rep.Kernels[0]; k.Passes == 0 || r.rep.BEDepth != 8 {
+			t.Errorf("%s: %d passes covered, depth %d recorded", k.Name, k.Passes, r.rep.BEDepth)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the co-run with a bounded BE queue of 5.9 µs kernels did not end in 30 s")
+	}
 }

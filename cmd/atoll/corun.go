@@ -70,10 +70,14 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	ordinal := fs.Int("device", 0, "GPU ordinal")
 	part := fs.Int("partition", 0, "SMs of BE's partition (0: atoll's default for the HP model, the SMs less policies.ReserveSMs)")
 	hpRest := fs.Bool("hp-rest", false, "run HP on the SMs the partition leaves, not every SM: the two share no SM, only memory, L2 and the front end")
+	graph := fs.Bool("hp-graph", false, "submit each HP pass as one graph (a CUDA graph) with an event after every kernel, as the scheduler submits a request")
+	depth := fs.Int("be-depth", 0, "keep at most this many BE launches queued, the next launched as one completes (as atoll's bounded BE queue does); 0 queues the whole run at once")
 	passes := fs.Int("passes", profiler.DefaultCoRunPasses, "HP passes timed beside each BE kernel")
 	which := fs.String("kernels", "", "BE kernel indices to measure, e.g. 0-40,52 (default: all)")
 	out := fs.String("out", "", "write the report (JSON) here")
 	compare := fs.String("compare", "", "a report to compare with (e.g. the GPU's, when this one is simulated)")
+	corun := coRunFlag{sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM} // what the model was fitted to
+	fs.Var(&corun, "sim-corun", "--backend sim: "+simCoRunHelp+" (here: measured by default)")
 	notice := fs.Duration("sim-notice", 0, "--backend sim: the host's notice of a completion (only host waits; the figures do not depend on it)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
@@ -114,7 +118,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	opt := profiler.CoRunOptions{HPRest: *hpRest, Passes: *passes, Kernels: kernelList, Seed: 1, Command: "atoll corun " + quoteArgs(args)}
+	opt := profiler.CoRunOptions{HPRest: *hpRest, BEDepth: *depth, HPGraph: *graph, Passes: *passes, Kernels: kernelList, Seed: 1, Command: "atoll corun " + quoteArgs(args)}
 	if !*quiet {
 		bar := profiler.NewBar(e.stderr, isTerminal(e.stderr))
 		defer bar.Done()
@@ -158,7 +162,8 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
-		dev, err := sim.New(sim.Config{Spec: spec, NoticeLatency: *notice, BLAS: true})
+		coDev, coSM := corun.values()
+		dev, err := sim.New(sim.Config{Spec: spec, NoticeLatency: *notice, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM})
 		if err != nil {
 			return err
 		}
@@ -235,8 +240,15 @@ func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Dur
 	if r.HPRest {
 		where = "the other SMs"
 	}
-	fmt.Fprintf(w, "%s bs%d (on %s) beside each kernel of %s bs%d in a %d-SM partition, %s (%s), %d passes each, %.1f s\n",
-		r.HP.Model, r.HP.Batch, where, r.BE.Model, r.BE.Batch, r.PartitionSMs, r.GPU, r.Backend, r.Passes, took.Seconds())
+	depth := "all queued at once"
+	if r.BEDepth > 0 {
+		depth = fmt.Sprintf("at most %d queued", r.BEDepth)
+	}
+	if r.HPGraph {
+		where += ", graphs"
+	}
+	fmt.Fprintf(w, "%s bs%d (on %s) beside each kernel of %s bs%d (%s) in a %d-SM partition, %s (%s), %d passes each, %.1f s\n",
+		r.HP.Model, r.HP.Batch, where, r.BE.Model, r.BE.Batch, depth, r.PartitionSMs, r.GPU, r.Backend, r.Passes, took.Seconds())
 	if r.Backend == "sim" {
 		fmt.Fprintln(w, "simulated: the simulator's prediction, not a measurement")
 	}
@@ -269,7 +281,7 @@ func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Dur
 // compareCoRun prints how far r's per-kernel HP slowdowns are from ref's
 // (same models and partition).
 func compareCoRun(w io.Writer, r, ref *profiler.CoRunReport, refPath string) {
-	if r.HP != ref.HP || r.BE != ref.BE || r.PartitionSMs != ref.PartitionSMs || r.HPRest != ref.HPRest {
+	if r.HP != ref.HP || r.BE != ref.BE || r.PartitionSMs != ref.PartitionSMs || r.HPRest != ref.HPRest || r.BEDepth != ref.BEDepth || r.HPGraph != ref.HPGraph {
 		fmt.Fprintf(w, "--compare %s: another measurement (%s bs%d beside %s bs%d, %d SMs): not compared\n",
 			refPath, ref.HP.Model, ref.HP.Batch, ref.BE.Model, ref.BE.Batch, ref.PartitionSMs)
 		return

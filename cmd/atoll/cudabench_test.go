@@ -77,6 +77,15 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 	if _, err := w.config(); err != nil || w.gpuName != "H200" {
 		t.Errorf("no --gpu on an H200: gpu %q, err %v; want H200's measured profiles", w.gpuName, err)
 	}
+	for _, v := range []string{"measured", "0.1,0"} {
+		w = base
+		if err := w.corun.Set(v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "--sim-corun is a simulator parameter") {
+			t.Errorf("--sim-corun %s on the GPU: %v, want the refusal", v, err)
+		}
+	}
 	w = base
 	w.gpuName = "H100-SXM"
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "drop --gpu") {

@@ -59,6 +59,8 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	hostCost := fs.Duration("sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
 	notice := fs.Duration("sim-notice", defaultSimNotice, simNoticeHelp)
+	var corun coRunFlag
+	fs.Var(&corun, "sim-corun", simCoRunHelp)
 	order := fs.String("launch-order", "hp-first", launchOrderHelp)
 	graphs := fs.Bool("hp-graphs", true, hpGraphsHelp)
 	var files []string
@@ -99,7 +101,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: *hostCost, notice: *notice, order: *order, graphs: *graphs}
+			duration: time.Second, warmup: 0, hostCost: *hostCost, notice: *notice, corun: corun, order: *order, graphs: *graphs}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ type workloadFlags struct {
 	quiet    bool
 	hostCost time.Duration
 	notice   time.Duration
+	corun    coRunFlag
 	order    string
 	graphs   bool
 	streams  int
@@ -59,6 +61,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
+	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
@@ -79,6 +82,46 @@ const defaultSimLaunchCost = sim.MeasuredHostLaunchCost
 // seeing it (sim.Config.NoticeLatency, sim.MeasuredNoticeLatency;
 // results/launchpath-h100).
 const defaultSimNotice = sim.MeasuredNoticeLatency
+
+// coRunFlag is --sim-corun: the simulator's co-run interference
+// (sim.Config.CoRunDevice, CoRunSM): "off" (the zero value and default),
+// "measured" (sim.MeasuredCoRunDevice, MeasuredCoRunSM) or "DEVICE,SM".
+type coRunFlag struct {
+	device, onSM float64
+}
+
+func (f *coRunFlag) values() (device, onSM float64) { return f.device, f.onSM }
+
+func (f *coRunFlag) String() string {
+	switch {
+	case f.device == 0 && f.onSM == 0:
+		return "off"
+	case f.device == sim.MeasuredCoRunDevice && f.onSM == sim.MeasuredCoRunSM:
+		return "measured"
+	}
+	return strconv.FormatFloat(f.device, 'g', -1, 64) + "," + strconv.FormatFloat(f.onSM, 'g', -1, 64)
+}
+
+func (f *coRunFlag) Set(v string) error {
+	switch v {
+	case "off":
+		*f = coRunFlag{}
+		return nil
+	case "measured":
+		*f = coRunFlag{sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM}
+		return nil
+	}
+	a, b, ok := strings.Cut(v, ",")
+	d, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
+	s, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
+	if !ok || err1 != nil || err2 != nil || !(d >= 0 && d <= 10) || !(s >= 0 && s <= 10) {
+		return fmt.Errorf("want off, measured (%g,%g) or DEVICE,SM: two numbers in [0, 10]", sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM)
+	}
+	*f = coRunFlag{d, s}
+	return nil
+}
+
+const simCoRunHelp = "simulator: co-run interference — off, measured (fitted to atoll corun on an H100) or DEVICE,SM: a block's rate is divided by 1 + DEVICE × (share of the SMs other kernels hold) + SM × (share of its SM's warp slots other kernels hold); off by default: it over-predicts the GPU matrix cells (docs/simulator.md, \"Co-run interference\")"
 
 const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction; measured on the GPU, docs/simulator.md; 0 turns it off)"
 
@@ -125,10 +168,15 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	} else if w.arrival == bench.Trace {
 		return nil, fmt.Errorf("--arrival trace needs --trace FILE")
 	}
+	coDev, coSM := w.corun.values()
 	switch w.backend {
 	case "sim":
-		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: w.seed, HostLaunchCost: w.hostCost, NoticeLatency: w.notice})
+		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: w.seed, HostLaunchCost: w.hostCost, NoticeLatency: w.notice,
+			CoRunDevice: coDev, CoRunSM: coSM})
 	case "cuda":
+		if w.corun != (coRunFlag{}) {
+			return nil, fmt.Errorf("--sim-corun is a simulator parameter; on --backend cuda kernels slow each other as they do (atoll corun measures it)")
+		}
 		if w.hostCost != 0 && w.hostCost != defaultSimLaunchCost { // set to something else on purpose
 			return nil, fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
 		}

@@ -46,6 +46,17 @@ type Config struct {
 	// the host sees a completion at once; bench, demo and matrix set the
 	// measured figure (--sim-notice).
 	NoticeLatency time.Duration
+	// CoRunDevice and CoRunSM slow every block while blocks of other
+	// kernels are resident: the interference of the memory system, L2 and
+	// the front end, which the profiles' throughput fractions (the
+	// compute and DRAM sharing above) do not carry. A block's rate is
+	// divided by 1 + CoRunDevice·D + CoRunSM·S, where D is the fraction
+	// of the device's SMs holding blocks of other kernels and S the
+	// fraction of its own SM's warp slots that other kernels' blocks
+	// hold. Zero (the default) leaves both out; MeasuredCoRunDevice and
+	// MeasuredCoRunSM are the figures fitted to a GPU (--sim-corun
+	// measured).
+	CoRunDevice, CoRunSM float64
 	// BlockMin is the shortest lifetime of any block: the time a block
 	// that exits at once (raised flag, nothing left to take) holds its
 	// slot, and the floor of every block's solo duration. Zero means
@@ -134,6 +145,20 @@ const (
 	MeasuredNoticeLatency  = 27 * time.Microsecond
 )
 
+// The co-run interference (Config.CoRunDevice, CoRunSM; --sim-corun
+// measured; off by default in bench, demo and matrix), fitted to
+// one kernel-level measurement on an H100 (atoll corun, ResNet-50 bs1
+// beside each kernel of ResNet-50 training bs32 in a 96-SM partition,
+// results/corun-h100; docs/simulator.md, "Co-run interference"): the
+// device term so that the simulator's mean HP slowdown over the training
+// step matches the GPU's with HP on the 36 SMs the partition leaves
+// (shared memory system, no shared SM), the SM term so that it matches
+// with HP on every SM.
+const (
+	MeasuredCoRunDevice = 0.4
+	MeasuredCoRunSM     = 0.5
+)
+
 // Defaults of the model parameters. They are estimates for Hopper-class
 // GPUs; docs/simulator.md says where each comes from.
 const (
@@ -178,6 +203,14 @@ func (c Config) withDefaults() (Config, error) {
 	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"NoticeLatency", c.NoticeLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"CoRunDevice", c.CoRunDevice}, {"CoRunSM", c.CoRunSM}} {
+		if !(f.v >= 0 && f.v <= 10) {
+			return c, fmt.Errorf("%w: %s is %v; it must lie in [0, 10]", ErrConfig, f.name, f.v)
 		}
 	}
 	if c.Jitter < 0 || c.Jitter > 0.5 || c.Jitter != c.Jitter {

@@ -231,11 +231,27 @@ func (d *Device) rates(m *machine) {
 		c.csum = s
 	}
 	lim := max(1, mem)
+	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0
+	total := 0
+	if co {
+		for _, g := range m.groups {
+			g.part.k.occ = 0
+		}
+		for _, g := range m.groups {
+			if !g.exit && !g.reading {
+				g.part.k.occ += len(g.cls.ids)
+				total += len(g.cls.ids)
+			}
+		}
+	}
 	next := math.Inf(1)
 	for _, g := range m.groups {
 		r := 1.0
 		if !g.exit {
 			r = 1 / max(lim, g.cls.csum)
+			if co && !g.reading {
+				r /= 1 + d.coRun(g, total)
+			}
 		}
 		g.rate = r
 		if g.reading {
@@ -246,6 +262,22 @@ func (d *Device) rates(m *machine) {
 		next = min(next, g.tc)
 	}
 	m.next, m.dirty = next, false
+}
+
+// coRun is the interference term of g's rate (Config.CoRunDevice,
+// CoRunSM): total is the SMs held by every active group, each kernel's occ
+// its own share of them.
+func (d *Device) coRun(g *group, total int) float64 {
+	k := g.part.k
+	dev := min(1, float64(total-k.occ)/float64(d.spec.SMs))
+	warps := 0
+	for _, h := range g.cls.groups {
+		if h.part.k != k && !h.exit && !h.reading {
+			warps += h.k * h.part.res.warps
+		}
+	}
+	sm := min(1, float64(warps)*32/float64(d.spec.MaxThreadsPerSM))
+	return d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm
 }
 
 // dispatch places pending blocks: priority levels from the most urgent,

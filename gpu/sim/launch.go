@@ -77,6 +77,7 @@ type kernel struct {
 	eligible bool    // at the head of its stream, past launch latency
 	elig     float64 // when it became eligible
 	started  bool
+	occ      int // SMs its active groups hold (rates, with co-run interference)
 }
 
 func (k *kernel) pendingBlocks() int {

@@ -1,0 +1,99 @@
+package sim
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"atoll/gpu"
+)
+
+// With CoRunDevice, a kernel beside another kernel's blocks on the device's
+// other SMs runs 1 + CoRunDevice × (their share of the SMs) slower, and
+// alone exactly its profiled time; CoRunSM adds the share of its own SM's
+// warp slots another kernel holds. Computed by hand for kernels that fill
+// whole SMs and take no compute or DRAM share.
+func TestCoRunInterference(t *testing.T) {
+	const hpDur = 100 * us
+	hpTime := func(cfg Config, be bool, beThreads int) time.Duration {
+		r := newRig(t, cfg)
+		part, err := r.d.NewPartitionRest(96) // HP on the 36 lowest SMs
+		if err != nil {
+			t.Fatal(err)
+		}
+		hi, err := r.d.NewStream(gpu.StreamOptions{Priority: -5, Context: part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if be {
+			bePart, err := r.d.NewPartition(96)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lo, err := r.d.NewStream(gpu.StreamOptions{Context: bePart})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One block per SM of the partition, lasting far longer than HP.
+			r.launch(lo, plain("be", 96, beThreads, 10*time.Millisecond))
+		}
+		r.launch(hi, plain("hp", 36, 1024, hpDur))
+		r.drain()
+		return r.last()
+	}
+	off := Config{}
+	on := Config{CoRunDevice: 0.4}
+	if got := hpTime(on, false, 1024); got != hpDur {
+		t.Errorf("HP alone with the interference on: %v, want %v", got, hpDur)
+	}
+	if got := hpTime(off, true, 1024); got != hpDur {
+		t.Errorf("HP beside BE with the interference off: %v, want %v (disjoint SMs, no shares)", got, hpDur)
+	}
+	slow := 1 + 0.4*96.0/132
+	want := time.Duration(float64(hpDur) * slow)
+	if got := hpTime(on, true, 1024); !near(got, want, 10*time.Nanosecond) {
+		t.Errorf("HP beside BE on 96 other SMs: %v, want %v", got, want)
+	}
+	// On shared SMs: HP on every SM of the device beside BE blocks of half
+	// an SM's warps on the 96 partition SMs.
+	shared := func(cfg Config) time.Duration {
+		r := newRig(t, cfg)
+		bePart, err := r.d.NewPartition(96)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, err := r.d.NewStream(gpu.StreamOptions{Context: bePart})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hi := r.stream(-5)
+		r.launch(lo, plain("be", 96, 1024, 10*time.Millisecond)) // 32 of 64 warps
+		if err := r.d.Wait(t.Context(), 10*us); err != nil {
+			t.Fatal(err)
+		}
+		r.launch(hi, plain("hp", 132, 1024, hpDur)) // one block on every SM
+		r.drain()
+		return r.last()
+	}
+	// HP's blocks on the partition's SMs share them with a BE block (S =
+	// 0.5) and see BE on 96 SMs (D = 96/132); they finish last.
+	slow = 1 + 0.4*96.0/132 + 0.5*0.5
+	want = time.Duration(float64(hpDur) * slow)
+	if got := shared(Config{CoRunDevice: 0.4, CoRunSM: 0.5}); !near(got, want, 10*time.Nanosecond) {
+		t.Errorf("HP sharing SMs with BE: %v, want %v", got, want)
+	}
+	for _, bad := range []Config{{CoRunDevice: -0.1}, {CoRunSM: 11}} {
+		if _, err := New(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v): %v, want ErrConfig", bad, err)
+		}
+	}
+}
+
+// last is the duration of the kernel launched last.
+func (r *rig) last() time.Duration {
+	var k uint64
+	for id := range r.starts() {
+		k = max(k, id)
+	}
+	return r.ends()[k] - r.starts()[k]
+}
