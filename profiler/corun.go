@@ -640,10 +640,11 @@ func (c *coRunner) enqueuePasses(between func() error) error {
 }
 
 // hpBlockers is how many blockers go before the HP passes: enough to cover
-// the host's enqueueing of one pass (the GPU takes longer over a pass than
-// the host does to enqueue it, so the host stays ahead after that).
+// half again the host's enqueueing of every pass, so that no HP kernel
+// waits for its launch (a pass of short kernels, each launched and
+// followed by a record, takes the host about as long as the GPU).
 func (c *coRunner) hpBlockers() int {
-	return min(16, max(1, int(math.Ceil(1.5*c.hostUs/c.blockerHPUs))))
+	return min(64, max(1, int(math.Ceil(1.5*c.hostUs*float64(c.opt.Passes)/c.blockerHPUs))))
 }
 
 // beside queues l back to back on the BE stream (behind blockers while the
@@ -744,10 +745,8 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, error) {
 	}
 	n := len(c.hpLaunches)
 	// The host refills BE while it enqueues HP, so it needs longer than
-	// alone: blockers for three times every pass's enqueueing alone, so
-	// that no HP kernel waits for its launch.
-	blockers := min(64, max(1, int(math.Ceil(3*c.hostUs*float64(c.opt.Passes)/c.blockerHPUs))))
-	for range blockers {
+	// alone: twice hpBlockers.
+	for range min(128, 2*c.hpBlockers()) {
 		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
 			return nil, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
 		}
