@@ -142,7 +142,8 @@ func notRunHere(d docCommand) string {
 	switch {
 	case strings.Contains(args, "--backend cuda"), d.cmd == "selftest",
 		d.cmd == "probe" && !strings.Contains(args, "--backend sim"),
-		d.cmd == "profile" && !strings.Contains(args, "--backend sim") && !strings.Contains(args, "--print-ncu-command"):
+		d.cmd == "profile" && !strings.Contains(args, "--backend sim") && !strings.Contains(args, "--print-ncu-command"),
+		d.cmd == "corun" && !strings.Contains(args, "--backend sim"):
 		return "needs a GPU"
 	case d.cmd == "serve", d.cmd == "load", d.cmd == "jobs":
 		return "runs against a daemon: TestDocumentedDaemonCommandsRun"
