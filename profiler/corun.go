@@ -126,6 +126,13 @@ type CoRunBE struct {
 	// HPKernelSlowdown is, per HP kernel, its median time beside it over
 	// its median alone.
 	HPKernelSlowdown []float64 `json:"hpKernelSlowdown"`
+	// BESlowdown is the BE kernel's own time per launch while the HP
+	// passes ran over its time alone (only with BEDepth, where each BE
+	// launch is followed by an event; 0: not measured). It counts the
+	// launches that completed within the covered passes, so a queue too
+	// shallow to outlast the host's refill shows as a slowdown too:
+	// CoRunTotals weighs only kernels whose queue holds 200 µs or more.
+	BESlowdown float64 `json:"beSlowdown,omitempty"`
 }
 
 // CoRunTotals summarise a report over the BE model's step, each kernel
@@ -142,6 +149,12 @@ type CoRunTotals struct {
 	Unmeasured float64 `json:"unmeasured"`
 	// BaselineSpread is (max - min) / median of the baseline passes.
 	BaselineSpread float64 `json:"baselineSpread"`
+	// MeanBESlowdown is the step-time-weighted mean of BESlowdown over the
+	// kernels with one whose queue (BEDepth × their time alone) holds
+	// 200 µs or more, and BEWeighed the share of the step they make up
+	// (0 without BEDepth).
+	MeanBESlowdown float64 `json:"meanBeSlowdown,omitempty"`
+	BEWeighed      float64 `json:"beWeighed,omitempty"`
 }
 
 // CoRunBounds are the slowdown bounds of CoRunTotals.ShareWithin.
@@ -252,8 +265,8 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 
 	shapes := map[string]int{}
 	type result struct {
-		aloneUs float64
-		passes  [][]float64
+		aloneUs, besideUs float64
+		passes            [][]float64
 	}
 	measured := map[int]result{}
 	for n, i := range which {
@@ -272,11 +285,11 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 			if err != nil {
 				return nil, fmt.Errorf("%w: BE %s alone: %w", ErrMeasure, k.Name, err)
 			}
-			ps, err := c.beside(l, a)
+			ps, b, err := c.beside(l, a)
 			if err != nil {
 				return nil, fmt.Errorf("%w: BE %s beside HP: %w", ErrMeasure, k.Name, err)
 			}
-			measured[i] = result{a, ps}
+			measured[i] = result{a, b, ps}
 			if len(measured)%coRunBaselineEvery == 0 {
 				if err := baseline(); err != nil {
 					return nil, fmt.Errorf("%w: %w", ErrMeasure, err)
@@ -300,6 +313,9 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 		}
 		r := measured[src]
 		e.AloneUs = round(r.aloneUs, 1e3)
+		if r.besideUs > 0 && r.aloneUs > 0 {
+			e.BESlowdown = round(r.besideUs/r.aloneUs, 1e4)
+		}
 		e.Passes = len(r.passes)
 		if e.Passes == 0 {
 			continue
@@ -650,10 +666,16 @@ func (c *coRunner) hpBlockers() int {
 // beside queues l back to back on the BE stream (behind blockers while the
 // host enqueues), waits until the queue runs, then times the HP passes
 // beside it; passes that end after the queue has run out are dropped.
-func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) ([][]float64, error) {
+func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) ([][]float64, float64, error) {
 	if c.opt.BEDepth > 0 {
 		return c.besideBounded(l)
 	}
+	passes, err := c.besideQueued(l, aloneUs)
+	return passes, 0, err
+}
+
+// besideQueued is beside with the whole run of BE launches queued at once.
+func (c *coRunner) besideQueued(l *gpu.Launch, aloneUs float64) ([][]float64, error) {
 	cover := float64(c.hpBlockers())*c.blockerHPUs*1.5 + float64(c.opt.Passes)*c.reqUs*2 + 300
 	queued := int(min(coRunMaxQueue, max(1, math.Ceil(cover/max(aloneUs, 0.5)))))
 	// The host enqueues a launch in well under 5 µs.
@@ -704,9 +726,14 @@ func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) ([][]float64, error) {
 // by an event, and a completed one is replaced by a new launch. Passes
 // that started before the host had enqueued them all, or before the BE
 // queue ran, or ended after it stopped, are dropped.
-func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, error) {
+//
+// It also returns the BE kernel's mean time per launch over the covered
+// passes: their span over the BE launches completing in it (0 with fewer
+// than 4).
+func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 	d := c.opt.BEDepth
-	next := 0 // ring slot of the oldest launch in flight
+	next := 0            // ring slot of the oldest launch in flight
+	var beDone []float64 // completion times of BE launches seen, device µs
 	launchBE := func(slot int) error {
 		if err := c.dev.Launch(c.be, l); err != nil {
 			return fmt.Errorf("launch %s: %w", l.Name, err)
@@ -728,6 +755,11 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, error) {
 			if !ok {
 				return nil
 			}
+			t, err := c.at(c.ring[next])
+			if err != nil {
+				return err
+			}
+			beDone = append(beDone, t)
 			if err := launchBE(next); err != nil {
 				return err
 			}
@@ -736,11 +768,11 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, error) {
 		return nil
 	}
 	if err := c.dev.Record(c.beStart, c.be); err != nil {
-		return nil, fmt.Errorf("Record: %w", err)
+		return nil, 0, fmt.Errorf("Record: %w", err)
 	}
 	for i := range d {
 		if err := launchBE(i); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	n := len(c.hpLaunches)
@@ -748,52 +780,53 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, error) {
 	// alone: twice hpBlockers.
 	for range min(128, 2*c.hpBlockers()) {
 		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
-			return nil, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
+			return nil, 0, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
 		}
 	}
 	if err := c.enqueuePasses(refill); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	enqueued := float64(c.dev.Now()) / float64(time.Microsecond) // device clock
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		done, err := c.dev.Query(c.events[len(c.events)-1])
 		if err != nil {
-			return nil, fmt.Errorf("Query: %w", err)
+			return nil, 0, fmt.Errorf("Query: %w", err)
 		}
 		if done {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
+			return nil, 0, fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
 		}
 		if err := refill(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if err := c.dev.Wait(c.ctx, c.dev.Now()+2*time.Microsecond); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	// The BE queue stops here: its last launch ends the co-run.
 	last := (next + d - 1) % d
 	if err := c.wait(c.ring[last]); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	first, err := c.at(c.beStart)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	stop, err := c.at(c.ring[last])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	ts := make([]float64, len(c.events))
 	for i, e := range c.events {
 		if ts[i], err = c.at(e); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	var out [][]float64
+	from, to := math.Inf(1), math.Inf(-1) // the covered passes' span
 	for p := range c.opt.Passes {
 		// A pass that began before the host had enqueued every pass may
 		// have waited for its launches: dropped with those outside BE.
@@ -805,8 +838,22 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, error) {
 			d[i] = ts[p*n+i+1] - ts[p*n+i]
 		}
 		out = append(out, d)
+		from, to = min(from, ts[p*n]), max(to, ts[(p+1)*n])
 	}
-	return out, nil
+	if t, err := c.at(c.ring[last]); err == nil {
+		beDone = append(beDone, t)
+	}
+	k := 0
+	for _, t := range beDone {
+		if t >= from && t <= to {
+			k++
+		}
+	}
+	beside := 0.0
+	if k >= 4 {
+		beside = (to - from) / float64(k)
+	}
+	return out, beside, nil
 }
 
 func coRunTotals(r *CoRunReport) CoRunTotals {
@@ -833,6 +880,19 @@ func coRunTotals(r *CoRunReport) CoRunTotals {
 	}
 	if m := 1 - t.Unmeasured; m > 0 {
 		t.MeanHPSlowdown = round(weighted/m, 1e4)
+	}
+	if r.BEDepth > 0 {
+		be := 0.0
+		for _, e := range r.Kernels {
+			if e.BESlowdown > 0 && float64(r.BEDepth)*e.AloneUs >= 200 {
+				t.BEWeighed += e.ProfileUs / total
+				be += e.ProfileUs / total * e.BESlowdown
+			}
+		}
+		if t.BEWeighed > 0 {
+			t.MeanBESlowdown = round(be/t.BEWeighed, 1e4)
+		}
+		t.BEWeighed = round(t.BEWeighed, 1e4)
 	}
 	for k, v := range t.ShareWithin {
 		t.ShareWithin[k] = round(v, 1e4)

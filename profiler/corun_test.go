@@ -99,6 +99,9 @@ func TestCoRunSim(t *testing.T) {
 		if k.HPSlowdown < 0.999 || k.HPSlowdown > 3 {
 			t.Errorf("%s: HP slowdown %.3f", k.Name, k.HPSlowdown)
 		}
+		if k.BESlowdown != 0 {
+			t.Errorf("%s: BE slowdown %.4f with the whole run queued at once: want 0 (not measured)", k.Name, k.BESlowdown)
+		}
 	}
 	if got[twinA].SameAs != -1 || got[stream].SameAs != twinA {
 		t.Errorf("sameAs: %d for the first of the shape, %d for its twin (want -1 and %d)", got[twinA].SameAs, got[stream].SameAs, twinA)
@@ -253,5 +256,31 @@ func TestCoRunBoundedDepthShortKernels(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the co-run with a bounded BE queue of 5.9 µs kernels did not end in 30 s")
+	}
+}
+
+// With a bounded BE queue the BE kernel's own time beside HP is measured
+// (each launch is followed by an event): at least its time alone, and the
+// summary's mean is that kernel's when it is the only one.
+func TestCoRunBESlowdown(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	long := byName(t, be, "features.14")
+	dev := simDev(t, sim.Config{Spec: spec, BLAS: true, NoticeLatency: 5 * time.Microsecond, CoRunDevice: 0.4})
+	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+		profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
+		profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, BEDepth: 16, Kernels: []int{long}, HP: hp, BE: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := rep.Kernels[0]
+	if k.Passes == 0 || !(k.BESlowdown >= 1 && k.BESlowdown < 3) {
+		t.Fatalf("%s: %d passes, BE slowdown %.4f: want passes and a slowdown in [1, 3)", k.Name, k.Passes, k.BESlowdown)
+	}
+	if !(k.BESlowdown > 1.01) {
+		t.Errorf("%s: BE slowdown %.4f beside HP with the simulator's interference on: want above 1", k.Name, k.BESlowdown)
+	}
+	if s := rep.Summary; s.BEWeighed != 1 || s.MeanBESlowdown != k.BESlowdown {
+		t.Errorf("summary: weighed %.4f, mean %.4f; want 1 and the kernel's %.4f", s.BEWeighed, s.MeanBESlowdown, k.BESlowdown)
 	}
 }

@@ -39,7 +39,9 @@ the same way every 16 BE kernels. The report gives, per BE kernel, the HP
 pass's slowdown (median time beside it / median alone) and each HP
 kernel's; its summary, the mean over the BE step (each kernel weighted by
 its profiled time) and the share of the step whose slowdown stays within
-2, 5, 10 and 25 %.
+2, 5, 10 and 25 %. With --be-depth N the BE queue is refilled as launches
+complete, each followed by an event, and the report also gives the BE
+kernel's own slowdown beside HP.
 
 The profiles of both models must exist (atoll profile). On --backend sim
 the same code runs on the simulator with the profiles' costs: its report
@@ -264,13 +266,20 @@ func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Dur
 		fmt.Fprintf(w, "; unmeasured %.1f %%", 100*s.Unmeasured)
 	}
 	fmt.Fprintln(w)
+	if s.BEWeighed > 0 {
+		fmt.Fprintf(w, "BE slowdown beside HP (time-weighted mean over the %.0f %% of the step whose queue holds 200 µs or more): %.3f\n", 100*s.BEWeighed, s.MeanBESlowdown)
+	}
 	ks := slices.Clone(r.Kernels)
 	ks = slices.DeleteFunc(ks, func(k profiler.CoRunBE) bool { return k.SameAs >= 0 || k.Passes == 0 })
 	sort.SliceStable(ks, func(i, j int) bool { return ks[i].HPSlowdown > ks[j].HPSlowdown })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "BE kernel\tprofile µs\talone µs\tmem %\tcompute %\tHP slowdown\t")
+	fmt.Fprintln(tw, "BE kernel\tprofile µs\talone µs\tmem %\tcompute %\tHP slowdown\tBE slowdown\t")
 	for _, k := range ks[:min(12, len(ks))] {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.3f\t\n", k.Name, k.ProfileUs, k.AloneUs, k.MemoryPct, k.ComputePct, k.HPSlowdown)
+		be := "–"
+		if k.BESlowdown > 0 {
+			be = fmt.Sprintf("%.3f", k.BESlowdown)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.3f\t%s\t\n", k.Name, k.ProfileUs, k.AloneUs, k.MemoryPct, k.ComputePct, k.HPSlowdown, be)
 	}
 	tw.Flush()
 	if path != "" {
