@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -235,7 +236,7 @@ func TestProbeBinderForms(t *testing.T) {
 			if l.Form != form || l.Grid != want.Grid || l.Logical != want.Logical || l.Flag != want.Flag || l.Counter != want.Counter || l.Done != want.Done {
 				t.Errorf("%s bind %d: launch %+v, want %+v", form, i, l, want)
 			}
-			if l.Cost != beP.Kernels[1].Cost() {
+			if !reflect.DeepEqual(l.Cost, beP.Kernels[1].Cost()) {
 				t.Errorf("%s bind %d: cost %+v, want the profile's %+v", form, i, l.Cost, beP.Kernels[1].Cost())
 			}
 			got, exp := l.Args.Bytes(), want.Args.Bytes()
@@ -263,7 +264,7 @@ func TestProbeBinderForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Pad == nil || l.Pad.Grid.Count() != 66 || l.Grid.Count() != 132 || l.Cost != hpP.Kernels[2].Cost() || l.Pad.Cost != beP.Kernels[0].Cost() {
+	if l.Pad == nil || l.Pad.Grid.Count() != 66 || l.Grid.Count() != 132 || !reflect.DeepEqual(l.Cost, hpP.Kernels[2].Cost()) || !reflect.DeepEqual(l.Pad.Cost, beP.Kernels[0].Cost()) {
 		t.Errorf("padded launch: grid %v, pad %+v, cost %+v", l.Grid, l.Pad, l.Cost)
 	}
 	b.flatten = true

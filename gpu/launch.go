@@ -92,6 +92,45 @@ type Cost struct {
 	// and memory % / 100). Zero: derived from FLOPs, Bytes and Duration.
 	ComputeFrac float64
 	MemoryFrac  float64
+	// Partition, when set, is the kernel's Plain duration alone confined
+	// to fewer SMs (an SM partition), ascending by SMs, the last point on
+	// the whole device (a profile's partition points): a partition's
+	// duration comes from it (PartitionDuration) instead of the wave
+	// count of Grid on fewer SMs.
+	Partition []CostPoint
+}
+
+// CostPoint is a kernel's duration alone on SMs multiprocessors.
+type CostPoint struct {
+	SMs      int
+	Duration time.Duration
+}
+
+// PartitionDuration is the kernel's duration confined to sms SMs by its
+// Partition points, scaled to Duration (Duration × at / the last point's):
+// linear between points, the smallest point's duration × its SMs / sms
+// below it, and never less than on the whole device. ok is false without
+// points (or with a last point of no duration).
+func (c Cost) PartitionDuration(sms int) (d time.Duration, ok bool) {
+	pts := c.Partition
+	if len(pts) == 0 || sms <= 0 {
+		return 0, false
+	}
+	full := float64(pts[len(pts)-1].Duration)
+	if full <= 0 {
+		return 0, false
+	}
+	at := float64(pts[0].Duration) * float64(pts[0].SMs) / float64(sms)
+	for i := 1; i < len(pts); i++ {
+		if a, b := pts[i-1], pts[i]; sms >= a.SMs && sms <= b.SMs && b.SMs > a.SMs {
+			at = float64(a.Duration) + float64(b.Duration-a.Duration)*float64(sms-a.SMs)/float64(b.SMs-a.SMs)
+			break
+		}
+	}
+	if sms >= pts[len(pts)-1].SMs {
+		at = full
+	}
+	return time.Duration(float64(c.Duration) * max(at, full) / full), true
 }
 
 // Launch is one kernel launch. The zero value is not valid: Func, Grid and

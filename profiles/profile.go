@@ -109,13 +109,17 @@ func (k *Kernel) BlockDim() gpu.Dim3 { return gpu.Dim3{X: k.Block[0], Y: k.Block
 
 // Cost is what the simulator needs to replay the kernel.
 func (k *Kernel) Cost() gpu.Cost {
-	return gpu.Cost{
+	c := gpu.Cost{
 		Duration:    k.Duration(),
 		FLOPs:       k.FLOPs,
 		Bytes:       k.Bytes,
 		ComputeFrac: k.ComputePct / 100,
 		MemoryFrac:  k.MemoryPct / 100,
 	}
+	for _, p := range k.Partition {
+		c.Partition = append(c.Partition, gpu.CostPoint{SMs: p.SMs, Duration: time.Duration(p.DurationUs * float64(time.Microsecond))})
+	}
+	return c
 }
 
 // PartitionSlack is how much slower than on the whole GPU a kernel may run

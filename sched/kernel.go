@@ -46,19 +46,11 @@ func DurationOn(spec gpu.Spec, k *profiles.Kernel, sms int) time.Duration {
 		return k.Duration()
 	}
 	scale := func(num, den float64) time.Duration { return time.Duration(float64(k.Duration()) * num / den) }
-	if pts := k.Partition; len(pts) > 0 {
-		full := pts[len(pts)-1].DurationUs
-		if full <= 0 {
-			return k.Duration()
+	if len(k.Partition) > 0 {
+		if d, ok := k.Cost().PartitionDuration(sms); ok {
+			return d
 		}
-		at := pts[0].DurationUs * float64(pts[0].SMs) / float64(sms)
-		for i := 1; i < len(pts); i++ {
-			if a, b := pts[i-1], pts[i]; sms >= a.SMs && sms <= b.SMs && b.SMs > a.SMs {
-				at = a.DurationUs + (b.DurationUs-a.DurationUs)*float64(sms-a.SMs)/float64(b.SMs-a.SMs)
-				break
-			}
-		}
-		return scale(max(at, full), full)
+		return k.Duration()
 	}
 	if k.HasTag(profiles.TagBLAS) {
 		return scale(float64(spec.SMs), float64(sms))

@@ -289,16 +289,34 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 	if l.Form == gpu.Resumable || i == 1 {
 		logical = l.Logical
 	}
-	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm)
+	sms := d.spec.SMs
+	if l.Form == gpu.Plain || l.Form == gpu.Reset { // the forms a profile's partition points time
+		lo, hi := d.smRange(k.st)
+		sms = int(hi - lo)
+	}
+	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm, sms)
 }
 
 // timing is the calibrated model: the solo duration of one block of a body
 // of n logical blocks at occupancy bpsm, and its compute and DRAM shares.
-func (d *Device) timing(c gpu.Cost, n, bpsm int) (tb, cs, ms float64) {
+// A kernel confined to sms < the device's SMs whose cost carries partition
+// points takes the points' duration there (gpu.Cost.PartitionDuration),
+// spread over its waves on those SMs; without points its blocks keep their
+// whole-device duration and simply take more rounds.
+func (d *Device) timing(c gpu.Cost, n, bpsm, sms int) (tb, cs, ms float64) {
 	s := d.spec
 	perWave := s.SMs * bpsm
-	waves := (n + perWave - 1) / perWave
 	total := float64(c.Duration)
+	if sms < s.SMs && total > 0 {
+		if on, ok := c.PartitionDuration(sms); ok {
+			// Shares are of the whole device's rates: the same work over
+			// a longer time demands less of them.
+			c.ComputeFrac *= total / float64(on)
+			c.MemoryFrac *= total / float64(on)
+			total, perWave = float64(on), sms*bpsm
+		}
+	}
+	waves := (n + perWave - 1) / perWave
 	if total == 0 { // roofline
 		total = max(c.FLOPs/s.PeakFLOPS, c.Bytes/s.DRAMBandwidth) * 1e9
 	}
@@ -317,5 +335,8 @@ func (d *Device) timing(c gpu.Cost, n, bpsm int) (tb, cs, ms float64) {
 	}
 	resident := min(n, perWave)
 	perSM := (resident + s.SMs - 1) / s.SMs
+	if perWave < s.SMs*bpsm { // confined, by its points
+		perSM = (resident + sms - 1) / sms
+	}
 	return tb, cf / float64(perSM), mf / float64(resident)
 }
