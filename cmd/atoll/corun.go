@@ -157,28 +157,36 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	switch *backend {
+	coDev, coSM := corun.values()
+	// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
+	return runOn(*backend, sim.Config{NoticeLatency: *notice, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}, *simGPU, *ordinal,
+		"--backend sim runs the same measurement on the simulator (its prediction)", measure)
+}
+
+// runOn runs measure on the simulator (cfg with simGPU's spec) or on CUDA
+// device ordinal; a missing GPU is reported with hint.
+func runOn(backend string, cfg sim.Config, simGPU string, ordinal int, hint string, measure func(gpu.Device) error) error {
+	switch backend {
 	case "sim":
-		spec, err := gpu.LookupSpec(*simGPU)
+		spec, err := gpu.LookupSpec(simGPU)
 		if err != nil {
 			return err
 		}
-		// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
-		coDev, coSM := corun.values()
-		dev, err := sim.New(sim.Config{Spec: spec, NoticeLatency: *notice, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM})
+		cfg.Spec = spec
+		dev, err := sim.New(cfg)
 		if err != nil {
 			return err
 		}
 		defer dev.Close()
 		return measure(dev)
 	case "cuda":
-		err := cuda.Run(*ordinal, func(d *cuda.Device) error { return measure(d) })
+		err := cuda.Run(ordinal, func(d *cuda.Device) error { return measure(d) })
 		if errors.Is(err, gpu.ErrNoDevice) {
-			return fmt.Errorf("no GPU found: %w\nhint: --backend sim runs the same measurement on the simulator (its prediction)", err)
+			return fmt.Errorf("no GPU found: %w\nhint: %s", err, hint)
 		}
 		return err
 	default:
-		return fmt.Errorf("--backend %q: want cuda or sim", *backend)
+		return fmt.Errorf("--backend %q: want cuda or sim", backend)
 	}
 }
 

@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"atoll/gpu"
-	gpubackend "atoll/gpu/backend"
-	"atoll/gpu/cuda"
+	"atoll/gpu/sim"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/profiler"
@@ -180,27 +179,8 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 		}
 		return summary(e.stdout, p, path, time.Since(start))
 	}
-	switch *backend {
-	case "sim":
-		spec, err := gpu.LookupSpec(*simGPU)
-		if err != nil {
-			return err
-		}
-		dev, err := gpubackend.Open(gpubackend.Config{Backend: "sim", Spec: spec})
-		if err != nil {
-			return err
-		}
-		defer dev.Close()
-		return measure(dev)
-	case "cuda":
-		err := cuda.Run(*ordinal, func(d *cuda.Device) error { return measure(d) })
-		if errors.Is(err, gpu.ErrNoDevice) {
-			return fmt.Errorf("no GPU found: %w\nhint: atoll profile measures on a real GPU; --backend sim --out FILE runs the same code on the simulator (its durations are the estimated profile's)", err)
-		}
-		return err
-	default:
-		return fmt.Errorf("--backend %q: want cuda or sim", *backend)
-	}
+	return runOn(*backend, sim.Config{}, *simGPU, *ordinal,
+		"atoll profile measures on a real GPU; --backend sim --out FILE runs the same code on the simulator (its durations are the estimated profile's)", measure)
 }
 
 // mayWrite refuses to replace a measured (or imported) profile unless
