@@ -27,11 +27,12 @@ type coRunner struct {
 	beEnd      gpu.Event
 	allocs     []gpu.Ptr
 
-	blocker     *gpu.Launch // a long GEMM: lets the host enqueue ahead of the GPU
-	blockerHPUs float64     // its time on the HP stream (whole GPU)
-	blockerBEUs float64     // and in the partition
-	hostUs      float64     // host time to enqueue one HP pass with its events
-	reqUs       float64     // the last baseline's median HP pass, µs
+	blocker         *gpu.Launch // a long GEMM: lets the host enqueue ahead of the GPU
+	blockerHPUs     float64     // its time on the HP stream (whole GPU)
+	blockerBEUs     float64     // and in the partition
+	hostUs          float64     // host time to enqueue one HP pass with its events
+	reqUs           float64     // the last baseline's median HP pass, µs
+	boundedBlockers int         // BEDepth: blockers the last bounded run's enqueueing needed
 }
 
 func (c *coRunner) progress(stage string, done, total int) {
@@ -297,6 +298,10 @@ func (c *coRunner) enqueuePasses(between func() error) error {
 	return nil
 }
 
+// maxBoundedBlockers bounds the blockers before a bounded run's HP passes
+// (at a few hundred µs each, a few tens of ms).
+const maxBoundedBlockers = 256
+
 // hpBlockers is how many blockers go before the HP passes: enough to cover
 // half again the host's enqueueing of every pass, so that no HP kernel
 // waits for its launch (a pass of short kernels, each launched and
@@ -310,7 +315,14 @@ func (c *coRunner) hpBlockers() int {
 // beside it; passes that end after the queue has run out are dropped.
 func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) ([][]float64, float64, error) {
 	if c.opt.BEDepth > 0 {
-		return c.besideBounded(l)
+		// Once more if passes were dropped because the host was still
+		// enqueueing them: the run has sized the blockers for next time.
+		before := c.boundedBlockers
+		passes, be, err := c.besideBounded(l)
+		if err == nil && len(passes) < c.opt.Passes && c.boundedBlockers > max(before, 2*c.hpBlockers()) {
+			passes, be, err = c.besideBounded(l)
+		}
+		return passes, be, err
 	}
 	passes, err := c.besideQueued(l, aloneUs)
 	return passes, 0, err
@@ -419,15 +431,20 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 	}
 	n := len(c.hpLaunches)
 	// The host refills BE while it enqueues HP, so it needs longer than
-	// alone: twice hpBlockers.
-	for range min(128, 2*c.hpBlockers()) {
+	// alone: twice hpBlockers, or what the last bounded run's enqueueing
+	// took if more.
+	blockers := max(2*c.hpBlockers(), c.boundedBlockers)
+	for range blockers {
 		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
 			return nil, 0, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
 		}
 	}
+	start := c.dev.Now()
 	if err := c.enqueuePasses(refill); err != nil {
 		return nil, 0, err
 	}
+	enqUs := float64(c.dev.Now()-start) / float64(time.Microsecond)
+	c.boundedBlockers = min(maxBoundedBlockers, int(math.Ceil(1.3*enqUs/c.blockerHPUs)))
 	enqueued := float64(c.dev.Now()) / float64(time.Microsecond) // device clock
 	deadline := time.Now().Add(60 * time.Second)
 	for {
