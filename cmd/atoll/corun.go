@@ -80,7 +80,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	compare := fs.String("compare", "", "a report to compare with (e.g. the GPU's, when this one is simulated)")
 	corun := coRunFlag{sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM} // what the model was fitted to
 	fs.Var(&corun, "sim-corun", "--backend sim: "+simCoRunHelp+" (here: measured by default)")
-	notice := fs.Duration("sim-notice", 0, "--backend sim: the host's notice of a completion (only host waits; the figures do not depend on it)")
+	notice := fs.Duration("sim-notice", defaultSimNotice, "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
