@@ -54,7 +54,7 @@ Examples:
   atoll corun --hp resnet50 --be resnet50-train --be-batch 32 --out corun.json
   atoll corun --hp bert-base --be bert-base-train --be-batch 8 --kernels 0-40
   atoll corun --backend sim --gpu H200 --hp resnet50 --be resnet50-train --be-batch 32 \
-      --compare results/corun-h200/resnet50.json
+      --compare results/corun-h200/resnet50.json.gz
 `
 
 func init() {
@@ -79,7 +79,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	out := fs.String("out", "", "write the report (JSON) here")
 	compare := fs.String("compare", "", "a report to compare with (e.g. the GPU's, when this one is simulated)")
 	corun := coRunFlag{sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM} // what the model was fitted to
-	fs.Var(&corun, "sim-corun", "--backend sim: "+simCoRunHelp+" (here: measured by default)")
+	fs.Var(&corun, "sim-corun", "--backend sim: the simulator's co-run interference: measured (fitted to this measurement on an H100, docs/simulator.md), off, or DEVICE,SM")
 	notice := fs.Duration("sim-notice", defaultSimNotice, "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
@@ -297,9 +297,9 @@ func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Dur
 
 // compareCoRun prints how far r's per-kernel HP slowdowns are from ref's
 // (same models and partition).
-func compareCoRun(w io.Writer, r, ref *profiler.CoRunReport, refPath string) {
+func compareCoRun(out io.Writer, r, ref *profiler.CoRunReport, refPath string) {
 	if r.HP != ref.HP || r.BE != ref.BE || r.PartitionSMs != ref.PartitionSMs || r.HPRest != ref.HPRest || r.BEDepth != ref.BEDepth || r.HPGraph != ref.HPGraph {
-		fmt.Fprintf(w, "--compare %s: another measurement (%s bs%d beside %s bs%d, %d SMs): not compared\n",
+		fmt.Fprintf(out, "--compare %s: another measurement (%s bs%d beside %s bs%d, %d SMs): not compared\n",
 			refPath, ref.HP.Model, ref.HP.Batch, ref.BE.Model, ref.BE.Batch, ref.PartitionSMs)
 		return
 	}
@@ -309,25 +309,25 @@ func compareCoRun(w io.Writer, r, ref *profiler.CoRunReport, refPath string) {
 	}
 	var errs []float64
 	n := 0
+	w, here, there := 0.0, 0.0, 0.0 // step-time-weighted means over the kernels in both
 	for _, k := range r.Kernels {
 		o, ok := byIndex[k.Index]
 		if !ok || k.Passes == 0 || o.Passes == 0 {
 			continue
 		}
 		n++
-		errs = append(errs, (k.HPSlowdown-1)-(o.HPSlowdown-1))
+		errs = append(errs, math.Abs(k.HPSlowdown-o.HPSlowdown))
+		w += k.ProfileUs
+		here += k.ProfileUs * k.HPSlowdown
+		there += k.ProfileUs * o.HPSlowdown
 	}
-	abs := make([]float64, len(errs))
-	for i, v := range errs {
-		abs[i] = math.Abs(v)
+	sort.Float64s(errs)
+	fmt.Fprintf(out, "against %s (%s, %s): %d kernels in both", refPath, ref.GPU, ref.Backend, n)
+	if n > 0 && w > 0 {
+		fmt.Fprintf(out, "; over them, mean HP slowdown %.3f here, %.3f there; per-kernel slowdown off by %.1f points (median), %.1f (90th percentile)",
+			here/w, there/w, 100*errs[len(errs)/2], 100*errs[min(len(errs)-1, len(errs)*9/10)])
 	}
-	sort.Float64s(abs)
-	fmt.Fprintf(w, "against %s (%s, %s): mean HP slowdown %.3f here, %.3f there; %d kernels in both",
-		refPath, ref.GPU, ref.Backend, r.Summary.MeanHPSlowdown, ref.Summary.MeanHPSlowdown, n)
-	if n > 0 {
-		fmt.Fprintf(w, ", per-kernel slowdown off by %.1f points (median), %.1f (90th percentile)", 100*abs[len(abs)/2], 100*abs[min(len(abs)-1, len(abs)*9/10)])
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintln(out)
 }
 
 func medianOf(v []float64) float64 {
