@@ -32,7 +32,9 @@ type CoRunOptions struct {
 	// PartitionSMs is the SM partition the BE kernels run in (a green
 	// context); HP runs in the primary context on every SM at the greatest
 	// stream priority, as atoll runs them. It must be a size the device can
-	// make (gpu.CheckPartition).
+	// make (gpu.CheckPartition), or the device's SM count: BE on a
+	// least-priority stream of the primary context, on every SM (the
+	// plain-priority setup).
 	PartitionSMs int
 	// HPRest runs HP on the SMs the partition leaves (a green context of
 	// the rest of the same split, gpu.Device.NewPartitionRest) instead of
@@ -86,8 +88,12 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 	if opt.HP == nil || opt.BE == nil {
 		return nil, fmt.Errorf("%w: co-run needs the HP and BE profiles", ErrMeasure)
 	}
-	if err := gpu.CheckPartition(spec, opt.PartitionSMs); err != nil {
-		return nil, fmt.Errorf("%w: BE partition: %w", ErrMeasure, err)
+	if opt.PartitionSMs != spec.SMs {
+		if err := gpu.CheckPartition(spec, opt.PartitionSMs); err != nil {
+			return nil, fmt.Errorf("%w: BE partition: %w (or %d: every SM, no partition)", ErrMeasure, err, spec.SMs)
+		}
+	} else if opt.HPRest {
+		return nil, fmt.Errorf("%w: HP on the rest of a partition, but BE has every SM (%d): no rest", ErrMeasure, spec.SMs)
 	}
 	if opt.Passes == 0 {
 		opt.Passes = DefaultCoRunPasses

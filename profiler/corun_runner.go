@@ -53,9 +53,11 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 	if c.hp, err = c.dev.NewStream(gpu.StreamOptions{Context: hpCtx, Priority: info.Priorities.Greatest}); err != nil {
 		return fmt.Errorf("NewStream: %w", err)
 	}
-	cx, err := c.dev.NewPartition(c.opt.PartitionSMs)
-	if err != nil {
-		return fmt.Errorf("NewPartition(%d): %w", c.opt.PartitionSMs, err)
+	var cx gpu.Context // every SM: the primary context
+	if c.opt.PartitionSMs < spec.SMs {
+		if cx, err = c.dev.NewPartition(c.opt.PartitionSMs); err != nil {
+			return fmt.Errorf("NewPartition(%d): %w", c.opt.PartitionSMs, err)
+		}
 	}
 	if c.be, err = c.dev.NewStream(gpu.StreamOptions{Context: cx, Priority: info.Priorities.Least}); err != nil {
 		return fmt.Errorf("NewStream (partition of %d SMs): %w", c.opt.PartitionSMs, err)

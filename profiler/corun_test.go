@@ -163,6 +163,31 @@ func TestCoRunHPRest(t *testing.T) {
 	}
 }
 
+// With BE on every SM at the least priority (no partition) HP's blocks
+// wait for BE's resident ones on every SM: the simulator slows HP more
+// than with BE confined to 96 SMs.
+func TestCoRunNoPartition(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	wide := byName(t, be, "features.14")
+	slowdown := func(sms int) float64 {
+		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
+		rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+			profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
+			profiler.CoRunOptions{PartitionSMs: sms, Passes: 2, Kernels: []int{wide}, HP: hp, BE: be})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.PartitionSMs != sms || rep.Kernels[0].Passes == 0 {
+			t.Fatalf("partition %d recorded as %d, %d passes", sms, rep.PartitionSMs, rep.Kernels[0].Passes)
+		}
+		return rep.Kernels[0].HPSlowdown
+	}
+	if all, part := slowdown(132), slowdown(96); !(all > part) {
+		t.Errorf("HP slowdown with BE on every SM %.4f, in 96 SMs %.4f: want the first larger", all, part)
+	}
+}
+
 func TestCoRunRefuses(t *testing.T) {
 	spec := gpu.H100SXM
 	hp, be := coRunProfiles(t, spec)
@@ -177,7 +202,7 @@ func TestCoRunRefuses(t *testing.T) {
 	}{
 		{"no profiles", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96}, "needs the HP and BE profiles"},
 		{"partition size", hpM, beM, profiler.CoRunOptions{PartitionSMs: 95, HP: hp, BE: be}, "BE partition"},
-		{"whole device", hpM, beM, profiler.CoRunOptions{PartitionSMs: 132, HP: hp, BE: be}, "BE partition"},
+		{"no rest", hpM, beM, profiler.CoRunOptions{PartitionSMs: 132, HPRest: true, HP: hp, BE: be}, "no rest"},
 		{"passes", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, Passes: -1, HP: hp, BE: be}, "passes -1"},
 		{"kernel index", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, Kernels: []int{5000}, HP: hp, BE: be}, "BE kernel 5000"},
 		{"stale profile", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: &short}, "has 10 kernels"},

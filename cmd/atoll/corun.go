@@ -70,7 +70,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	backend := fs.String("backend", "cuda", "cuda (the GPU) or sim (the simulator's prediction)")
 	simGPU := fs.String("gpu", gpu.H100SXM.Name, "--backend sim: the simulated GPU (its profiles are used)")
 	ordinal := fs.Int("device", 0, "GPU ordinal")
-	part := fs.Int("partition", 0, "SMs of BE's partition (0: atoll's default for the HP model, the SMs less policies.ReserveSMs)")
+	part := fs.Int("partition", 0, "SMs of BE's partition (0: atoll's default for the HP model, the SMs less policies.ReserveSMs; the device's SM count: no partition, BE on every SM at the least priority)")
 	hpRest := fs.Bool("hp-rest", false, "run HP on the SMs the partition leaves, not every SM: the two share no SM, only memory, L2 and the front end")
 	graph := fs.Bool("hp-graph", false, "submit each HP pass as one graph (a CUDA graph) with an event after every kernel, as the scheduler submits a request")
 	depth := fs.Int("be-depth", 0, "keep at most this many BE launches queued, the next launched as one completes (as atoll's bounded BE queue does); 0 queues the whole run at once")
@@ -257,8 +257,12 @@ func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Dur
 	if r.HPGraph {
 		where += ", graphs"
 	}
-	fmt.Fprintf(w, "%s bs%d (on %s) beside each kernel of %s bs%d (%s) in a %d-SM partition, %s (%s), %d passes each, %.1f s\n",
-		r.HP.Model, r.HP.Batch, where, r.BE.Model, r.BE.Batch, depth, r.PartitionSMs, r.GPU, r.Backend, r.Passes, took.Seconds())
+	in := fmt.Sprintf("in a %d-SM partition", r.PartitionSMs)
+	if spec, err := gpu.LookupSpec(r.GPU); err == nil && r.PartitionSMs >= spec.SMs {
+		in = "on every SM at the least priority (no partition)"
+	}
+	fmt.Fprintf(w, "%s bs%d (on %s) beside each kernel of %s bs%d (%s) %s, %s (%s), %d passes each, %.1f s\n",
+		r.HP.Model, r.HP.Batch, where, r.BE.Model, r.BE.Batch, depth, in, r.GPU, r.Backend, r.Passes, took.Seconds())
 	if r.Backend == "sim" {
 		fmt.Fprintln(w, "simulated: the simulator's prediction, not a measurement")
 	}
