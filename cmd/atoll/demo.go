@@ -46,7 +46,9 @@ from it), its HP p99 was within 10 % in 5 of 6 policy runs (median error 4 %),
 its HP p50 off by a median 5 % and its BE throughput by a median 14 %, and it
 ranked the policies as the GPU did in 2 of 2 cells by HP p99 and 2 of 2 by BE
 throughput. It misses what BE kept running beside busy HP does to HP
-(atoll:admission=confined). On the older 8-cell matrix (results/matrix-h100-g8,
+(atoll:admission=confined): on the GPU every training kernel that fills the
+BE partition slowed batch-1 HP kernels 1.3-1.45x (atoll corun,
+docs/physics.md). On the older 8-cell matrix (results/matrix-h100-g8,
 simulated by the builds of that day) it under-predicted plain priorities and
 reef: HP p99 within 10 % in priority 1 of 8 (median error 63 %) and reef 3 of 8
 (median error 28 %). docs/fidelity.md has every comparison.
