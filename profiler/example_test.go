@@ -68,3 +68,35 @@ func ExampleParseNCU() {
 	// 0 conv2d_bf16_64x64_plain 12.48 us sm 41.5%
 	// 1 avgpool_bf16_plain 3.20 us sm 0.0%
 }
+
+// CoRun on the simulator: the same code as on a GPU, here for two kernels
+// of VGG-19 bs4 beside MobileNetV2 bs1 with the simulator's co-run
+// interference on; the report says how much slower HP ran beside each.
+func ExampleCoRun() {
+	spec := gpu.H100SXM
+	hp, err := profiles.Lookup(spec.Name, "mobilenetv2", 1, "")
+	if err != nil {
+		panic(err)
+	}
+	be, err := profiles.Lookup(spec.Name, "vgg19", 4, "")
+	if err != nil {
+		panic(err)
+	}
+	dev, err := sim.New(sim.Config{Spec: spec, BLAS: true, CoRunDevice: sim.MeasuredCoRunDevice, CoRunSM: sim.MeasuredCoRunSM})
+	if err != nil {
+		panic(err)
+	}
+	defer dev.Close()
+	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+		profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
+		profiler.CoRunOptions{PartitionSMs: 96, Passes: 2, Kernels: []int{14, 20}, HP: hp, BE: be})
+	if err != nil {
+		panic(err)
+	}
+	for _, k := range rep.Kernels {
+		fmt.Printf("%s: %d passes, HP %.2fx\n", k.Name, k.Passes, k.HPSlowdown)
+	}
+	// Output:
+	// features.25: 2 passes, HP 1.46x
+	// features.36: 2 passes, HP 1.34x
+}
