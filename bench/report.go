@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"atoll/internal/gzipped"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
@@ -207,14 +208,8 @@ func ReadReport(rd io.Reader) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrReport, err)
 	}
-	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrReport, err)
-		}
-		if data, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("%w: gzip: %v", ErrReport, err)
-		}
+	if data, err = gzipped.Unwrap(data); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrReport, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -7,7 +7,6 @@ import (
 
 	"atoll/gpu"
 	"atoll/kernels"
-	"atoll/models"
 	"atoll/models/exec"
 	"atoll/profiles"
 )
@@ -56,9 +55,9 @@ type CoRunOptions struct {
 	// Kernels, when set, are the BE kernel indices measured (tests, a
 	// quick look); nil measures every distinct launch shape of the model.
 	Kernels []int
-	// HP and BE are the models' profiles. On the simulator their costs time
-	// the kernels; everywhere they key the launch shapes measured once and
-	// give the report's compute and memory figures.
+	// HP and BE are the models' profiles: which models run, at which
+	// batch (exec.NewForProfile), their costs on the simulator, the launch
+	// shapes measured once, and the report's compute and memory figures.
 	HP, BE *profiles.Profile
 	// Seed of the weights and inputs.
 	Seed uint64
@@ -79,7 +78,7 @@ type CoRunOptions struct {
 // simulator's prediction of the same figures.
 //
 // CoRun belongs to the goroutine that owns dev.
-func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be ModelBatch, opt CoRunOptions) (*CoRunReport, error) {
+func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunOptions) (*CoRunReport, error) {
 	info := dev.Info()
 	spec, err := gpu.LookupSpec(info.Name)
 	if err != nil {
@@ -107,17 +106,17 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 	if opt.Date.IsZero() {
 		opt.Date = time.Now().UTC()
 	}
-	simulated := info.Backend == "sim"
-	hpIn, err := coRunInstance(dev, lib, hp, opt.HP, opt.Seed, simulated)
+	hpIn, err := exec.NewForProfile(dev, lib, opt.HP, opt.Seed)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: HP: %w", ErrMeasure, err)
 	}
 	defer hpIn.Close()
-	beIn, err := coRunInstance(dev, lib, be, opt.BE, opt.Seed+2, simulated)
+	beIn, err := exec.NewForProfile(dev, lib, opt.BE, opt.Seed+2)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: BE: %w", ErrMeasure, err)
 	}
 	defer beIn.Close()
+	hp, be := ModelBatch{Model: opt.HP.Model, Batch: opt.HP.Batch}, ModelBatch{Model: opt.BE.Model, Batch: opt.BE.Batch}
 	nBE := len(beIn.Graph().Layers)
 	which := opt.Kernels
 	if which == nil {
@@ -163,10 +162,11 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 	}
 	var alone [][]float64 // per baseline pass: per HP kernel µs
 	baseline := func() error {
-		passes, _, err := c.hpPasses()
+		ps, err := c.hpPasses()
 		if err != nil {
 			return fmt.Errorf("HP alone: %w", err)
 		}
+		passes := kernelTimes(ps)
 		alone = append(alone, passes...)
 		c.reqUs = median(sums(passes))
 		rep.HPRequestUs = append(rep.HPRequestUs, c.reqUs)
@@ -250,35 +250,4 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, hp, be Mod
 		rep.HPRequestUs[i] = round(v, 1e3)
 	}
 	return rep, nil
-}
-
-// coRunInstance builds a model on dev; on the simulator its kernels take
-// the profile's costs.
-func coRunInstance(dev gpu.Device, lib *kernels.Library, mb ModelBatch, p *profiles.Profile, seed uint64, simulated bool) (*exec.Instance, error) {
-	m, err := models.Get(mb.Model)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMeasure, err)
-	}
-	g, err := m.Graph(mb.Batch)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMeasure, err)
-	}
-	if len(p.Kernels) != len(g.Layers) {
-		return nil, fmt.Errorf("%w: the %s bs%d profile has %d kernels, the model %d: profile it again", ErrMeasure, p.Model, p.Batch, len(p.Kernels), len(g.Layers))
-	}
-	in, err := exec.NewWith(dev, lib, g, models.InitWeights(g, seed), models.InitInputs(g, seed+1), exec.Options{Substitute: true})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s bs%d: %w", ErrMeasure, mb.Model, mb.Batch, err)
-	}
-	if n := in.Runnable(); n < len(g.Layers) {
-		in.Close()
-		return nil, fmt.Errorf("%w: %s bs%d: %w", ErrMeasure, mb.Model, mb.Batch, in.Err(n))
-	}
-	if simulated {
-		if err := in.UseProfile(p); err != nil {
-			in.Close()
-			return nil, fmt.Errorf("%w: %w", ErrMeasure, err)
-		}
-	}
-	return in, nil
 }

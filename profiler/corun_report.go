@@ -2,12 +2,13 @@ package profiler
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
+
+	"atoll/internal/gzipped"
 )
 
 // CoRunReport is what CoRun measured: how much slower the HP model's
@@ -199,14 +200,8 @@ func ReadCoRun(rd io.Reader) (*CoRunReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		if data, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
+	if data, err = gzipped.Unwrap(data); err != nil {
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -143,9 +143,7 @@ func (c *coRunner) close() {
 }
 
 // wait waits until e has completed.
-func (c *coRunner) wait(e gpu.Event) error {
-	return (&meter{ctx: c.ctx, dev: c.dev}).wait(e)
-}
+func (c *coRunner) wait(e gpu.Event) error { return waitEvent(c.ctx, c.dev, e) }
 
 func (c *coRunner) at(e gpu.Event) (float64, error) {
 	t, err := c.dev.Time(e)
@@ -228,38 +226,61 @@ func (c *coRunner) beAlone(l *gpu.Launch, profileUs float64) (float64, error) {
 	return c.timeMean(c.be, l, reps)
 }
 
+// hpPass is one timed HP pass: its start and end on the device clock and
+// each kernel's time, µs.
+type hpPass struct {
+	start, end float64
+	us         []float64
+}
+
 // hpPasses times Passes HP passes on the HP stream behind a blocker (so the
-// host is ahead of the GPU from the first kernel) and returns each pass's
-// per-kernel µs and end time (device clock, µs).
-func (c *coRunner) hpPasses() (passes [][]float64, ends []float64, err error) {
-	n := len(c.hpLaunches)
+// host is ahead of the GPU from the first kernel).
+func (c *coRunner) hpPasses() ([]hpPass, error) {
 	for range c.hpBlockers() {
 		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
-			return nil, nil, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
+			return nil, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
 		}
 	}
 	start := c.dev.Now() // the device's clock: on the simulator, host costs are virtual
 	if err := c.enqueuePasses(nil); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c.hostUs = float64(c.dev.Now()-start) / float64(time.Microsecond) / float64(c.opt.Passes)
+	return c.readPasses()
+}
+
+// readPasses waits for the passes enqueued last and reads their events.
+func (c *coRunner) readPasses() ([]hpPass, error) {
 	if err := c.wait(c.events[len(c.events)-1]); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ts := make([]float64, len(c.events))
 	for i, e := range c.events {
-		if ts[i], err = c.at(e); err != nil {
-			return nil, nil, err
+		t, err := c.at(e)
+		if err != nil {
+			return nil, err
 		}
+		ts[i] = t
 	}
-	for p := range c.opt.Passes {
-		d := make([]float64, n)
+	n := len(c.hpLaunches)
+	passes := make([]hpPass, c.opt.Passes)
+	for p := range passes {
+		us := make([]float64, n)
 		for i := range n {
-			d[i] = ts[p*n+i+1] - ts[p*n+i]
+			us[i] = ts[p*n+i+1] - ts[p*n+i]
 		}
-		passes, ends = append(passes, d), append(ends, ts[(p+1)*n])
+		passes[p] = hpPass{start: ts[p*n], end: ts[(p+1)*n], us: us}
 	}
-	return passes, ends, nil
+	return passes, nil
+}
+
+// kernelTimes is each pass's per-kernel µs.
+func kernelTimes(ps []hpPass) [][]float64 {
+	out := make([][]float64, len(ps))
+	for i, p := range ps {
+		out[i] = p.us
+	}
+	return out
 }
 
 // enqueuePasses enqueues the HP passes on the HP stream after the record of
@@ -355,7 +376,7 @@ func (c *coRunner) besideQueued(l *gpu.Launch, aloneUs float64) ([][]float64, er
 	if err := c.wait(c.beStart); err != nil {
 		return nil, err
 	}
-	all, ends, err := c.hpPasses()
+	all, err := c.hpPasses()
 	if err != nil {
 		return nil, err
 	}
@@ -367,11 +388,11 @@ func (c *coRunner) besideQueued(l *gpu.Launch, aloneUs float64) ([][]float64, er
 		return nil, err
 	}
 	var out [][]float64
-	for p, e := range ends {
-		if e > t {
+	for _, p := range all {
+		if p.end > t {
 			break
 		}
-		out = append(out, all[p])
+		out = append(out, p.us)
 	}
 	return out, nil
 }
@@ -431,7 +452,6 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 			return nil, 0, err
 		}
 	}
-	n := len(c.hpLaunches)
 	// The host refills BE while it enqueues HP, so it needs longer than
 	// alone: twice hpBlockers, or what the last bounded run's enqueueing
 	// took if more.
@@ -480,29 +500,21 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	ts := make([]float64, len(c.events))
-	for i, e := range c.events {
-		if ts[i], err = c.at(e); err != nil {
-			return nil, 0, err
-		}
+	beDone = append(beDone, stop)
+	all, err := c.readPasses()
+	if err != nil {
+		return nil, 0, err
 	}
 	var out [][]float64
 	from, to := math.Inf(1), math.Inf(-1) // the covered passes' span
-	for p := range c.opt.Passes {
+	for _, p := range all {
 		// A pass that began before the host had enqueued every pass may
 		// have waited for its launches: dropped with those outside BE.
-		if ts[p*n] < first || ts[p*n] < enqueued || ts[(p+1)*n] > stop {
+		if p.start < first || p.start < enqueued || p.end > stop {
 			continue
 		}
-		d := make([]float64, n)
-		for i := range n {
-			d[i] = ts[p*n+i+1] - ts[p*n+i]
-		}
-		out = append(out, d)
-		from, to = min(from, ts[p*n]), max(to, ts[(p+1)*n])
-	}
-	if t, err := c.at(c.ring[last]); err == nil {
-		beDone = append(beDone, t)
+		out = append(out, p.us)
+		from, to = min(from, p.start), max(to, p.end)
 	}
 	k := 0
 	for _, t := range beDone {

@@ -55,7 +55,6 @@ func TestCoRunSim(t *testing.T) {
 	twinA := byName(t, be, "features.12")  // the same shape as stream
 	var stages []profiler.Progress
 	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
-		profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
 		profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, Kernels: []int{small, twinA, stream}, HP: hp, BE: be,
 			Progress: func(p profiler.Progress) { stages = append(stages, p) }})
 	if err != nil {
@@ -147,7 +146,6 @@ func TestCoRunHPRest(t *testing.T) {
 	run := func(rest bool) *profiler.CoRunReport {
 		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
 		rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
-			profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
 			profiler.CoRunOptions{PartitionSMs: 96, Passes: 2, Kernels: []int{0}, HP: hp, BE: be, HPRest: rest})
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +171,6 @@ func TestCoRunNoPartition(t *testing.T) {
 	slowdown := func(sms int) float64 {
 		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
 		rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
-			profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
 			profiler.CoRunOptions{PartitionSMs: sms, Passes: 2, Kernels: []int{wide}, HP: hp, BE: be})
 		if err != nil {
 			t.Fatal(err)
@@ -191,25 +188,30 @@ func TestCoRunNoPartition(t *testing.T) {
 func TestCoRunRefuses(t *testing.T) {
 	spec := gpu.H100SXM
 	hp, be := coRunProfiles(t, spec)
-	hpM, beM := profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4}
 	short := *be
 	short.Kernels = be.Kernels[:10]
+	unknown := *hp
+	unknown.Model = "nope"
+	h200, err := profiles.Lookup(gpu.H200.Name, "vgg19", 4, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name   string
-		hp, be profiler.ModelBatch
-		opt    profiler.CoRunOptions
-		want   string
+		name string
+		opt  profiler.CoRunOptions
+		want string
 	}{
-		{"no profiles", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96}, "needs the HP and BE profiles"},
-		{"partition size", hpM, beM, profiler.CoRunOptions{PartitionSMs: 95, HP: hp, BE: be}, "BE partition"},
-		{"no rest", hpM, beM, profiler.CoRunOptions{PartitionSMs: 132, HPRest: true, HP: hp, BE: be}, "no rest"},
-		{"passes", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, Passes: -1, HP: hp, BE: be}, "passes -1"},
-		{"kernel index", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, Kernels: []int{5000}, HP: hp, BE: be}, "BE kernel 5000"},
-		{"stale profile", hpM, beM, profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: &short}, "has 10 kernels"},
-		{"unknown model", profiler.ModelBatch{Model: "nope", Batch: 1}, beM, profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: be}, "nope"},
+		{"no profiles", profiler.CoRunOptions{PartitionSMs: 96}, "needs the HP and BE profiles"},
+		{"partition size", profiler.CoRunOptions{PartitionSMs: 95, HP: hp, BE: be}, "BE partition"},
+		{"no rest", profiler.CoRunOptions{PartitionSMs: 132, HPRest: true, HP: hp, BE: be}, "no rest"},
+		{"passes", profiler.CoRunOptions{PartitionSMs: 96, Passes: -1, HP: hp, BE: be}, "passes -1"},
+		{"kernel index", profiler.CoRunOptions{PartitionSMs: 96, Kernels: []int{5000}, HP: hp, BE: be}, "BE kernel 5000"},
+		{"stale profile", profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: &short}, "BE: profiles: profile vgg19 bs4 on H100-SXM does not match: kernels"},
+		{"another GPU's profile", profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: h200}, "does not match: gpu"},
+		{"unknown model", profiler.CoRunOptions{PartitionSMs: 96, HP: &unknown, BE: be}, "nope"},
 	} {
 		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
-		_, err := profiler.CoRun(context.Background(), dev, kernels.New(dev), tc.hp, tc.be, tc.opt)
+		_, err := profiler.CoRun(context.Background(), dev, kernels.New(dev), tc.opt)
 		if err == nil || !errors.Is(err, profiler.ErrMeasure) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrMeasure naming %q", tc.name, err, tc.want)
 		}
@@ -269,7 +271,6 @@ func TestCoRunBoundedDepthShortKernels(t *testing.T) {
 		}
 		defer dev.Close()
 		rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
-			profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
 			profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, BEDepth: 16, Kernels: []int{short}, HP: hp, BE: be})
 		done <- result{rep, err}
 	}()
@@ -297,7 +298,6 @@ func TestCoRunBESlowdown(t *testing.T) {
 	long := byName(t, be, "features.14")
 	dev := simDev(t, sim.Config{Spec: spec, BLAS: true, NoticeLatency: 5 * time.Microsecond, CoRunDevice: 0.4})
 	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
-		profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
 		profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, BEDepth: 16, Kernels: []int{long}, HP: hp, BE: be})
 	if err != nil {
 		t.Fatal(err)

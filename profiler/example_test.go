@@ -88,7 +88,6 @@ func ExampleCoRun() {
 	}
 	defer dev.Close()
 	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
-		profiler.ModelBatch{Model: "mobilenetv2", Batch: 1}, profiler.ModelBatch{Model: "vgg19", Batch: 4},
 		profiler.CoRunOptions{PartitionSMs: 96, Passes: 2, Kernels: []int{14, 20}, HP: hp, BE: be})
 	if err != nil {
 		panic(err)

@@ -439,10 +439,13 @@ func (mt *meter) close() {
 }
 
 // wait waits until e has completed.
-func (mt *meter) wait(e gpu.Event) error {
+func (mt *meter) wait(e gpu.Event) error { return waitEvent(mt.ctx, mt.dev, e) }
+
+// waitEvent waits until e has completed on dev, for at most 60 s.
+func waitEvent(ctx context.Context, dev gpu.Device, e gpu.Event) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		ok, err := mt.dev.Query(e)
+		ok, err := dev.Query(e)
 		if err != nil {
 			return fmt.Errorf("Query: %w", err)
 		}
@@ -452,7 +455,7 @@ func (mt *meter) wait(e gpu.Event) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
 		}
-		if err := mt.dev.Wait(mt.ctx, mt.dev.Now()+20*time.Microsecond); err != nil {
+		if err := dev.Wait(ctx, dev.Now()+20*time.Microsecond); err != nil {
 			return err
 		}
 	}

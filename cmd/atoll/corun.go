@@ -142,7 +142,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 			opt.PartitionSMs = gpu.PartitionFloor(spec, spec.SMs-policies.ReserveSMs(spec, []*profiles.Profile{opt.HP}))
 		}
 		start := time.Now()
-		rep, err := profiler.CoRun(ctx, dev, kernels.New(dev), profiler.ModelBatch{Model: opt.HP.Model, Batch: *hpBatch}, profiler.ModelBatch{Model: opt.BE.Model, Batch: *beBatch}, opt)
+		rep, err := profiler.CoRun(ctx, dev, kernels.New(dev), opt)
 		if err != nil {
 			return err
 		}

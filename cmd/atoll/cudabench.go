@@ -9,7 +9,6 @@ import (
 	"atoll/gpu/backend"
 	"atoll/gpu/cuda"
 	"atoll/kernels"
-	"atoll/models"
 	"atoll/models/exec"
 	"atoll/profiles"
 	"atoll/sched"
@@ -64,23 +63,9 @@ func bindInstances(lib *kernels.Library, w sched.Workload, get func(*profiles.Pr
 
 // buildInstance makes p's zoo model on dev with seeded weights and inputs.
 func buildInstance(dev gpu.Device, lib *kernels.Library, p *profiles.Profile) (*exec.Instance, error) {
-	m, err := models.Get(p.Model)
+	in, err := exec.NewForProfile(dev, lib, p, 1)
 	if err != nil {
-		return nil, err
-	}
-	g, err := m.Graph(p.Batch)
-	if err != nil {
-		return nil, err
-	}
-	in, err := exec.NewWith(dev, lib, g, models.InitWeights(g, 1), models.InitInputs(g, 1), exec.Options{Substitute: true})
-	if err != nil {
-		return nil, fmt.Errorf("%s bs%d on the GPU: %w", p.Model, p.Batch, err)
-	}
-	if n := in.Runnable(); n < len(g.Layers) {
-		return nil, fmt.Errorf("%s bs%d cannot run on the GPU: %w", p.Model, p.Batch, in.Err(n))
-	}
-	if err := in.UseProfile(p); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("on the GPU: %w", err)
 	}
 	return in, nil
 }

@@ -15,27 +15,12 @@ import (
 // whole SMs and take no compute or DRAM share.
 func TestCoRunInterference(t *testing.T) {
 	const hpDur = 100 * us
-	hpTime := func(cfg Config, be bool, beThreads int) time.Duration {
+	hpTime := func(cfg Config, be bool) time.Duration {
 		r := newRig(t, cfg)
-		part, err := r.d.NewPartitionRest(96) // HP on the 36 lowest SMs
-		if err != nil {
-			t.Fatal(err)
-		}
-		hi, err := r.d.NewStream(gpu.StreamOptions{Priority: -5, Context: part})
-		if err != nil {
-			t.Fatal(err)
-		}
+		hi := r.partitionStream(96, true, -5) // HP on the 36 lowest SMs
 		if be {
-			bePart, err := r.d.NewPartition(96)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lo, err := r.d.NewStream(gpu.StreamOptions{Context: bePart})
-			if err != nil {
-				t.Fatal(err)
-			}
 			// One block per SM of the partition, lasting far longer than HP.
-			r.launch(lo, plain("be", 96, beThreads, 10*time.Millisecond))
+			r.launch(r.partitionStream(96, false, 0), plain("be", 96, 1024, 10*time.Millisecond))
 		}
 		r.launch(hi, plain("hp", 36, 1024, hpDur))
 		r.drain()
@@ -43,29 +28,22 @@ func TestCoRunInterference(t *testing.T) {
 	}
 	off := Config{}
 	on := Config{CoRunDevice: 0.4}
-	if got := hpTime(on, false, 1024); got != hpDur {
+	if got := hpTime(on, false); got != hpDur {
 		t.Errorf("HP alone with the interference on: %v, want %v", got, hpDur)
 	}
-	if got := hpTime(off, true, 1024); got != hpDur {
+	if got := hpTime(off, true); got != hpDur {
 		t.Errorf("HP beside BE with the interference off: %v, want %v (disjoint SMs, no shares)", got, hpDur)
 	}
 	slow := 1 + 0.4*96.0/132
 	want := time.Duration(float64(hpDur) * slow)
-	if got := hpTime(on, true, 1024); !near(got, want, 10*time.Nanosecond) {
+	if got := hpTime(on, true); !near(got, want, 10*time.Nanosecond) {
 		t.Errorf("HP beside BE on 96 other SMs: %v, want %v", got, want)
 	}
 	// On shared SMs: HP on every SM of the device beside BE blocks of half
 	// an SM's warps on the 96 partition SMs.
 	shared := func(cfg Config) time.Duration {
 		r := newRig(t, cfg)
-		bePart, err := r.d.NewPartition(96)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lo, err := r.d.NewStream(gpu.StreamOptions{Context: bePart})
-		if err != nil {
-			t.Fatal(err)
-		}
+		lo := r.partitionStream(96, false, 0)
 		hi := r.stream(-5)
 		r.launch(lo, plain("be", 96, 1024, 10*time.Millisecond)) // 32 of 64 warps
 		if err := r.d.Wait(t.Context(), 10*us); err != nil {
@@ -87,6 +65,25 @@ func TestCoRunInterference(t *testing.T) {
 			t.Errorf("New(%+v): %v, want ErrConfig", bad, err)
 		}
 	}
+}
+
+// partitionStream is a stream at priority prio of the SM partition of sms
+// SMs, or with rest of the SMs it leaves.
+func (r *rig) partitionStream(sms int, rest bool, prio int) gpu.Stream {
+	r.t.Helper()
+	newCtx := r.d.NewPartition
+	if rest {
+		newCtx = r.d.NewPartitionRest
+	}
+	cx, err := newCtx(sms)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s, err := r.d.NewStream(gpu.StreamOptions{Context: cx, Priority: prio})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return s
 }
 
 // last is the duration of the kernel launched last.

@@ -215,10 +215,20 @@ func (d *Device) timeslice() {
 
 // rates recomputes every resident group's rate and completion time.
 func (d *Device) rates(m *machine) {
-	mem := 0.0
+	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0
+	if co {
+		for _, g := range m.groups {
+			g.part.k.occ = 0
+		}
+	}
+	mem, total := 0.0, 0 // total: SMs held by active groups (co-run interference)
 	for _, g := range m.groups {
 		if !g.exit && !g.reading {
 			mem += float64(g.k*len(g.cls.ids)) * g.part.m
+			if co {
+				g.part.k.occ += len(g.cls.ids)
+				total += len(g.cls.ids)
+			}
 		}
 	}
 	for _, c := range m.classes {
@@ -231,19 +241,6 @@ func (d *Device) rates(m *machine) {
 		c.csum = s
 	}
 	lim := max(1, mem)
-	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0
-	total := 0
-	if co {
-		for _, g := range m.groups {
-			g.part.k.occ = 0
-		}
-		for _, g := range m.groups {
-			if !g.exit && !g.reading {
-				g.part.k.occ += len(g.cls.ids)
-				total += len(g.cls.ids)
-			}
-		}
-	}
 	next := math.Inf(1)
 	for _, g := range m.groups {
 		r := 1.0

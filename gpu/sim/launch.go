@@ -305,7 +305,7 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 // whole-device duration and simply take more rounds.
 func (d *Device) timing(c gpu.Cost, n, bpsm, sms int) (tb, cs, ms float64) {
 	s := d.spec
-	perWave := s.SMs * bpsm
+	spread := s.SMs // the SMs its waves are counted on
 	total := float64(c.Duration)
 	if sms < s.SMs && total > 0 {
 		if on, ok := c.PartitionDuration(sms); ok {
@@ -313,9 +313,10 @@ func (d *Device) timing(c gpu.Cost, n, bpsm, sms int) (tb, cs, ms float64) {
 			// a longer time demands less of them.
 			c.ComputeFrac *= total / float64(on)
 			c.MemoryFrac *= total / float64(on)
-			total, perWave = float64(on), sms*bpsm
+			total, spread = float64(on), sms
 		}
 	}
+	perWave := spread * bpsm
 	waves := (n + perWave - 1) / perWave
 	if total == 0 { // roofline
 		total = max(c.FLOPs/s.PeakFLOPS, c.Bytes/s.DRAMBandwidth) * 1e9
@@ -334,9 +335,6 @@ func (d *Device) timing(c gpu.Cost, n, bpsm, sms int) (tb, cs, ms float64) {
 		tb *= 1 + j*(2*d.rng.Float64()-1)
 	}
 	resident := min(n, perWave)
-	perSM := (resident + s.SMs - 1) / s.SMs
-	if perWave < s.SMs*bpsm { // confined, by its points
-		perSM = (resident + sms - 1) / sms
-	}
+	perSM := (resident + spread - 1) / spread
 	return tb, cf / float64(perSM), mf / float64(resident)
 }

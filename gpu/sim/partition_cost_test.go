@@ -15,17 +15,9 @@ func TestPartitionPointsTimeConfinedKernels(t *testing.T) {
 	pts := []gpu.CostPoint{{SMs: 64, Duration: 150 * us}, {SMs: 128, Duration: 110 * us}, {SMs: 132, Duration: 100 * us}}
 	run := func(sms int, withPoints bool) time.Duration {
 		r := newRig(t, Config{})
-		var ctx gpu.Context
+		s := r.stream(0)
 		if sms < 132 {
-			c, err := r.d.NewPartition(sms)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx = c
-		}
-		s, err := r.d.NewStream(gpu.StreamOptions{Context: ctx})
-		if err != nil {
-			t.Fatal(err)
+			s = r.partitionStream(sms, false, 0)
 		}
 		l := plain("k", 264, 1024, 100*us) // one wave: 2 blocks on every SM
 		if withPoints {

@@ -81,6 +81,37 @@ func New(dev gpu.Device, lib *kernels.Library, g *models.Graph, weights, inputs 
 	return NewWith(dev, lib, g, weights, inputs, Options{})
 }
 
+// NewForProfile builds the model p profiles (a zoo name, or an imported
+// .onnx file under its model name) at p's batch on dev, with weights and
+// inputs drawn from seed and layers the library lacks bound to
+// substitutes (Options.Substitute), and makes its launches carry p's
+// costs (UseProfile). A model the library cannot run whole, or a profile
+// that does not match it, is refused and nothing is left allocated.
+func NewForProfile(dev gpu.Device, lib *kernels.Library, p *profiles.Profile, seed uint64) (*Instance, error) {
+	m, err := models.Get(p.Model)
+	if err != nil {
+		return nil, err
+	}
+	g, err := m.Graph(p.Batch)
+	if err != nil {
+		return nil, err
+	}
+	in, err := NewWith(dev, lib, g, models.InitWeights(g, seed), models.InitInputs(g, seed), Options{Substitute: true})
+	if err != nil {
+		return nil, fmt.Errorf("%s bs%d: %w", p.Model, p.Batch, err)
+	}
+	if n := in.Runnable(); n < len(g.Layers) {
+		err = fmt.Errorf("%s bs%d cannot run here: %w", p.Model, p.Batch, in.Err(n))
+	} else {
+		err = in.UseProfile(p)
+	}
+	if err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
 // NewWith is New with options.
 func NewWith(dev gpu.Device, lib *kernels.Library, g *models.Graph, weights, inputs *models.Bundle, opt Options) (*Instance, error) {
 	if err := models.CheckBundle(g, weights, models.KindWeight); err != nil {

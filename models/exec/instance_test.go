@@ -570,3 +570,53 @@ func TestInstanceSlots(t *testing.T) {
 		t.Errorf("slot 4 of 4: %v, want ErrInstance", err)
 	}
 }
+
+// NewForProfile builds the profiled model with the profile's costs; a
+// profile that does not match is refused naming the mismatch, and leaves
+// nothing allocated: a device with room for one instance still fits the
+// model after the refusal.
+func TestNewForProfile(t *testing.T) {
+	p, err := profiles.Lookup(gpu.H100SXM.Name, "mobilenetv2", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(dev gpu.Device, p *profiles.Profile) (*exec.Instance, error) {
+		return exec.NewForProfile(dev, kernels.New(dev), p, 1)
+	}
+	dev, err := sim.New(sim.Config{BLAS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := build(dev, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := in.Bytes()
+	l, err := in.Launch(0, gpu.Plain, kernels.Control{})
+	if err != nil || l.Cost.Duration != p.Kernels[0].Duration() {
+		t.Errorf("launch 0: %v, cost %v; want the profile's %v", err, l.Cost.Duration, p.Kernels[0].Duration())
+	}
+	in.Close()
+	dev.Close()
+
+	short := *p
+	short.Kernels = p.Kernels[:3]
+	dev, err = sim.New(sim.Config{BLAS: true, Memory: size + size/2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if _, err := build(dev, &short); !errors.Is(err, profiles.ErrMismatch) || !strings.Contains(err.Error(), "kernels") {
+		t.Fatalf("a 3-kernel profile of mobilenetv2: %v, want profiles.ErrMismatch naming the kernels", err)
+	}
+	in, err = build(dev, p)
+	if err != nil {
+		t.Fatalf("after the refusal the model no longer fits: %v", err)
+	}
+	in.Close()
+	unknown := *p
+	unknown.Model = "nope"
+	if _, err := build(dev, &unknown); err == nil || !strings.Contains(err.Error(), `unknown model "nope"`) {
+		t.Errorf("an unknown model: %v", err)
+	}
+}
