@@ -102,9 +102,26 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 			}
 			ew.printf("| %s | %s | %s |\n", r.Policy, strings.Join(cols, " | "), strings.Join(top, ", "))
 		}
+		if sp := busySplitLine(mc.Reports); sp != "" {
+			ew.printf("\nBE's work beside busy HP / in HP's idle time, of its alone rate (HP busy share of the run): %s.\n", sp)
+		}
 		ew.printf("\n")
 	}
 	return ew.err
+}
+
+// busySplitLine lists each co-located run's BE throughput split by HP
+// busy and idle time (Report.BEBesideBusyHP, BEWhileHPIdle); "" where no
+// run has it (reports made before it).
+func busySplitLine(rs []*Report) string {
+	var parts []string
+	for _, r := range rs {
+		if r.HPBusyShare == nil || r.BEBesideBusyHP == nil || r.BEWhileHPIdle == nil || r.BEWorkPerSec == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f / %.2f (%.0f %%)", r.Policy, *r.BEBesideBusyHP, *r.BEWhileHPIdle, 100**r.HPBusyShare))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // hostJitterWarnUs is the p99 wake-up lateness above which a cell's

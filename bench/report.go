@@ -71,6 +71,18 @@ type Report struct {
 	BENormalized *float64 `json:"beNormalized"`
 	System       *float64 `json:"systemThroughput"` // HPNormalized + BENormalized
 
+	// HPBusyShare is the share of the measured window with an HP request
+	// in flight; BEBesideBusyHP and BEWhileHPIdle split BENormalized by
+	// it: BE work finished while HP was busy per second of busy time,
+	// and the rest per second of idle time, each over BE's alone rate
+	// (so BENormalized = share·beside + (1 − share)·idle). Where BE's
+	// throughput comes from — beside HP or in HP's idle time — on the
+	// simulator and the GPU alike (the core sees completions as the host
+	// does). Absent in reports made before them.
+	HPBusyShare    *float64 `json:"hpBusyShare,omitempty"`
+	BEBesideBusyHP *float64 `json:"beBesideBusyHp,omitempty"`
+	BEWhileHPIdle  *float64 `json:"beWhileHpIdle,omitempty"`
+
 	// BEItersPerSec and BEAloneItersPerSec count whole BE iterations
 	// (training steps, batches) finished per second, shared and alone.
 	BEItersPerSec      float64 `json:"beItersPerSec,omitempty"`
@@ -377,7 +389,7 @@ func CauseTable(w io.Writer, rs []*Report) error {
 		tablewriter.WithRowAlignment(tw.AlignRight),
 	)
 	header := append([]string{"policy (µs mean / p99)"}, causeOrder(rs)...)
-	header = append(header, "top BE kernel beside HP (µs/request)")
+	header = append(header, "top BE kernel beside HP (µs/request)", "BE beside busy HP / in idle (HP busy)")
 	t.Header(header)
 	for _, r := range rs {
 		if len(r.Causes) == 0 {
@@ -391,7 +403,11 @@ func CauseTable(w io.Writer, rs []*Report) error {
 		if len(r.Blame) > 0 {
 			top = fmt.Sprintf("%s %.0f", r.Blame[0].Kernel, r.Blame[0].PerRequestUs)
 		}
-		if err := t.Append(append(row, top)); err != nil {
+		split := ""
+		if r.HPBusyShare != nil && r.BEBesideBusyHP != nil && r.BEWhileHPIdle != nil {
+			split = fmt.Sprintf("%.2f / %.2f (%.0f %%)", *r.BEBesideBusyHP, *r.BEWhileHPIdle, 100**r.HPBusyShare)
+		}
+		if err := t.Append(append(row, top, split)); err != nil {
 			return err
 		}
 	}

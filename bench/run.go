@@ -350,6 +350,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		r.BEItersPerSec = float64(len(tr.Iterations)) / tr.Window().Seconds()
 		r.BEAloneItersPerSec = float64(len(b.BEAlone.Iterations)) / b.BEAlone.Window().Seconds()
 		r.BEKernelsPerStep = len(c.BE.Kernels)
+		r.HPBusyShare, r.BEBesideBusyHP, r.BEWhileHPIdle = busySplit(tr, r.BEAlonePerS)
 	}
 	if c.Samples {
 		// Kept in arrival order: latencies of neighbouring requests are
@@ -478,4 +479,26 @@ func blameStats(tr *sched.Trace, requests int) []BlameStat {
 		return out[i].Kernel < out[j].Kernel
 	})
 	return out[:min(len(out), 10)]
+}
+
+// busySplit splits a run's BE work by whether HP was busy when it finished
+// (Report.HPBusyShare, BEBesideBusyHP, BEWhileHPIdle); nil where a part
+// has no time or BE has no alone rate.
+func busySplit(tr *sched.Trace, alone float64) (share, beside, idle *float64) {
+	win, busy := tr.Window().Seconds(), tr.HPBusy.Seconds()
+	if win <= 0 || alone <= 0 {
+		return nil, nil, nil
+	}
+	busy = min(busy, win)
+	sh := busy / win
+	share = &sh
+	if busy > 0 {
+		v := tr.BEWorkHPBusy.Seconds() / busy / alone
+		beside = &v
+	}
+	if win-busy > 0 {
+		v := (tr.BEWork - tr.BEWorkHPBusy).Seconds() / (win - busy) / alone
+		idle = &v
+	}
+	return share, beside, idle
 }

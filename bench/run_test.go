@@ -67,6 +67,14 @@ func TestSuiteRunsEveryPolicy(t *testing.T) {
 		if r.BENormalized == nil || *r.BENormalized <= 0 || *r.BENormalized > 1.05 {
 			t.Errorf("%s: BE normalized throughput %v outside (0, 1.05]", r.Policy, r.BENormalized)
 		}
+		// BE's throughput splits into what it did beside busy HP and in
+		// HP's idle time, weighted by the time of each.
+		if r.HPBusyShare == nil || r.BEBesideBusyHP == nil || r.BEWhileHPIdle == nil {
+			t.Errorf("%s: no split of BE's throughput by HP busy/idle", r.Policy)
+		} else if sh := *r.HPBusyShare; sh <= 0 || sh >= 1 || math.Abs(sh**r.BEBesideBusyHP+(1-sh)**r.BEWhileHPIdle-*r.BENormalized) > 1e-9 {
+			t.Errorf("%s: HP busy %.3f, BE beside busy HP %.3f, in idle %.3f do not give BE normalized %.3f",
+				r.Policy, sh, *r.BEBesideBusyHP, *r.BEWhileHPIdle, *r.BENormalized)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"time"
 
 	"atoll/gpu"
@@ -29,6 +30,16 @@ type runner struct {
 	counter, counter2, watch gpu.Ptr
 	only                     string // Options.Only
 	allocs                   []gpu.Ptr
+	progress                 io.Writer // Options.Progress
+	start                    time.Time
+}
+
+// progressf writes one line to the progress writer, with the time since
+// the self-test began.
+func (r *runner) progressf(format string, args ...any) {
+	if r.progress != nil {
+		fmt.Fprintf(r.progress, "selftest %5.0f s: %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+	}
 }
 
 func newRunner(ctx context.Context, dev gpu.Device, lib *Library) (*runner, error) {

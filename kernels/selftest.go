@@ -23,6 +23,13 @@ type Options struct {
 	// Quick runs the correctness checks only (no preemption, latency or
 	// performance measurements).
 	Quick bool
+	// Identity runs the bit-identity checks only (no correctness checks
+	// against the CPU, no measurements): the preempt-and-resume part alone,
+	// which takes seconds where the whole self-test takes many minutes.
+	Identity bool
+	// Progress, when set, receives a line as each kernel's checks finish
+	// (the tables go to Out only when a whole part is done).
+	Progress io.Writer
 	// LatencyTrials per (form, block length); 0 means 100.
 	LatencyTrials int
 	// BlockTargets are the logical-block lengths of the latency runs;
@@ -58,6 +65,11 @@ type Identity struct {
 	Identical   bool // output bytes equal to the uninterrupted run's
 	Completed   int  // counter[1] at the end (must equal Logical)
 	Logical     int
+	Workers     int // resumable workers of the preempted run
+	// Needed is the least number of preemptions the check must see:
+	// Options.Preemptions, or Logical − 1 for a kernel with fewer logical
+	// blocks.
+	Needed int
 }
 
 // Latency is the preemption-latency distribution of one form and block length.
@@ -186,13 +198,20 @@ func SelfTest(ctx context.Context, dev gpu.Device, opts Options) (Report, error)
 	}
 	defer r.close()
 	r.only = opts.Only
+	r.progress = opts.Progress
+	r.start = start
 	seed := opts.Seed
 	next := func() uint64 { seed = seed*6364136223846793005 + 1442695040888963407; return seed }
 
-	if err := r.correctness(&rep, next); err != nil {
-		return rep, err
+	if opts.Quick && opts.Identity {
+		return rep, errors.New("kernels: selftest: Quick (correctness only) and Identity (bit identity only) exclude each other")
 	}
-	printChecks(opts.Out, rep.Checks)
+	if !opts.Identity {
+		if err := r.correctness(&rep, next); err != nil {
+			return rep, err
+		}
+		printChecks(opts.Out, rep.Checks)
+	}
 	if !opts.Quick {
 		pre := opts.Preemptions
 		if pre <= 0 {
@@ -202,7 +221,7 @@ func SelfTest(ctx context.Context, dev gpu.Device, opts Options) (Report, error)
 			return rep, err
 		}
 		printIdentity(opts.Out, rep.Identity)
-		if opts.Only == "" {
+		if opts.Only == "" && !opts.Identity {
 			if err := r.measure(&rep, opts, next); err != nil {
 				return rep, err
 			}
@@ -215,7 +234,7 @@ func SelfTest(ctx context.Context, dev gpu.Device, opts Options) (Report, error)
 		}
 	}
 	for _, id := range rep.Identity {
-		if !id.Identical || id.Completed != id.Logical || id.Preemptions < 1 {
+		if !id.Identical || id.Completed != id.Logical || id.Preemptions < max(1, id.Needed) {
 			rep.Failures++
 		}
 	}
@@ -301,10 +320,14 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 	}
 	defer ewBufs.Free(r.dev)
 
+	var ops []Op
 	for _, op := range checkOps() {
-		if !r.selected(op) {
-			continue
+		if r.selected(op) {
+			ops = append(ops, op)
 		}
+	}
+	for i, op := range ops {
+		r.progressf("correctness %d/%d: %s %s", i+1, len(ops), op.Kernel(), op.Shape())
 		b, err := Alloc(r.dev, op, next())
 		if err != nil {
 			return err
@@ -540,52 +563,78 @@ func (r *runner) identityOne(rep *Report, op Op, alias func(Buffers) Buffers, wo
 	if err != nil {
 		return err
 	}
-	// Same inputs again, then preempt at random points until done.
-	if err := b.Refill(r.dev, s); err != nil {
-		return err
-	}
-	r.dev.Store(r.done, 0)
-	if err := r.zero(r.counter, CounterBytes); err != nil {
-		return err
-	}
-	rng := rand.New(rand.NewPCG(next(), 1))
-	id := Identity{Kernel: op.Kernel(), Logical: l.Logical}
-	for r.dev.Load(r.done) == 0 {
-		if id.Launches > 20000 {
-			return fmt.Errorf("kernels: %s made no progress in 20000 resumable launches", op.Kernel())
+	// preempted runs op from the same inputs with w workers, raising the
+	// flag at a random point of each launch — every launch until
+	// minPreempt preemptions, then three in four — and relaunching until
+	// done; every third launch continues op as the BE part of a padded
+	// launch beside hp.
+	preempted := func(w int) (Identity, error) {
+		if err := b.Refill(r.dev, s); err != nil {
+			return Identity{}, err
+		}
+		r.dev.Store(r.done, 0)
+		if err := r.zero(r.counter, CounterBytes); err != nil {
+			return Identity{}, err
+		}
+		ctl.Workers = w
+		l, err := r.lib.Launch(op, gpu.Resumable, lb, ctl)
+		if err != nil {
+			return Identity{}, err
+		}
+		rng := rand.New(rand.NewPCG(next(), 1))
+		id := Identity{Kernel: op.Kernel(), Logical: l.Logical}
+		for r.dev.Load(r.done) == 0 {
+			if id.Launches > 20000 {
+				return Identity{}, fmt.Errorf("kernels: %s made no progress in 20000 resumable launches", op.Kernel())
+			}
+			r.dev.Store(r.flag, 0)
+			// Every third launch continues the BE kernel inside a padded launch.
+			ln := l
+			if id.Launches%3 == 2 {
+				if ln, err = r.lib.LaunchPadded(hp, hb, Control{}, 0, op, lb, ctl); err != nil {
+					return Identity{}, err
+				}
+				id.Padded++
+			}
+			if err := r.launch(r.lo, ln); err != nil {
+				return Identity{}, err
+			}
+			id.Launches++
+			stop := id.Preemptions < minPreempt || rng.IntN(4) != 0
+			if stop {
+				// Raise the flag somewhere in the first 1/30 of a full run.
+				spin(time.Duration(rng.Int64N(int64(full/30) + 1)))
+				r.dev.Store(r.flag, 1)
+			}
+			if err := r.sync(r.lo); err != nil {
+				return Identity{}, err
+			}
+			if r.dev.Load(r.done) == 0 {
+				id.Preemptions++
+			}
 		}
 		r.dev.Store(r.flag, 0)
-		// Every third launch continues the BE kernel inside a padded launch.
-		ln := l
-		if id.Launches%3 == 2 {
-			if ln, err = r.lib.LaunchPadded(hp, hb, Control{}, 0, op, lb, ctl); err != nil {
-				return err
-			}
-			id.Padded++
+		cnt, err := r.readI32(r.counter, 2)
+		if err != nil {
+			return Identity{}, err
 		}
-		if err := r.launch(r.lo, ln); err != nil {
+		id.Completed = int(cnt[1])
+		return id, nil
+	}
+	// A kernel whose launches each get through too many logical blocks to
+	// be preempted need times runs again with a quarter of the workers (the
+	// logical blocks, and so the output, do not depend on them).
+	need := min(minPreempt, l.Logical-1)
+	var id Identity
+	for w := workers; ; w = max(1, w/4) {
+		if id, err = preempted(w); err != nil {
 			return err
 		}
-		id.Launches++
-		stop := id.Preemptions < minPreempt || rng.IntN(4) != 0
-		if stop {
-			// Raise the flag somewhere in the first 1/30 of a full run.
-			spin(time.Duration(rng.Int64N(int64(full/30) + 1)))
-			r.dev.Store(r.flag, 1)
-		}
-		if err := r.sync(r.lo); err != nil {
-			return err
-		}
-		if r.dev.Load(r.done) == 0 {
-			id.Preemptions++
+		if id.Preemptions >= need || w == 1 {
+			id.Workers, id.Needed = w, need
+			break
 		}
 	}
-	r.dev.Store(r.flag, 0)
-	cnt, err := r.readI32(r.counter, 2)
-	if err != nil {
-		return err
-	}
-	id.Completed = int(cnt[1])
 	got, err := outputs()
 	if err != nil {
 		return err
@@ -595,6 +644,7 @@ func (r *runner) identityOne(rep *Report, op Op, alias func(Buffers) Buffers, wo
 		id.Identical = id.Identical && bytes.Equal(got[i], want[i])
 	}
 	rep.Identity = append(rep.Identity, id)
+	r.progressf("bit identity: %s after %d preemptions (%d workers): identical %t", id.Kernel, id.Preemptions, id.Workers, id.Identical)
 	return nil
 }
 

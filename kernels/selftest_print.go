@@ -39,10 +39,10 @@ func printChecks(w io.Writer, cs []Check) {
 func printIdentity(w io.Writer, ids []Identity) {
 	var rows [][]any
 	for _, id := range ids {
-		rows = append(rows, []any{id.Kernel, id.Launches, id.Preemptions, id.Padded, fmt.Sprintf("%d/%d", id.Completed, id.Logical), id.Identical})
+		rows = append(rows, []any{id.Kernel, id.Workers, id.Launches, fmt.Sprintf("%d (≥ %d)", id.Preemptions, id.Needed), id.Padded, fmt.Sprintf("%d/%d", id.Completed, id.Logical), id.Identical})
 	}
 	table(w, "preempt + resume vs uninterrupted (bit identity)",
-		[]any{"kernel", "launches", "preempted", "as padded BE", "completed", "identical"}, rows)
+		[]any{"kernel", "workers", "launches", "preempted", "as padded BE", "completed", "identical"}, rows)
 }
 
 func printPerf(w io.Writer, rep Report) {

@@ -190,6 +190,9 @@ func (c *Core) apply(ev Event) error {
 		s.advance(ev.Time)
 		hc := s.hp[ev.Client.Index]
 		if len(hc.reqs) == 0 {
+			if s.hpBusy == 0 {
+				s.hpBusySince = ev.Time
+			}
 			s.hpBusy++
 		}
 		hc.reqs = append(hc.reqs, hpRequest{id: ev.Request, arrival: ev.Time})

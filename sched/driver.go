@@ -51,7 +51,7 @@ type driver struct {
 	queues  map[gpu.Stream][]*dflight
 	qorder  []gpu.Stream // streams in creation order (deterministic polling)
 	stopped bool         // the stop was fed
-	snapA   []time.Duration
+	snapA   Stats        // the core's counters at the warm-up's end
 	haveA   bool
 	trace   *Trace
 	comps   []Event

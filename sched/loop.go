@@ -553,17 +553,19 @@ func (l *loop) startBE(draining bool, at time.Duration) error {
 func (l *loop) feed(ev Event) error {
 	d := l.d
 	if !d.haveA && ev.Time >= d.opt.Warmup {
-		d.snapA, d.haveA = d.core.State().Stats().BEWorkByClient, true
+		d.snapA, d.haveA = d.core.State().StatsAt(d.opt.Warmup), true
 	}
 	if ev.Kind == EvStop {
 		if !d.haveA {
-			d.snapA, d.haveA = d.core.State().Stats().BEWorkByClient, true
+			d.snapA, d.haveA = d.core.State().StatsAt(d.opt.Warmup), true
 		}
-		b := d.core.State().Stats().BEWorkByClient
-		for i := range b {
-			d.trace.BEWorkByClient[i] = b[i] - d.snapA[i]
+		s := d.core.State().StatsAt(ev.Time)
+		for i, w := range s.BEWorkByClient {
+			d.trace.BEWorkByClient[i] = w - d.snapA.BEWorkByClient[i]
 			d.trace.BEWork += d.trace.BEWorkByClient[i]
 		}
+		d.trace.HPBusy = s.HPBusy - d.snapA.HPBusy
+		d.trace.BEWorkHPBusy = s.BEWorkHPBusy - d.snapA.BEWorkHPBusy
 		d.stopped = true
 	}
 	if err := d.core.Step(ev); err != nil {

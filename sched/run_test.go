@@ -180,3 +180,48 @@ func TestRunGroupTooLarge(t *testing.T) {
 		t.Errorf("a group of %d: %v, want ErrConfig", sched.MaxGroup+1, err)
 	}
 }
+
+// TestRunHPBusySplit checks the trace's HP busy time against the union of
+// the requests' [arrival, end] intervals inside the measured window, and
+// that the BE work finished beside busy HP is a part of all BE work: both
+// with HP nearly idle and with HP busy most of the time.
+func TestRunHPBusySplit(t *testing.T) {
+	for _, period := range []time.Duration{3 * time.Millisecond, 700 * time.Microsecond} {
+		w := smallWorkload(t, period, 60*time.Millisecond)
+		pol, _ := policies.ByName("atoll")
+		warm, dur := 5*time.Millisecond, 60*time.Millisecond
+		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Warmup: warm, Duration: dur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The requests of one client run in order: their intervals merge
+		// where one arrives before the previous ends.
+		var busy, end time.Duration
+		start := time.Duration(-1)
+		flush := func() {
+			if start >= 0 {
+				busy += max(0, min(end, dur)-max(start, warm))
+			}
+		}
+		for _, q := range tr.Requests {
+			a := q.Arrival - tr.Start
+			e := q.End - tr.Start
+			if start >= 0 && a <= end {
+				end = max(end, e)
+				continue
+			}
+			flush()
+			start, end = a, e
+		}
+		flush()
+		if d := tr.HPBusy - busy; d < -20*time.Microsecond || d > 20*time.Microsecond {
+			t.Errorf("period %v: HPBusy %v, the requests' union in the window %v", period, tr.HPBusy, busy)
+		}
+		if tr.BEWorkHPBusy < 0 || tr.BEWorkHPBusy > tr.BEWork || tr.BEWork == 0 {
+			t.Errorf("period %v: BE work beside busy HP %v of %v", period, tr.BEWorkHPBusy, tr.BEWork)
+		}
+		if share := float64(tr.HPBusy) / float64(tr.Window()); period < time.Millisecond && share < 0.4 || period > time.Millisecond && share > 0.4 {
+			t.Errorf("period %v: HP busy %.0f %% of the window", period, 100*share)
+		}
+	}
+}

@@ -41,6 +41,7 @@ type State struct {
 	wake        time.Duration
 	stopping    bool
 	hpBusy      int
+	hpBusySince time.Duration
 	hpIdleSince time.Duration
 	stats       Stats
 }
@@ -67,6 +68,13 @@ type Stats struct {
 	BEKernels      int // BE kernels finished (each counted once)
 	BEWork         time.Duration
 	BEWorkByClient []time.Duration
+	// HPBusy is the time at least one HP request was in flight (arrived,
+	// not finished), to the core's latest event; BEWorkHPBusy is the part
+	// of BEWork whose kernels the core saw finish in that time. Their
+	// ratio against the rest says how much BE got done beside busy HP
+	// and how much while HP was idle, the same way on every device.
+	HPBusy       time.Duration
+	BEWorkHPBusy time.Duration
 }
 
 // HPClient is one HP client's state: requests arrived and not finished, in
@@ -303,10 +311,18 @@ func (s *State) RunningHP() *profiles.Kernel {
 	return &s.hp[best.l.Client.Index].vars[best.l.Variant].prof.Kernels[best.l.Kernel]
 }
 
-// Stats are the running counters.
-func (s *State) Stats() Stats {
+// Stats are the running counters, to the latest event.
+func (s *State) Stats() Stats { return s.StatsAt(s.now) }
+
+// StatsAt are the running counters with an open HP busy period counted to
+// t (not before the latest event): what they will be at t if no event
+// comes before it.
+func (s *State) StatsAt(t time.Duration) Stats {
 	st := s.stats
 	st.BEWorkByClient = slices.Clone(s.stats.BEWorkByClient)
+	if s.hpBusy > 0 {
+		st.HPBusy += max(t, s.now) - s.hpBusySince
+	}
 	return st
 }
 
@@ -605,6 +621,7 @@ func (s *State) completeHP(f *flight, t time.Duration) {
 			s.hpBusy--
 			if s.hpBusy == 0 {
 				s.hpIdleSince = t
+				s.stats.HPBusy += t - s.hpBusySince
 			}
 		}
 	}
@@ -698,6 +715,9 @@ func (s *State) finishBE(b *BEClient, k int, t time.Duration) {
 	b.iterWork += d
 	s.stats.BEWork += d
 	s.stats.BEWorkByClient[b.id.Index] += d
+	if s.hpBusy > 0 {
+		s.stats.BEWorkHPBusy += d
+	}
 	s.stats.BEKernels++
 	b.head++
 	b.issued = max(b.issued, b.head)

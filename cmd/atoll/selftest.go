@@ -22,11 +22,19 @@ preemption latency per form (flag raised → last BE block retired, GPU
 clock), the cost of the flag check, and GEMM throughput. Prints tables and
 exits non-zero if any check failed.
 
+The whole run takes many minutes (every kernel is compiled in every form
+and checked against a CPU reference); a line on stderr says what it is
+checking. --identity runs the bit-identity part alone (about a minute),
+--only limits the checks to kernels whose names contain one of its
+comma-separated words (and skips the measurements).
+
 On a machine with no GPU it says so and exits 0.
 
 Examples:
   atoll selftest
   atoll selftest --quick
+  atoll selftest --identity --seed 7
+  atoll selftest --quick --only gemm_,conv2d
   atoll selftest --trials 500 --seed 7
 `
 
@@ -39,6 +47,9 @@ func runSelftest(ctx context.Context, e *env, args []string) error {
 	var o kernels.Options
 	fs.Uint64Var(&o.Seed, "seed", uint64(time.Now().UnixNano()), "seed of the random inputs (default: fresh each run)")
 	fs.BoolVar(&o.Quick, "quick", false, "correctness checks only (no preemption, latency or performance measurements)")
+	fs.BoolVar(&o.Identity, "identity", false, "bit-identity checks only: preempted and resumed kernels against uninterrupted runs")
+	fs.StringVar(&o.Only, "only", "", "check only kernels whose names contain one of these comma-separated words (e.g. gemm_,bn_); skips the measurements")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	fs.IntVar(&o.LatencyTrials, "trials", 100, "preemption-latency trials per form and block length")
 	fs.IntVar(&o.Preemptions, "preemptions", 50, "preemptions each bit-identity check must survive")
 	fs.IntVar(&o.GEMMSize, "gemm", 4096, "side of the square bf16 GEMM whose throughput is measured")
@@ -46,7 +57,15 @@ func runSelftest(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if o.Quick && o.Identity {
+		fmt.Fprintln(e.stderr, "atoll selftest: --quick (correctness only) and --identity (bit identity only) exclude each other; give one")
+		fs.Usage()
+		return errUsage
+	}
 	o.Out = e.stdout
+	if !*quiet {
+		o.Progress = e.stderr
+	}
 	fmt.Fprintf(e.stdout, "selftest seed %d\n", o.Seed)
 	var rep kernels.Report
 	err := cuda.Run(*ordinal, func(d *cuda.Device) error {

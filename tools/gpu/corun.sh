@@ -9,12 +9,15 @@
 #
 #   tools/gpu/corun.sh OUT                 # on the GPU machine
 #   BACKEND=sim tools/gpu/corun.sh OUT     # the simulator's prediction (ARGS: e.g. --gpu H200 --sim-corun off)
+#
+# VARIANTS is a space-separated list of NAME:FLAGS, FLAGS comma-separated
+# (e.g. "rest-d16:--hp-rest,--be-depth=16").
 set -euo pipefail
 out=${1:?usage: tools/gpu/corun.sh OUT}
 backend=${BACKEND:-cuda}
 atoll=${ATOLL:-bin/atoll}
 pairs=${PAIRS:-"resnet50:resnet50-train:32 bert-base:bert-base-train:8"}
-variants=${VARIANTS:-"all: rest:--hp-rest graph:--hp-graph depth16:--be-depth=16 p16:--partition=16 p32:--partition=32 p64:--partition=64 nopart:--partition=132"}
+variants=${VARIANTS:-"all: rest:--hp-rest graph:--hp-graph depth16:--be-depth=16 rest-d16:--hp-rest,--be-depth=16 p16:--partition=16 p32:--partition=32 p64:--partition=64 nopart:--partition=132"}
 mkdir -p "$out"
 for pair in $pairs; do
 	IFS=: read -r hp be bb <<<"$pair"
@@ -26,7 +29,7 @@ for pair in $pairs; do
 		echo "== $hp beside $be: $name" >&2
 		# shellcheck disable=SC2086
 		timeout -s KILL "${LIMIT:-300}" "$atoll" corun --backend "$backend" --hp "$hp" --be "$be" --be-batch "$bb" \
-			${flags//=/ } ${ARGS:-} --quiet --out "$f.tmp" >"$out/$hp-$name.txt" 2>&1 && mv "$f.tmp" "$f" ||
+			${flags//,/ } ${ARGS:-} --quiet --out "$f.tmp" >"$out/$hp-$name.txt" 2>&1 && mv "$f.tmp" "$f" ||
 			echo "   failed or cut (see $out/$hp-$name.txt)" >&2
 	done
 done
