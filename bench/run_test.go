@@ -69,11 +69,19 @@ func TestSuiteRunsEveryPolicy(t *testing.T) {
 		}
 		// BE's throughput splits into what it did beside busy HP and in
 		// HP's idle time, weighted by the time of each.
-		if r.HPBusyShare == nil || r.BEBesideBusyHP == nil || r.BEWhileHPIdle == nil {
-			t.Errorf("%s: no split of BE's throughput by HP busy/idle", r.Policy)
-		} else if sh := *r.HPBusyShare; sh <= 0 || sh >= 1 || math.Abs(sh**r.BEBesideBusyHP+(1-sh)**r.BEWhileHPIdle-*r.BENormalized) > 1e-9 {
+		// (A policy that lets HP queue up for the whole run has no idle
+		// time to split by.)
+		val := func(p *float64) float64 {
+			if p == nil {
+				return 0
+			}
+			return *p
+		}
+		if sh := r.HPBusyShare; sh == nil || *sh <= 0 || *sh > 1 || r.BEBesideBusyHP == nil || *sh < 1 && r.BEWhileHPIdle == nil {
+			t.Errorf("%s: no split of BE's throughput by HP busy/idle (HP busy %v)", r.Policy, val(sh))
+		} else if math.Abs(*sh*val(r.BEBesideBusyHP)+(1-*sh)*val(r.BEWhileHPIdle)-*r.BENormalized) > 1e-9 {
 			t.Errorf("%s: HP busy %.3f, BE beside busy HP %.3f, in idle %.3f do not give BE normalized %.3f",
-				r.Policy, sh, *r.BEBesideBusyHP, *r.BEWhileHPIdle, *r.BENormalized)
+				r.Policy, *sh, val(r.BEBesideBusyHP), val(r.BEWhileHPIdle), *r.BENormalized)
 		}
 	}
 }
