@@ -242,20 +242,28 @@ func bertTrainCheckOps() []Op {
 	return ops
 }
 
-// bertIdentity preempts the BERT training kernels whose results a re-run
-// or a reordering could change: the row reductions (softmax and layernorm
-// backward), the layernorm weight-gradient partials, the embedding
-// gradient's per-row sums, and in-place Adam (a block run twice would
-// apply its update twice).
-func (r *runner) bertIdentity(rep *Report, minPreempt int, next func() uint64) error {
-	for _, op := range []Op{
+// bertIdentityOps are the BERT training kernels bertIdentity preempts
+// (besides bertIdentityAdam, which updates in place).
+func bertIdentityOps() []Op {
+	return []Op{
 		SoftmaxBackward{Rows: 8 * 12 * 128 * 8, Cols: 128, In: BF16, Scale: 0.125},
 		LayerNormBackward{Rows: 1 << 15, Cols: 768, In: BF16},
 		LNGradPartial{Rows: 1 << 16, Cols: 768, In: BF16},
 		ColumnPartial{Rows: 1 << 16, Cols: 768, In: BF16},
 		EmbeddingBackward{Tokens: 1024, Seq: 128, Cols: 768, Rows: 30522, Table: EmbedWord, In: BF16},
 		EmbeddingBackward{Tokens: 1024, Seq: 128, Cols: 768, Rows: 2, Table: EmbedType, In: BF16},
-	} {
+	}
+}
+
+var bertIdentityAdam = Adam{Elems: 1 << 24, In: BF16, Grad: BF16}
+
+// bertIdentity preempts the BERT training kernels whose results a re-run
+// or a reordering could change: the row reductions (softmax and layernorm
+// backward), the layernorm weight-gradient partials, the embedding
+// gradient's per-row sums, and in-place Adam (a block run twice would
+// apply its update twice).
+func (r *runner) bertIdentity(rep *Report, minPreempt int, next func() uint64) error {
+	for _, op := range bertIdentityOps() {
 		if !r.selected(op) {
 			continue
 		}
@@ -263,7 +271,7 @@ func (r *runner) bertIdentity(rep *Report, minPreempt int, next func() uint64) e
 			return err
 		}
 	}
-	adam := Adam{Elems: 1 << 24, In: BF16, Grad: BF16}
+	adam := bertIdentityAdam
 	if !r.selected(adam) {
 		return nil
 	}

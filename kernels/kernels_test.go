@@ -728,3 +728,51 @@ func TestFreezePairs(t *testing.T) {
 		t.Errorf("a pair compiled before the freeze must launch: %v", err)
 	}
 }
+
+// PrecompilePairs compiles each padded pair once, in parallel on a
+// compiler device, so that LaunchPadded then compiles nothing; a failing
+// compile names its module.
+func TestPrecompilePairs(t *testing.T) {
+	dev := &compilingDevice{fakeDevice: newFake(), release: make(chan struct{})}
+	close(dev.release)
+	lib := New(dev)
+	hp := GEMM{M: 96, N: 80, K: 64, In: BF16, Out: BF16}
+	bes := []Op{Elementwise{Name: "add", Elems: 7000, Inputs: 2, In: BF16}, LayerNorm{Rows: 33, Cols: 300, In: BF16}}
+	pairs := [][2]Op{{hp, bes[0]}, {hp, bes[1]}, {hp, bes[0]}}
+	if err := lib.Precompile(append([]Op{hp}, bes...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.PrecompilePairs(pairs); err != nil {
+		t.Fatal(err)
+	}
+	if got := dev.calls.Load(); got != 5 {
+		t.Errorf("%d compiles, want 3 kernels and 2 distinct pairs", got)
+	}
+	before := lib.Compiles
+	ctl := Control{Flag: gpu.HostWord{Dev: 0x100, Index: 1}, Counter: 0x200, Done: gpu.HostWord{Dev: 0x300, Index: 2}, Workers: 2}
+	hb, _ := Alloc(dev, hp, 1)
+	for _, be := range bes {
+		bb, _ := Alloc(dev, be, 2)
+		if _, err := lib.LaunchPadded(hp, hb, Control{}, 0, be, bb, ctl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lib.Compiles != before || dev.calls.Load() != 5 {
+		t.Errorf("LaunchPadded compiled again after PrecompilePairs (%d -> %d modules)", before, lib.Compiles)
+	}
+	bad := &compilingDevice{fakeDevice: newFake(), release: make(chan struct{}), fail: errors.New("nvrtc: boom")}
+	close(bad.release)
+	err := New(bad).PrecompilePairs(pairs)
+	if err == nil || !strings.Contains(err.Error(), PaddedFunc(mustSpec(t, hp).name, mustSpec(t, bes[0]).name)) {
+		t.Errorf("failing compile: %v, want the pair's module named", err)
+	}
+}
+
+func mustSpec(t *testing.T, op Op) *kspec {
+	t.Helper()
+	k, err := spec(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

@@ -427,12 +427,7 @@ func (l *Library) functionAsync(key string, src func() string, name string) (gpu
 // them: a model of hundreds of layers compiles in seconds instead of
 // minutes on a cold cache. Other devices load as Func would.
 func (l *Library) Precompile(ops []Op) error {
-	type job struct {
-		key string
-		ms  gpu.ModuleSource
-		err error
-	}
-	var jobs []*job
+	var jobs []gpu.ModuleSource
 	seen := map[string]bool{}
 	for _, op := range ops {
 		k, err := spec(op)
@@ -443,27 +438,62 @@ func (l *Library) Precompile(ops []Op) error {
 			continue
 		}
 		seen[k.name] = true
-		jobs = append(jobs, &job{key: k.name, ms: gpu.ModuleSource{Name: k.name, CUDA: moduleSource(k)}})
+		jobs = append(jobs, gpu.ModuleSource{Name: k.name, CUDA: moduleSource(k)})
 	}
+	return l.compileAll(jobs)
+}
+
+// PrecompilePairs compiles, as Precompile does, the modules of the padded
+// launches of the given (HP, BE) pairs not loaded yet (LaunchPadded's).
+func (l *Library) PrecompilePairs(pairs [][2]Op) error {
+	var jobs []gpu.ModuleSource
+	seen := map[string]bool{}
+	for _, p := range pairs {
+		hk, err := spec(p[0])
+		if err != nil {
+			return err
+		}
+		bk, err := spec(p[1])
+		if err != nil {
+			return err
+		}
+		name := PaddedFunc(hk.name, bk.name)
+		if _, ok := l.mods[name]; ok || seen[name] {
+			continue
+		}
+		seen[name] = true
+		jobs = append(jobs, gpu.ModuleSource{Name: name, CUDA: pairSource(hk, bk)})
+	}
+	return l.compileAll(jobs)
+}
+
+// compileAll compiles jobs in parallel where the device is a gpu.Compiler
+// (leaving a core free), then loads each under its name.
+func (l *Library) compileAll(jobs []gpu.ModuleSource) error {
+	errs := make([]error, len(jobs))
 	if c, ok := l.dev.(gpu.Compiler); ok && len(jobs) > 1 {
 		sem := make(chan struct{}, max(1, runtime.NumCPU()-1))
 		var wg sync.WaitGroup
-		for _, j := range jobs {
+		for i := range jobs {
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				j.ms, j.err = c.Compile(j.ms)
+				ms, err := c.Compile(jobs[i])
+				if err == nil {
+					jobs[i] = ms
+				}
+				errs[i] = err
 			}()
 		}
 		wg.Wait()
 	}
-	for _, j := range jobs {
-		if j.err != nil {
-			return fmt.Errorf("kernels: compiling module %s: %w", j.key, j.err)
+	for i, j := range jobs {
+		if errs[i] != nil {
+			return fmt.Errorf("kernels: compiling module %s: %w", j.Name, errs[i])
 		}
-		if _, err := l.load(j.key, j.ms); err != nil {
+		if _, err := l.load(j.Name, j); err != nil {
 			return err
 		}
 	}

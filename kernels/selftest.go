@@ -314,6 +314,7 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 	}
 	defer hpBufs.Free(r.dev)
 	beEW := Elementwise{Name: "add", Elems: 70000, Inputs: 2, In: BF16}
+	ln := LayerNorm{Rows: 64, Cols: 512, In: BF16} // HP, padded with a BE GEMM at the end
 	ewBufs, err := Alloc(r.dev, beEW, next())
 	if err != nil {
 		return err
@@ -325,6 +326,19 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 		if r.selected(op) {
 			ops = append(ops, op)
 		}
+	}
+	// Compile every kernel and padded pair the checks launch at once, on
+	// every core: one after another they take most of the run.
+	pairs := [][2]Op{{ln, hp}}
+	for _, op := range ops {
+		pairs = append(pairs, [2]Op{hp, op})
+	}
+	r.progressf("correctness: compiling %d kernels and %d padded pairs", len(ops)+3, len(pairs))
+	if err := r.lib.Precompile(append(slices.Clone(ops), hp, beEW, ln)); err != nil {
+		return err
+	}
+	if err := r.lib.PrecompilePairs(pairs); err != nil {
+		return err
 	}
 	for i, op := range ops {
 		r.progressf("correctness %d/%d: %s %s", i+1, len(ops), op.Kernel(), op.Shape())
@@ -450,7 +464,6 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 		}
 	}
 	// An HP layernorm padded with a BE GEMM (wider BE blocks than HP blocks).
-	ln := LayerNorm{Rows: 64, Cols: 512, In: BF16}
 	lb, err := Alloc(r.dev, ln, next())
 	if err != nil {
 		return err
@@ -481,27 +494,61 @@ func (r *runner) correctness(rep *Report, next func() uint64) error {
 
 // ---- preempt and resume: bit identity ----------------------------------------
 
+// The kernels identity preempts beside trainIdentityOps and
+// bertIdentityOps: a GEMM, a split-K GEMM (a tile's partials from several
+// resumable and padded launches) and an in-place SGD update (a logical
+// block run twice would apply its update twice). identityHP is the HP
+// GEMM their padded launches run beside.
+var (
+	identityGEMM  = GEMM{M: 4096, N: 4096, K: 1024, In: BF16, Out: BF16, Bias: true, Act: ActGELU}
+	identitySplit = GEMM{M: 200, N: 256, K: 16384, In: BF16, Out: BF16, Bias: true, Act: ActReLU}
+	identitySGD   = Elementwise{Name: "sgd", Elems: 1 << 24, Inputs: 3, Outputs: 2, In: BF16}
+	identityHP    = GEMM{M: 256, N: 256, K: 256, In: BF16, Out: BF16}
+)
+
+// precompileIdentity compiles, in parallel, the selected kernels the
+// bit-identity checks run and their padded launches beside identityHP.
+func (r *runner) precompileIdentity() error {
+	all := slices.Concat(trainIdentityOps(), []Op{trainIdentitySGD}, bertIdentityOps(), []Op{bertIdentityAdam})
+	if r.selected(identityGEMM) {
+		all = append(all, identityGEMM, identitySplit, identitySGD)
+	}
+	ops := []Op{identityHP}
+	var pairs [][2]Op
+	for _, op := range all {
+		if r.selected(op) {
+			ops = append(ops, op)
+			pairs = append(pairs, [2]Op{identityHP, op})
+		}
+	}
+	r.progressf("bit identity: compiling %d kernels and %d padded pairs", len(ops), len(pairs))
+	if err := r.lib.Precompile(ops); err != nil {
+		return err
+	}
+	return r.lib.PrecompilePairs(pairs)
+}
+
 func (r *runner) identity(rep *Report, minPreempt int, next func() uint64) error {
+	if err := r.precompileIdentity(); err != nil {
+		return err
+	}
 	if err := r.trainIdentity(rep, minPreempt, next); err != nil {
 		return err
 	}
 	if err := r.bertIdentity(rep, minPreempt, next); err != nil {
 		return err
 	}
-	gemm := GEMM{M: 4096, N: 4096, K: 1024, In: BF16, Out: BF16, Bias: true, Act: ActGELU}
+	gemm := identityGEMM
 	if !r.selected(gemm) {
 		return nil
 	}
 	if err := r.identityOne(rep, gemm, nil, 8, minPreempt, next); err != nil {
 		return err
 	}
-	// Split-K: a tile's partials from several resumable and padded launches.
-	split := GEMM{M: 200, N: 256, K: 16384, In: BF16, Out: BF16, Bias: true, Act: ActReLU}
-	if err := r.identityOne(rep, split, nil, 8, minPreempt, next); err != nil {
+	if err := r.identityOne(rep, identitySplit, nil, 8, minPreempt, next); err != nil {
 		return err
 	}
-	// In-place SGD: a logical block run twice would apply its update twice.
-	sgd := Elementwise{Name: "sgd", Elems: 1 << 24, Inputs: 3, Outputs: 2, In: BF16}
+	sgd := identitySGD
 	inplace := func(b Buffers) Buffers {
 		c := Buffers{T: slices.Clone(b.T)}
 		w, m := c.T[0], c.T[2]
@@ -527,7 +574,7 @@ func (r *runner) identityOne(rep *Report, op Op, alias func(Buffers) Buffers, wo
 	if alias != nil {
 		lb = alias(b)
 	}
-	hp := GEMM{M: 256, N: 256, K: 256, In: BF16, Out: BF16}
+	hp := identityHP
 	hb, err := Alloc(r.dev, hp, next())
 	if err != nil {
 		return err

@@ -55,17 +55,25 @@ func (r *runner) selected(op Op) bool {
 	return false
 }
 
+// trainIdentityOps are the training kernels trainIdentity preempts
+// (besides trainIdentitySGD, which updates in place).
+func trainIdentityOps() []Op {
+	return []Op{
+		BNStats{Pixels: 1 << 17, C: 256, In: BF16},
+		BNStats{Pixels: 1 << 17, C: 256, In: BF16, Backward: true, Act: ActReLU},
+		XentLoss{Rows: 1 << 14, Classes: 1000, In: BF16},
+		PoolBackward{Pool{N: 32, H: 56, W: 56, C: 64, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: BF16}},
+	}
+}
+
+var trainIdentitySGD = SGD{Elems: 1 << 24, In: BF16}
+
 // trainIdentity preempts the training kernels whose results a re-run or a
 // reordering could change: the partial sums (shared-memory reduction per
 // logical block), the loss (one row per block) and in-place SGD with fp32
 // momentum (a block run twice would apply its update twice).
 func (r *runner) trainIdentity(rep *Report, minPreempt int, next func() uint64) error {
-	for _, op := range []Op{
-		BNStats{Pixels: 1 << 17, C: 256, In: BF16},
-		BNStats{Pixels: 1 << 17, C: 256, In: BF16, Backward: true, Act: ActReLU},
-		XentLoss{Rows: 1 << 14, Classes: 1000, In: BF16},
-		PoolBackward{Pool{N: 32, H: 56, W: 56, C: 64, R: 3, S: 3, Stride: 2, Pad: 1, Max: true, In: BF16}},
-	} {
+	for _, op := range trainIdentityOps() {
 		if !r.selected(op) {
 			continue
 		}
@@ -73,7 +81,7 @@ func (r *runner) trainIdentity(rep *Report, minPreempt int, next func() uint64) 
 			return err
 		}
 	}
-	sgd := SGD{Elems: 1 << 24, In: BF16}
+	sgd := trainIdentitySGD
 	if !r.selected(sgd) {
 		return nil
 	}
