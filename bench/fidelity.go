@@ -57,7 +57,7 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 		within, runs int
 		p50, p99, be []float64
 	}
-	var names []string
+	var names, busyRows []string
 	pols := map[string]*perPolicy{}
 	for _, g := range gpuCells {
 		s := sim[g.Result.Cell.Name]
@@ -105,6 +105,11 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 			ew.printf("| %s | %s | %.3f / %.3f (%+.0f%%) | %.3f | %.3f | %+.0f%%%s | %s %s | %s | %s | %s | %s |\n", g.Result.Cell.Name, r.Policy,
 				r.HP.P50/1e3, o.HP.P50/1e3, e50*100, r.HP.P99/1e3, o.HP.P99/1e3, e*100, mark(ok), pct(r.P99Overhead), ciPct(r.P99OverheadCI), pct(o.P99Overhead),
 				num(r.BENormalized, "%.2f"), num(o.BENormalized, "%.2f"), signedPct(be))
+			if r.HPBusyShare != nil && o.HPBusyShare != nil && r.BEWorkPerSec > 0 {
+				busyRows = append(busyRows, fmt.Sprintf("| %s | %s | %.0f %% / %.0f %% | %s / %s | %s / %s |", g.Result.Cell.Name, r.Policy,
+					100**r.HPBusyShare, 100**o.HPBusyShare, num(r.BEBesideBusyHP, "%.2f"), num(o.BEBesideBusyHP, "%.2f"),
+					num(r.BEWhileHPIdle, "%.2f"), num(o.BEWhileHPIdle, "%.2f")))
+			}
 			gp, sp = append(gp, rank{r.Policy, r.HP.P99}), append(sp, rank{r.Policy, o.HP.P99})
 			gb, sb = append(gb, rank{r.Policy, -val(r.BENormalized)}), append(sb, rank{r.Policy, -val(o.BENormalized)})
 		}
@@ -132,6 +137,13 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 			MedianP99: sortedQuantile(pp.p99, 0.5), MedianBE: sortedQuantile(pp.be, 0.5), MedianP50: sortedQuantile(pp.p50, 0.5)}}
 		f.Policies = append(f.Policies, pf)
 		ew.printf("| %s | %d of %d | %.0f %% | %s | %.0f %% |\n", n, pf.Within, pf.Runs, pf.MedianP99*100, medianPct(pp.be), pf.MedianP50*100)
+	}
+	if len(busyRows) > 0 {
+		ew.printf("\nWhere BE's work came from: the share of the run HP was busy, and BE's throughput beside busy HP and in HP's idle time, each of its alone rate (reports that carry them):\n\n")
+		ew.printf("| cell | policy | HP busy, GPU / sim | BE beside busy HP, GPU / sim | BE in HP's idle time, GPU / sim |\n|---|---|---|---|---|\n")
+		for _, row := range busyRows {
+			ew.printf("%s\n", row)
+		}
 	}
 	return f, ew.err
 }

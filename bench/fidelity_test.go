@@ -52,3 +52,31 @@ func TestFidelityFigures(t *testing.T) {
 		t.Errorf("table lacks orion's p50 column in cell a:\n%s", b.String())
 	}
 }
+
+// Where both sides split BE's throughput by HP busy and idle time, the
+// table says so run by run; reports without the split add no table.
+func TestFidelityBusySplit(t *testing.T) {
+	order := []string{"orion", "atoll"}
+	gpu := []*MatrixCell{fidelityCell("a", map[string][3]float64{"orion": {600, 2000, 0.30}, "atoll": {700, 2100, 0.40}}, order)}
+	sim := []*MatrixCell{fidelityCell("a", map[string][3]float64{"orion": {600, 2000, 0.30}, "atoll": {700, 2100, 0.45}}, order)}
+	var b strings.Builder
+	if err := FidelityTable(&b, gpu, sim); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Where BE's work came from") {
+		t.Errorf("a busy split without the reports' figures:\n%s", b.String())
+	}
+	f := func(v float64) *float64 { return &v }
+	for i, c := range []*MatrixCell{gpu[0], sim[0]} {
+		r := c.Reports[1]
+		r.BEWorkPerSec = 0.4
+		r.HPBusyShare, r.BEBesideBusyHP, r.BEWhileHPIdle = f(0.58-0.07*float64(i)), f(0.36+0.32*float64(i)), f(0.75)
+	}
+	b.Reset()
+	if err := FidelityTable(&b, gpu, sim); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| a | atoll | 58 % / 51 % | 0.36 / 0.68 | 0.75 / 0.75 |") || strings.Count(b.String(), "| a | orion |") != 1 {
+		t.Errorf("busy split not as the reports say:\n%s", b.String())
+	}
+}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -608,4 +610,36 @@ func BenchmarkLaunch(b *testing.B) {
 		}
 		d.Synchronize()
 	})
+}
+
+// Compiles of distinct programs run concurrently (kernels.Precompile),
+// each giving the code of its own source, one of them broken.
+func TestGPUCompileConcurrent(t *testing.T) {
+	d, _ := openGPU(t)
+	const n = 12
+	var wg sync.WaitGroup
+	out := make([]gpu.ModuleSource, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			src := fmt.Sprintf("extern \"C\" __global__ void k%d(int *o) { o[threadIdx.x] = %d; }", i, i)
+			if i == n-1 {
+				src = "extern \"C\" __global__ void k() { undefined_thing(); }"
+			}
+			// A fresh name per run keeps the disk cache out of it.
+			out[i], errs[i] = d.Compile(gpu.ModuleSource{Name: fmt.Sprintf("concurrent%d", i), CUDA: src + fmt.Sprintf("// %d", time.Now().UnixNano())})
+		})
+	}
+	wg.Wait()
+	for i := range n - 1 {
+		must(t, errs[i])
+		m, err := d.LoadModule(out[i])
+		must(t, err)
+		if _, err := m.Function(fmt.Sprintf("k%d", i)); err != nil {
+			t.Errorf("module %d lacks its own kernel: %v", i, err)
+		}
+	}
+	if !errors.Is(errs[n-1], ErrCompile) || !strings.Contains(errs[n-1].Error(), "undefined_thing") {
+		t.Errorf("broken program among concurrent compiles: %v", errs[n-1])
+	}
 }

@@ -41,7 +41,6 @@ var (
 	nvrtcOnce sync.Once
 	nvrtcL    *nvrtcLib
 	nvrtcErr  error
-	nvrtcMu   sync.Mutex // NVRTC programs are independent, but keep compiles serial and simple
 )
 
 func loadNVRTC() (*nvrtcLib, error) {
@@ -162,9 +161,8 @@ func Compile(src, name string, arch int, opts ...string) (ptxOrCubin []byte, log
 	if name == "" {
 		name = "atoll.cu"
 	}
-	nvrtcMu.Lock()
-	defer nvrtcMu.Unlock()
-
+	// NVRTC is thread safe for distinct programs (its user guide,
+	// "Thread Safety"): compiles run in parallel (kernels.Precompile).
 	csrc, cname := cstr(src), cstr(name)
 	var prog uintptr
 	if r := l.call(l.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&csrc[0])), uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); r != 0 {
@@ -235,9 +233,9 @@ var compileOptions = []string{"--std=c++17", "-default-device"}
 // skipped, never an error.
 // Compile implements gpu.Compiler: it compiles src's CUDA source for this
 // device (through the disk cache) and returns it as a cubin. It reads only
-// what Open fixed (architecture, cache directory) and NVRTC serializes its
-// own compiles, so it is safe from any goroutine while the owner uses the
-// device.
+// what Open fixed (architecture, cache directory) and NVRTC compiles
+// distinct programs concurrently, so it is safe from any goroutine, several
+// at once, while the owner uses the device.
 func (d *Device) Compile(src gpu.ModuleSource) (gpu.ModuleSource, error) {
 	if src.CUDA == "" {
 		return src, nil
