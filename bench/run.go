@@ -351,6 +351,10 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		r.BEAloneItersPerSec = float64(len(b.BEAlone.Iterations)) / b.BEAlone.Window().Seconds()
 		r.BEKernelsPerStep = len(c.BE.Kernels)
 		r.HPBusyShare, r.BEBesideBusyHP, r.BEWhileHPIdle = busySplit(tr, r.BEAlonePerS)
+		if tr.HPBusy > 0 {
+			dry := float64(tr.BEDryHPBusy) / float64(tr.HPBusy)
+			r.BEDryShare = &dry
+		}
 	}
 	if c.Samples {
 		// Kept in arrival order: latencies of neighbouring requests are

@@ -566,6 +566,7 @@ func (l *loop) feed(ev Event) error {
 		}
 		d.trace.HPBusy = s.HPBusy - d.snapA.HPBusy
 		d.trace.BEWorkHPBusy = s.BEWorkHPBusy - d.snapA.BEWorkHPBusy
+		d.trace.BEDryHPBusy = s.BEDryHPBusy - d.snapA.BEDryHPBusy
 		d.stopped = true
 	}
 	if err := d.core.Step(ev); err != nil {

@@ -106,11 +106,12 @@ type Trace struct {
 	BEWorkByClient []time.Duration
 	// HPBusy is the time in [Warmup, Duration) with an HP request in
 	// flight; BEWorkHPBusy the part of BEWork that finished in it (the
-	// core's view: completions as the host saw them).
-	HPBusy, BEWorkHPBusy time.Duration
-	Preemptions          []PreemptionRecord
-	Launches             int // all launches of the run (a graph's kernels included)
-	PaddedLaunches       int
+	// core's view: completions as the host saw them); BEDryHPBusy the
+	// part of HPBusy with no BE launch in flight.
+	HPBusy, BEWorkHPBusy, BEDryHPBusy time.Duration
+	Preemptions                       []PreemptionRecord
+	Launches                          int // all launches of the run (a graph's kernels included)
+	PaddedLaunches                    int
 	// GraphLaunches are HP requests submitted as one graph each
 	// (Options.NoHPGraphs); HPGraphs says whether graphs were used ("on",
 	// "off", or "off: " and why).

@@ -225,3 +225,28 @@ func TestRunHPBusySplit(t *testing.T) {
 		}
 	}
 }
+
+// BE's queue beside busy HP: dedicated never launches BE, so BE is dry
+// for all of HP's busy time; atoll with BE confined to its partition keeps
+// BE queued throughout.
+func TestRunBEDryBesideBusyHP(t *testing.T) {
+	w := smallWorkload(t, 700*time.Microsecond, 60*time.Millisecond)
+	dry := map[string]float64{}
+	for _, name := range []string{"dedicated", "atoll:admission=confined"} {
+		pol, err := policies.ByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: pol, Warmup: 5 * time.Millisecond, Duration: 60 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.HPBusy <= 0 || tr.BEDryHPBusy < 0 || tr.BEDryHPBusy > tr.HPBusy {
+			t.Fatalf("%s: BE dry %v of HP busy %v", name, tr.BEDryHPBusy, tr.HPBusy)
+		}
+		dry[name] = float64(tr.BEDryHPBusy) / float64(tr.HPBusy)
+	}
+	if dry["dedicated"] != 1 || dry["atoll:admission=confined"] > 0.2 {
+		t.Errorf("BE's queue empty while HP busy: dedicated %.3f (want 1), confined atoll %.2f (want ≤ 0.2)", dry["dedicated"], dry["atoll:admission=confined"])
+	}
+}
