@@ -80,3 +80,24 @@ func TestFidelityBusySplit(t *testing.T) {
 		t.Errorf("busy split not as the reports say:\n%s", b.String())
 	}
 }
+
+// The HP p99 ranking asks the simulator for the GPU's order only where the
+// GPU's CIs separate two policies.
+func TestSameP99Order(t *testing.T) {
+	ci := func(lo, hi float64) *CI { return &CI{Lo: lo, Hi: hi} }
+	for _, c := range []struct {
+		name string
+		rs   []rankedP99
+		want bool
+	}{
+		{"overlapping CIs, flipped", []rankedP99{{4767, ci(4406, 5048), 5033}, {4813, ci(4554, 5138), 4946}}, true},
+		{"separate CIs, flipped", []rankedP99{{2186, ci(2030, 2346), 2400}, {2713, ci(2523, 2873), 2379}}, false},
+		{"separate CIs, same order", []rankedP99{{2186, ci(2030, 2346), 2341}, {2713, ci(2523, 2873), 2379}}, true},
+		{"no CI: strict", []rankedP99{{5000, nil, 4900}, {4800, nil, 5040}}, false},
+		{"one of three pairs separated and flipped", []rankedP99{{4767, ci(4406, 5048), 5033}, {4813, ci(4554, 5138), 4946}, {5283, ci(5200, 5692), 4900}}, false},
+	} {
+		if got := sameP99Order(c.rs); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
