@@ -24,11 +24,11 @@ type Options struct {
 	// performance measurements).
 	Quick bool
 	// Identity runs the bit-identity checks only (no correctness checks
-	// against the CPU, no measurements): the preempt-and-resume part alone,
-	// which takes seconds where the whole self-test takes many minutes.
+	// against the CPU, no measurements): the preempt-and-resume part alone.
 	Identity bool
-	// Progress, when set, receives a line as each kernel's checks finish
-	// (the tables go to Out only when a whole part is done).
+	// Progress, when set, receives a line as the compiles start, as each
+	// kernel's correctness checks begin and as each bit-identity check
+	// ends (the tables go to Out only when a whole part is done).
 	Progress io.Writer
 	// LatencyTrials per (form, block length); 0 means 100.
 	LatencyTrials int

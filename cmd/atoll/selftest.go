@@ -22,11 +22,12 @@ preemption latency per form (flag raised → last BE block retired, GPU
 clock), the cost of the flag check, and GEMM throughput. Prints tables and
 exits non-zero if any check failed.
 
-The whole run takes many minutes (every kernel is compiled in every form
-and checked against a CPU reference); a line on stderr says what it is
-checking. --identity runs the bit-identity part alone (about a minute),
---only limits the checks to kernels whose names contain one of its
-comma-separated words (and skips the measurements).
+Every kernel and padded pair it checks is compiled first, on every core
+(about 40 s with an empty kernel cache on a 16-core host); the whole run
+then takes a minute or two, with a line on stderr saying what it checks.
+--identity runs the bit-identity part alone, --only limits the checks to
+kernels whose names contain one of its comma-separated words (and skips
+the measurements).
 
 On a machine with no GPU it says so and exits 0.
 
