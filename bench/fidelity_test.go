@@ -101,3 +101,24 @@ func TestSameP99Order(t *testing.T) {
 		}
 	}
 }
+
+// HP alone gets a row and a line of its own (the first dedicated run),
+// outside the co-located policies' counts.
+func TestFidelityDedicated(t *testing.T) {
+	order := []string{"dedicated-1", "orion", "dedicated-2"}
+	gpu := []*MatrixCell{fidelityCell("a", map[string][3]float64{"dedicated-1": {580, 2000, 0}, "orion": {600, 2100, 0.3}, "dedicated-2": {590, 2050, 0}}, order)}
+	sim := []*MatrixCell{fidelityCell("a", map[string][3]float64{"dedicated-1": {570, 2300, 0}, "orion": {610, 2150, 0.3}, "dedicated-2": {570, 2300, 0}}, order)}
+	var b strings.Builder
+	if err := FidelityTable(&b, gpu, sim); err != nil {
+		t.Fatal(err)
+	}
+	f := FidelitySummary(gpu, sim)
+	out := b.String()
+	if f.Runs != 1 || f.Within != 1 {
+		t.Errorf("co-located runs %d within %d: want 1 and 1 (dedicated apart)\n%s", f.Runs, f.Within, out)
+	}
+	if !strings.Contains(out, "| a | dedicated | 0.580 / 0.570 (-2%) | 2.000 | 2.300 | +15% |") || strings.Count(out, "| dedicated |") != 1 ||
+		!strings.Contains(out, "HP alone (dedicated, each cell's first run; not in the counts above): HP p99 within 10 % (or the GPU CI) in 0 of 1 cells, median |error| 15 %.") {
+		t.Errorf("dedicated row or line missing:\n%s", out)
+	}
+}
