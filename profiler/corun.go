@@ -179,6 +179,7 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 	shapes := map[string]int{}
 	type result struct {
 		aloneUs, besideUs float64
+		chunk             int
 		passes            [][]float64
 	}
 	measured := map[int]result{}
@@ -198,11 +199,11 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 			if err != nil {
 				return nil, fmt.Errorf("%w: BE %s alone: %w", ErrMeasure, k.Name, err)
 			}
-			ps, b, err := c.beside(l, a)
+			ps, b, chunk, err := c.beside(l, a)
 			if err != nil {
 				return nil, fmt.Errorf("%w: BE %s beside HP: %w", ErrMeasure, k.Name, err)
 			}
-			measured[i] = result{a, b, ps}
+			measured[i] = result{a, b, chunk, ps}
 			if len(measured)%coRunBaselineEvery == 0 {
 				if err := baseline(); err != nil {
 					return nil, fmt.Errorf("%w: %w", ErrMeasure, err)
@@ -228,6 +229,9 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 		e.AloneUs = round(r.aloneUs, 1e3)
 		if r.besideUs > 0 && r.aloneUs > 0 {
 			e.BESlowdown = round(r.besideUs/r.aloneUs, 1e4)
+		}
+		if r.chunk > 1 {
+			e.BEChunk = r.chunk
 		}
 		e.Passes = len(r.passes)
 		if e.Passes == 0 {

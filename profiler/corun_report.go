@@ -70,6 +70,10 @@ type CoRunBE struct {
 	// shallow to outlast the host's refill shows as a slowdown too:
 	// CoRunTotals weighs only kernels whose queue holds 200 µs or more.
 	BESlowdown float64 `json:"beSlowdown,omitempty"`
+	// BEChunk, above 1, is how many launches each queued item held: a
+	// kernel whose BEDepth launches would hold less than 200 µs is queued
+	// in graphs of launches lasting 50 µs (0 or 1: one launch an item).
+	BEChunk int `json:"beChunk,omitempty"`
 }
 
 // CoRunTotals summarise a report over the BE model's step, each kernel
@@ -87,8 +91,8 @@ type CoRunTotals struct {
 	// BaselineSpread is (max - min) / median of the baseline passes.
 	BaselineSpread float64 `json:"baselineSpread"`
 	// MeanBESlowdown is the step-time-weighted mean of BESlowdown over the
-	// kernels with one whose queue (BEDepth × their time alone) holds
-	// 200 µs or more, and BEWeighed the share of the step they make up
+	// kernels with one whose queue (BEDepth × BEChunk × their time alone)
+	// holds 200 µs or more, and BEWeighed the share of the step they make up
 	// (0 without BEDepth).
 	MeanBESlowdown float64 `json:"meanBeSlowdown,omitempty"`
 	BEWeighed      float64 `json:"beWeighed,omitempty"`
@@ -125,7 +129,7 @@ func coRunTotals(r *CoRunReport) CoRunTotals {
 	if r.BEDepth > 0 {
 		be := 0.0
 		for _, e := range r.Kernels {
-			if e.BESlowdown > 0 && float64(r.BEDepth)*e.AloneUs >= 200 {
+			if e.BESlowdown > 0 && float64(r.BEDepth*max(1, e.BEChunk))*e.AloneUs >= 200 {
 				t.BEWeighed += e.ProfileUs / total
 				be += e.ProfileUs / total * e.BESlowdown
 			}

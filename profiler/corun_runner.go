@@ -19,6 +19,7 @@ type coRunner struct {
 	opt CoRunOptions
 
 	hp, be     gpu.Stream // HP: primary context, greatest priority; BE: the partition, least
+	beCtx      gpu.Context
 	hpLaunches []*gpu.Launch
 	events     []gpu.Event // Passes × HP kernels + 1
 	beStart    gpu.Event
@@ -59,6 +60,7 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 			return fmt.Errorf("NewPartition(%d): %w", c.opt.PartitionSMs, err)
 		}
 	}
+	c.beCtx = cx
 	if c.be, err = c.dev.NewStream(gpu.StreamOptions{Context: cx, Priority: info.Priorities.Least}); err != nil {
 		return fmt.Errorf("NewStream (partition of %d SMs): %w", c.opt.PartitionSMs, err)
 	}
@@ -336,19 +338,76 @@ func (c *coRunner) hpBlockers() int {
 // beside queues l back to back on the BE stream (behind blockers while the
 // host enqueues), waits until the queue runs, then times the HP passes
 // beside it; passes that end after the queue has run out are dropped.
-func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) ([][]float64, float64, error) {
+//
+// With BEDepth, a kernel whose queue would hold less than 200 µs is queued
+// in graphs of chunk launches (enough for 50 µs), one event per graph, so
+// that the host's refills — a launch a kernel otherwise — do not bound it.
+func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) (passes [][]float64, be float64, chunk int, err error) {
 	if c.opt.BEDepth > 0 {
+		chunk = c.beChunk(aloneUs)
 		// Once more if passes were dropped because the host was still
 		// enqueueing them: the run has sized the blockers for next time.
 		before := c.boundedBlockers
-		passes, be, err := c.besideBounded(l)
+		passes, be, chunk, err = c.besideBounded(l, chunk)
 		if err == nil && len(passes) < c.opt.Passes && c.boundedBlockers > max(before, 2*c.hpBlockers()) {
-			passes, be, err = c.besideBounded(l)
+			passes, be, chunk, err = c.besideBounded(l, chunk)
 		}
-		return passes, be, err
+		return passes, be, chunk, err
 	}
-	passes, err := c.besideQueued(l, aloneUs)
-	return passes, 0, err
+	passes, err = c.besideQueued(l, aloneUs)
+	return passes, 0, 0, err
+}
+
+// chunkGraphs records, for each ring slot, a graph of chunk launches of l
+// in the BE partition with the slot's event after the last; where chunk is
+// 1 or the device cannot record them it returns none and 1 (one launch an
+// item).
+func (c *coRunner) chunkGraphs(l *gpu.Launch, chunk int) ([]gpu.Graph, int) {
+	gr, ok := c.dev.(gpu.Grapher)
+	if chunk <= 1 || !ok {
+		return nil, 1
+	}
+	var graphs []gpu.Graph
+	for slot := range c.ring {
+		steps := make([]gpu.GraphStep, chunk)
+		for i := range steps {
+			steps[i].Launch = l
+		}
+		steps[chunk-1].Event = c.ring[slot]
+		g, err := gr.NewGraph(c.beCtx, steps)
+		if err != nil {
+			c.destroyGraphs(graphs)
+			return nil, 1
+		}
+		graphs = append(graphs, g)
+	}
+	return graphs, chunk
+}
+
+func (c *coRunner) destroyGraphs(gs []gpu.Graph) {
+	if gr, ok := c.dev.(gpu.Grapher); ok {
+		for _, g := range gs {
+			_ = gr.DestroyGraph(g)
+		}
+	}
+}
+
+// Bounded BE queues: a kernel whose BEDepth launches hold less than
+// coRunQueueUs is queued in graphs of launches lasting coRunChunkUs (at
+// most coRunMaxChunk launches each).
+const (
+	coRunQueueUs  = 200.0
+	coRunChunkUs  = 50.0
+	coRunMaxChunk = 256
+)
+
+// beChunk is how many launches of a BE kernel of aloneUs one queued item
+// holds (1: launched one by one; also on a device without graphs).
+func (c *coRunner) beChunk(aloneUs float64) int {
+	if _, ok := c.dev.(gpu.Grapher); !ok || aloneUs <= 0 || float64(c.opt.BEDepth)*aloneUs >= coRunQueueUs {
+		return 1
+	}
+	return min(coRunMaxChunk, int(math.Ceil(coRunChunkUs/aloneUs)))
 }
 
 // besideQueued is beside with the whole run of BE launches queued at once.
@@ -407,11 +466,19 @@ func (c *coRunner) besideQueued(l *gpu.Launch, aloneUs float64) ([][]float64, er
 // It also returns the BE kernel's mean time per launch over the covered
 // passes: their span over the BE launches completing in it (0 with fewer
 // than 4).
-func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
+func (c *coRunner) besideBounded(l *gpu.Launch, chunk int) (passes [][]float64, beside float64, used int, err error) {
 	d := c.opt.BEDepth
 	next := 0            // ring slot of the oldest launch in flight
 	var beDone []float64 // completion times of BE launches seen, device µs
+	graphs, chunk := c.chunkGraphs(l, chunk)
+	defer c.destroyGraphs(graphs)
 	launchBE := func(slot int) error {
+		if chunk > 1 {
+			if err := c.dev.(gpu.Grapher).LaunchGraph(graphs[slot], c.be); err != nil {
+				return fmt.Errorf("LaunchGraph (%s): %w", l.Name, err)
+			}
+			return nil
+		}
 		if err := c.dev.Launch(c.be, l); err != nil {
 			return fmt.Errorf("launch %s: %w", l.Name, err)
 		}
@@ -445,11 +512,11 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 		return nil
 	}
 	if err := c.dev.Record(c.beStart, c.be); err != nil {
-		return nil, 0, fmt.Errorf("Record: %w", err)
+		return nil, 0, 0, fmt.Errorf("Record: %w", err)
 	}
 	for i := range d {
 		if err := launchBE(i); err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 	}
 	// The host refills BE while it enqueues HP, so it needs longer than
@@ -458,12 +525,12 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 	blockers := max(2*c.hpBlockers(), c.boundedBlockers)
 	for range blockers {
 		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
-			return nil, 0, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
+			return nil, 0, 0, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
 		}
 	}
 	start := c.dev.Now()
 	if err := c.enqueuePasses(refill); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	enqUs := float64(c.dev.Now()-start) / float64(time.Microsecond)
 	c.boundedBlockers = min(maxBoundedBlockers, int(math.Ceil(1.3*enqUs/c.blockerHPUs)))
@@ -472,38 +539,38 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 	for {
 		done, err := c.dev.Query(c.events[len(c.events)-1])
 		if err != nil {
-			return nil, 0, fmt.Errorf("Query: %w", err)
+			return nil, 0, 0, fmt.Errorf("Query: %w", err)
 		}
 		if done {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
+			return nil, 0, 0, fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
 		}
 		if err := refill(); err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		if err := c.dev.Wait(c.ctx, c.dev.Now()+2*time.Microsecond); err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 	}
 	// The BE queue stops here: its last launch ends the co-run.
 	last := (next + d - 1) % d
 	if err := c.wait(c.ring[last]); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	first, err := c.at(c.beStart)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	stop, err := c.at(c.ring[last])
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	beDone = append(beDone, stop)
 	all, err := c.readPasses()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	var out [][]float64
 	from, to := math.Inf(1), math.Inf(-1) // the covered passes' span
@@ -522,9 +589,8 @@ func (c *coRunner) besideBounded(l *gpu.Launch) ([][]float64, float64, error) {
 			k++
 		}
 	}
-	beside := 0.0
 	if k >= 4 {
-		beside = (to - from) / float64(k)
+		beside = (to - from) / float64(k*chunk)
 	}
-	return out, beside, nil
+	return out, beside, chunk, nil
 }

@@ -313,3 +313,74 @@ func TestCoRunBESlowdown(t *testing.T) {
 		t.Errorf("summary: weighed %.4f, mean %.4f; want 1 and the kernel's %.4f", s.BEWeighed, s.MeanBESlowdown, k.BESlowdown)
 	}
 }
+
+// A BE kernel too short for its bounded queue to hold 200 µs is queued in
+// graphs of launches, so that the host's refill — one launch per kernel,
+// 8 µs each here — does not set its pace: its slowdown beside HP is then
+// measured and weighed like a long kernel's.
+func TestCoRunBEChunksShortKernels(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	short := -1
+	for i, k := range be.Kernels {
+		if k.DurationUs < 8 && (short < 0 || k.DurationUs < be.Kernels[short].DurationUs) {
+			short = i
+		}
+	}
+	if short < 0 {
+		t.Fatal("no BE kernel under 8 µs in the profile")
+	}
+	dev := simDev(t, sim.Config{Spec: spec, BLAS: true, NoticeLatency: 27 * time.Microsecond, HostLaunchCost: 8 * time.Microsecond})
+	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+		profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, BEDepth: 16, Kernels: []int{short}, HP: hp, BE: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := rep.Kernels[0]
+	if k.BEChunk < 2 || float64(16*k.BEChunk)*k.AloneUs < 200 {
+		t.Errorf("%s (%.1f µs alone): %d launches a queued item, want enough for 16 items to hold 200 µs", k.Name, k.AloneUs, k.BEChunk)
+	}
+	// Launched one by one at 8 µs of host time each, a kernel this short
+	// would run at most once per 8 µs; chunked, it keeps near its own pace.
+	if k.BESlowdown <= 0 || k.BESlowdown*k.AloneUs >= 8 {
+		t.Errorf("%s: BE slowdown %.3f (%.1f µs a launch beside HP): want the host's 8 µs per launch not to bound it", k.Name, k.BESlowdown, k.BESlowdown*k.AloneUs)
+	}
+	if s := rep.Summary; s.BEWeighed != 1 || s.MeanBESlowdown != k.BESlowdown {
+		t.Errorf("summary: weighed %.4f, mean %.4f; want the chunked kernel weighed in", s.BEWeighed, s.MeanBESlowdown)
+	}
+}
+
+// refusesGraphs is a simulated GPU whose graphs cannot be recorded.
+type refusesGraphs struct{ *sim.Device }
+
+func (refusesGraphs) NewGraph(gpu.Context, []gpu.GraphStep) (gpu.Graph, error) {
+	return 0, errors.New("graphs refused")
+}
+
+// Where the BE partition cannot record graphs, a short kernel is queued
+// one launch at a time, as before, and the run goes on.
+func TestCoRunBEChunksFallBack(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	short := -1
+	for i, k := range be.Kernels {
+		if k.DurationUs < 8 {
+			short = i
+			break
+		}
+	}
+	d, err := sim.New(sim.Config{Spec: spec, BLAS: true, NoticeLatency: 27 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dev := refusesGraphs{d}
+	rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+		profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, BEDepth: 16, Kernels: []int{short}, HP: hp, BE: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := rep.Kernels[0]; k.BEChunk != 0 || k.BESlowdown <= 0 {
+		t.Errorf("%s: chunk %d, BE slowdown %.3f: want one launch an item, measured", k.Name, k.BEChunk, k.BESlowdown)
+	}
+}

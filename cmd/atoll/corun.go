@@ -73,7 +73,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	part := fs.Int("partition", 0, "SMs of BE's partition (0: atoll's default for the HP model, the SMs less policies.ReserveSMs; the device's SM count: no partition, BE on every SM at the least priority)")
 	hpRest := fs.Bool("hp-rest", false, "run HP on the SMs the partition leaves, not every SM: the two share no SM, only memory, L2 and the front end")
 	graph := fs.Bool("hp-graph", false, "submit each HP pass as one graph (a CUDA graph) with an event after every kernel, as the scheduler submits a request")
-	depth := fs.Int("be-depth", 0, "keep at most this many BE launches queued, the next launched as one completes (as atoll's bounded BE queue does); 0 queues the whole run at once")
+	depth := fs.Int("be-depth", 0, "keep at most this many BE launches queued, the next launched as one completes (as atoll's bounded BE queue does; a kernel too short for them to hold 200 µs is queued in graphs of launches lasting 50 µs, so that the host's refills do not set its pace); 0 queues the whole run at once")
 	passes := fs.Int("passes", profiler.DefaultCoRunPasses, "HP passes timed beside each BE kernel")
 	which := fs.String("kernels", "", "BE kernel indices to measure, e.g. 0-40,52 (default: all)")
 	out := fs.String("out", "", "write the report (JSON) here")
