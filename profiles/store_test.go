@@ -1,6 +1,8 @@
 package profiles_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +78,68 @@ func TestPartitionSMs(t *testing.T) {
 		if got := k.PartitionSMs(); got != c.want {
 			t.Errorf("PartitionSMs(%+v) = %d, want %d", c.pts, got, c.want)
 		}
+	}
+}
+
+// A store may keep its profiles gzipped (<name>.json.gz): Lookup reads and
+// List lists them, the plain file wins where both exist, and a broken one
+// is refused with its path.
+func TestStoreReadsGzipped(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(profiles.StoreEnv, dir)
+	data, err := os.ReadFile(filepath.Join("H100-SXM", "mobilenetv2-bs1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs4 := strings.Replace(string(data), `"batch": 1,`, `"batch": 4,`, 1)
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write([]byte(bs4))
+	zw.Close()
+	p := filepath.Join(dir, "H100-SXM", "mobilenetv2-bs4.json.gz")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, z.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p4, err := profiles.Lookup("H100-SXM", "mobilenetv2", 4, "")
+	if err != nil || p4.Batch != 4 {
+		t.Fatalf("gzipped bs4: %v %+v", err, p4)
+	}
+	listed := 0
+	for _, e := range profiles.List() {
+		if e.Stored && e.String() == "H100-SXM/mobilenetv2-bs4" {
+			listed++
+			if e.Path != p {
+				t.Errorf("listed at %q, want %q", e.Path, p)
+			}
+		}
+	}
+	if listed != 1 {
+		t.Errorf("the gzipped profile listed %d times, want once", listed)
+	}
+	// A plain file beside it wins (and is listed once).
+	if err := os.WriteFile(strings.TrimSuffix(p, ".gz"), []byte(bs4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range profiles.List() {
+		if e.String() == "H100-SXM/mobilenetv2-bs4" {
+			n++
+			if !strings.HasSuffix(e.Path, ".json") {
+				t.Errorf("listed %q: want the plain file", e.Path)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("listed %d times with both files, want once", n)
+	}
+	os.Remove(strings.TrimSuffix(p, ".gz"))
+	if err := os.WriteFile(p, []byte{0x1f, 0x8b, 1, 2, 3}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := profiles.Lookup("H100-SXM", "mobilenetv2", 4, ""); err == nil || !strings.Contains(err.Error(), p) {
+		t.Errorf("a broken gzipped profile: %v, want an error naming %s", err, p)
 	}
 }
