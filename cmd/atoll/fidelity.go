@@ -12,10 +12,14 @@ Usage: atoll fidelity GPU-MATRIX-DIR SIM-MATRIX-DIR
 
 Compares a GPU run of a matrix ('atoll matrix --backend cuda') with a
 simulated run of the same matrix file ('atoll matrix', the default backend):
-per cell and policy the HP p99 and its overhead over dedicated, BE normalized
-throughput, the simulator's error on each, and whether the policies rank as
-on the GPU. Nothing in the simulator is fitted to the GPU runs, so every cell
-is held out. docs/fidelity.md is this command's output.
+per cell and policy the HP p50, p99 and its overhead over dedicated, BE
+normalized throughput, the simulator's error on each, and whether the
+policies rank as on the GPU (by HP p99 wherever the GPU's CIs tell two
+policies apart; by BE throughput); HP alone (each cell's first dedicated
+run) on a line of its own; and, where the reports carry them, BE's
+throughput beside busy HP and in HP's idle time and how often BE's queue
+was empty while HP was busy. Nothing in the simulator is fitted to the GPU
+runs, so every cell is held out. docs/fidelity.md is this command's output.
 
 Example:
   atoll matrix --out /tmp/matrix-sim bench/matrix/gpu.yaml
