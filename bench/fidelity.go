@@ -160,7 +160,7 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 	}
 	if len(busyRows) > 0 {
 		ew.printf("\nWhere BE's work came from: the share of the run HP was busy, and BE's throughput beside busy HP and in HP's idle time, each of its alone rate (reports that carry them):\n\n")
-		ew.printf("| cell | policy | HP busy, GPU / sim | BE beside busy HP, GPU / sim | BE in HP's idle time, GPU / sim | BE's queue empty while HP busy, GPU / sim |\n|---|---|---|---|---|---|\n")
+		ew.printf("| cell | policy | HP busy, GPU / sim | BE beside busy HP, GPU / sim | BE in HP's idle time, GPU / sim | BE's stream empty while HP busy, GPU / sim |\n|---|---|---|---|---|---|\n")
 		for _, row := range busyRows {
 			ew.printf("%s\n", row)
 		}

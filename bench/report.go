@@ -82,9 +82,10 @@ type Report struct {
 	HPBusyShare    *float64 `json:"hpBusyShare,omitempty"`
 	BEBesideBusyHP *float64 `json:"beBesideBusyHp,omitempty"`
 	BEWhileHPIdle  *float64 `json:"beWhileHpIdle,omitempty"`
-	// BEDryShare is the share of HP's busy time in which BE had no launch
-	// in flight (sched.Trace.BEDryHPBusy): BE beside busy HP held back or
-	// not refilled in time, rather than running slowly.
+	// BEDryShare is the share of HP's busy time in which BE's stream had
+	// no work on the GPU's clock (sched.Trace.BEDryHPBusy): BE beside busy
+	// HP held back by the policy or not refilled in time by the host,
+	// rather than queued and running slowly.
 	BEDryShare *float64 `json:"beDryShareHpBusy,omitempty"`
 
 	// BEItersPerSec and BEAloneItersPerSec count whole BE iterations

@@ -352,7 +352,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		r.BEKernelsPerStep = len(c.BE.Kernels)
 		r.HPBusyShare, r.BEBesideBusyHP, r.BEWhileHPIdle = busySplit(tr, r.BEAlonePerS)
 		if tr.HPBusy > 0 {
-			dry := float64(tr.BEDryHPBusy) / float64(tr.HPBusy)
+			dry := min(1, float64(tr.BEDryHPBusy())/float64(tr.HPBusy))
 			r.BEDryShare = &dry
 		}
 	}

@@ -65,7 +65,7 @@ func TestBusySplitLine(t *testing.T) {
 		{Policy: "old", BEWorkPerSec: 0.4},
 		{Policy: "atoll", BEWorkPerSec: 0.4, HPBusyShare: f(0.54), BEBesideBusyHP: f(0.154), BEWhileHPIdle: f(0.627), BEDryShare: f(0.081)},
 	}
-	if got, want := busySplitLine(rs), "orion 0.05 / 0.47 (51 %); atoll 0.15 / 0.63 (54 %, BE's queue empty 8 % of it)"; got != want {
+	if got, want := busySplitLine(rs), "orion 0.05 / 0.47 (51 %); atoll 0.15 / 0.63 (54 %, BE's stream empty 8 % of it)"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 	if got := busySplitLine(rs[:1]); got != "" {

@@ -16,9 +16,10 @@ type dflight struct {
 	ev       gpu.Event
 	done     gpu.HostWord // Resumable, Padded: this launch's done word
 	raisedAt time.Duration
-	unpadded bool     // a Padded decision launched Plain: its pair kernel was not ready (ErrNotReady)
-	graphEv  bool     // ev belongs to an HP graph, not to the free events
-	graph    *hpGraph // on a graph's last kernel: the instance to free when it completes
+	unpadded bool          // a Padded decision launched Plain: its pair kernel was not ready (ErrNotReady)
+	graphEv  bool          // ev belongs to an HP graph, not to the free events
+	graph    *hpGraph      // on a graph's last kernel: the instance to free when it completes
+	at       time.Duration // device clock once it was enqueued (Record returned)
 }
 
 // driver is the device side of the loop: the streams, flags, counters and
@@ -64,6 +65,18 @@ type driver struct {
 	graphs    []hpGraphs
 	allGraphs []gpu.Graph
 	freed     bool // a poll freed a graph instance: submit what was held
+	// beEmptyFrom holds, per BE client, the device time its own stream
+	// ran out of work (its last launch completed) while no launch
+	// followed yet; -1 when its stream has work or that is not known.
+	beEmptyFrom []time.Duration
+}
+
+// beEmpty records that BE client c's own stream had no work in [from, to)
+// (device clock), when to is after from.
+func (d *driver) beEmpty(c int, from, to time.Duration) {
+	if to > from {
+		d.trace.BEEmpty[c] = append(d.trace.BEEmpty[c], Span{From: from, To: to})
+	}
 }
 
 func devErr(call string, err error) error {
@@ -107,7 +120,11 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	}
 	d := &driver{dev: dev, hpNames: hpNames, beNames: beNames, groups: groups, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(core.State().HP(), core.State().BE(), opt)}
 	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
-		BEWorkByClient: make([]time.Duration, len(w.BE))}
+		BEWorkByClient: make([]time.Duration, len(w.BE)), BEEmpty: make([][]Span, len(w.BE))}
+	d.beEmptyFrom = make([]time.Duration, len(w.BE))
+	for i := range d.beEmptyFrom {
+		d.beEmptyFrom[i] = -1
+	}
 	if d.binder == nil {
 		if d.binder, err = NewProfileBinder(dev, w); err != nil {
 			return nil, err
@@ -305,6 +322,17 @@ func (d *driver) poll() (int, error) {
 				return 0, devErr(fmt.Sprintf("Time (event of L%d)", f.l.ID), err)
 			}
 			ev := Event{Kind: EvComplete, Time: t, Launch: f.l.ID}
+			if f.l.Client.Class == BE && f.l.Stream.Class == BE {
+				// Stream order: the next launch on it starts after this one
+				// and was enqueued at its at; none yet, the stream is empty
+				// from t until the next launch.
+				c := f.l.Client.Index
+				if n+1 < len(q) {
+					d.beEmpty(c, t, q[n+1].at)
+				} else {
+					d.beEmptyFrom[c] = t
+				}
+			}
 			if f.l.Client.Class == HP {
 				d.attr.completed(f.l.Client.Index, t)
 			}
@@ -475,6 +503,13 @@ func (d *driver) launch(l Launch) error {
 		return devErr("Record (after "+what()+")", err)
 	}
 	d.attribute(l, f, submitted)
+	f.at = d.dev.Now()
+	if l.Client.Class == BE && l.Stream.Class == BE {
+		if from := d.beEmptyFrom[l.Client.Index]; from >= 0 {
+			d.beEmpty(l.Client.Index, from, f.at)
+			d.beEmptyFrom[l.Client.Index] = -1
+		}
+	}
 	q, ok := d.queues[f.stream]
 	if !ok {
 		d.qorder = append(d.qorder, f.stream)

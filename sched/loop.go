@@ -137,6 +137,9 @@ func (l *loop) rebase(t0 time.Duration) {
 	l.d.opt.Duration += t0
 	l.d.opt.Warmup += t0
 	l.d.trace.Start = t0
+	for i := range l.d.beEmptyFrom {
+		l.d.beEmptyFrom[i] = t0 // no BE work before the first launch
+	}
 }
 
 // serve runs rounds until the stop has drained (Run), ctx ends (Online
@@ -222,6 +225,9 @@ func (l *loop) round(ctx context.Context, draining bool) (roundEnd, error) {
 	l.publish()
 	if l.d.stopped && core.Quiescent() {
 		l.d.trace.End = dev.Now()
+		for c, from := range l.d.beEmptyFrom {
+			l.d.beEmpty(c, from, l.d.trace.End)
+		}
 		return roundDone, nil
 	}
 	_, wake := core.NextWake()
@@ -566,7 +572,6 @@ func (l *loop) feed(ev Event) error {
 		}
 		d.trace.HPBusy = s.HPBusy - d.snapA.HPBusy
 		d.trace.BEWorkHPBusy = s.BEWorkHPBusy - d.snapA.BEWorkHPBusy
-		d.trace.BEDryHPBusy = s.BEDryHPBusy - d.snapA.BEDryHPBusy
 		d.stopped = true
 	}
 	if err := d.core.Step(ev); err != nil {

@@ -106,12 +106,16 @@ type Trace struct {
 	BEWorkByClient []time.Duration
 	// HPBusy is the time in [Warmup, Duration) with an HP request in
 	// flight; BEWorkHPBusy the part of BEWork that finished in it (the
-	// core's view: completions as the host saw them); BEDryHPBusy the
-	// part of HPBusy with no BE launch in flight.
-	HPBusy, BEWorkHPBusy, BEDryHPBusy time.Duration
-	Preemptions                       []PreemptionRecord
-	Launches                          int // all launches of the run (a graph's kernels included)
-	PaddedLaunches                    int
+	// core's view: completions as the host saw them).
+	HPBusy, BEWorkHPBusy time.Duration
+	// BEEmpty holds, per BE client, the spans (device clock) in which its
+	// own stream had no work: from a launch's completion until the next
+	// launch was enqueued after it. BEDryHPBusy measures them against
+	// HP's busy time.
+	BEEmpty        [][]Span
+	Preemptions    []PreemptionRecord
+	Launches       int // all launches of the run (a graph's kernels included)
+	PaddedLaunches int
 	// GraphLaunches are HP requests submitted as one graph each
 	// (Options.NoHPGraphs); HPGraphs says whether graphs were used ("on",
 	// "off", or "off: " and why).
@@ -170,6 +174,67 @@ type HostTime struct {
 
 // Window is the measured interval, Duration − Warmup.
 func (t *Trace) Window() time.Duration { return t.Duration - t.Warmup }
+
+// Span is an interval [From, To) of device-clock time.
+type Span struct{ From, To time.Duration }
+
+// BEDryHPBusy is the time in the measured window in which an HP request
+// was in flight (arrived, not finished) and no BE client's own stream had
+// work (Trace.BEEmpty; every client's at once): BE kept from running
+// beside busy HP by the policy or by the host's refills, as the GPU's
+// clock saw it. Zero without BE clients.
+func (t *Trace) BEDryHPBusy() time.Duration {
+	if len(t.BEEmpty) == 0 {
+		return 0
+	}
+	lo, hi := t.Start+t.Warmup, t.Start+t.Duration
+	// HP busy: the union of the requests' [arrival, end].
+	var busy []Span
+	for _, q := range t.Requests {
+		a, e := q.Arrival, q.End
+		if n := len(busy); n > 0 && a <= busy[n-1].To {
+			busy[n-1].To = max(busy[n-1].To, e)
+			continue
+		}
+		busy = append(busy, Span{a, e})
+	}
+	dry := clip(busy, lo, hi)
+	for _, e := range t.BEEmpty {
+		dry = intersect(dry, e)
+	}
+	var sum time.Duration
+	for _, s := range dry {
+		sum += s.To - s.From
+	}
+	return sum
+}
+
+// clip cuts sorted, disjoint spans to [lo, hi).
+func clip(s []Span, lo, hi time.Duration) []Span {
+	var out []Span
+	for _, x := range s {
+		if f, t := max(x.From, lo), min(x.To, hi); t > f {
+			out = append(out, Span{f, t})
+		}
+	}
+	return out
+}
+
+// intersect is the intersection of two lists of sorted, disjoint spans.
+func intersect(a, b []Span) []Span {
+	var out []Span
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		if f, t := max(a[i].From, b[j].From), min(a[i].To, b[j].To); t > f {
+			out = append(out, Span{f, t})
+		}
+		if a[i].To < b[j].To {
+			i++
+		} else {
+			j++
+		}
+	}
+	return out
+}
 
 // Run serves w on dev under opt.Policy and returns what it measured. It
 // owns dev for the call (one goroutine). It returns an error wrapping

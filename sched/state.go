@@ -75,10 +75,6 @@ type Stats struct {
 	// and how much while HP was idle, the same way on every device.
 	HPBusy       time.Duration
 	BEWorkHPBusy time.Duration
-	// BEDryHPBusy is the part of HPBusy in which no BE client had a
-	// launch in flight (as the core saw launches and completions): BE
-	// not supplied beside busy HP, as opposed to supplied and slow.
-	BEDryHPBusy time.Duration
 }
 
 // HPClient is one HP client's state: requests arrived and not finished, in
@@ -326,9 +322,6 @@ func (s *State) StatsAt(t time.Duration) Stats {
 	st.BEWorkByClient = slices.Clone(s.stats.BEWorkByClient)
 	if s.hpBusy > 0 {
 		st.HPBusy += max(t, s.now) - s.hpBusySince
-		if s.beDry() {
-			st.BEDryHPBusy += max(t, s.now) - s.now
-		}
 	}
 	return st
 }
@@ -575,22 +568,8 @@ func (s *State) describe() string {
 
 func (s *State) advance(t time.Duration) {
 	if t > s.now {
-		if s.hpBusy > 0 && s.beDry() {
-			s.stats.BEDryHPBusy += t - s.now
-		}
 		s.now = t
 	}
-}
-
-// beDry reports whether there are BE clients and none has a launch in
-// flight.
-func (s *State) beDry() bool {
-	for _, b := range s.be {
-		if len(b.inflight) > 0 {
-			return false
-		}
-	}
-	return len(s.be) > 0
 }
 
 // checkOrder refuses a completion that overtakes an earlier launch on the

@@ -17,7 +17,7 @@ normalized throughput, the simulator's error on each, and whether the
 policies rank as on the GPU (by HP p99 wherever the GPU's CIs tell two
 policies apart; by BE throughput); HP alone (each cell's first dedicated
 run) on a line of its own; and, where the reports carry them, BE's
-throughput beside busy HP and in HP's idle time and how often BE's queue
+throughput beside busy HP and in HP's idle time and how often BE's stream
 was empty while HP was busy. Nothing in the simulator is fitted to the GPU
 runs, so every cell is held out. docs/fidelity.md is this command's output.
 
