@@ -68,13 +68,16 @@ type driver struct {
 	// beEmptyFrom holds, per BE client, the device time its own stream
 	// ran out of work (its last launch completed) while no launch
 	// followed yet; -1 when its stream has work or that is not known.
+	// keepSpans says whether beEmpty records them (Run; not Online, which
+	// serves for ever and keeps no records).
 	beEmptyFrom []time.Duration
+	keepSpans   bool
 }
 
 // beEmpty records that BE client c's own stream had no work in [from, to)
 // (device clock), when to is after from.
 func (d *driver) beEmpty(c int, from, to time.Duration) {
-	if to > from {
+	if to > from && d.keepSpans {
 		d.trace.BEEmpty[c] = append(d.trace.BEEmpty[c], Span{From: from, To: to})
 	}
 }

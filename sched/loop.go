@@ -111,6 +111,7 @@ func newLoop(d *driver, o *Online) *loop {
 		batching: make([]bool, nHP), formed: make([]int, nHP),
 		beCur: make([]*beRun, nBE), beQ: make([][]*beRun, nBE),
 		wallStart: time.Now(), devStart: d.dev.Now()}
+	d.keepSpans = l.keep
 	for c, hc := range d.core.State().HP() {
 		l.batching[c] = len(hc.vars) > 1
 		l.anyBatching = l.anyBatching || l.batching[c]

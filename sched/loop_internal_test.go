@@ -42,3 +42,25 @@ func TestHPDue(t *testing.T) {
 		t.Error("a submission that woke the loop is not due")
 	}
 }
+
+// Online serves for ever: its driver keeps no spans of BE's empty stream
+// (newLoop sets keepSpans only for Run).
+func TestBEEmptySpansOnlyForRun(t *testing.T) {
+	dev, err := sim.New(sim.Config{Spec: gpu.H100SXM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, online := range []bool{false, true} {
+		d := &driver{dev: dev, core: &Core{}, trace: &Trace{BEEmpty: make([][]Span, 1)}, beEmptyFrom: []time.Duration{-1}}
+		var o *Online
+		if online {
+			o = &Online{}
+		}
+		newLoop(d, o)
+		d.beEmpty(0, time.Microsecond, 3*time.Microsecond)
+		if got, want := len(d.trace.BEEmpty[0]), map[bool]int{false: 1, true: 0}[online]; got != want {
+			t.Errorf("online %v: %d spans kept, want %d", online, got, want)
+		}
+	}
+}
