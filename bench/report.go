@@ -221,11 +221,8 @@ func WriteReport(w io.Writer, r *Report) error {
 // ReadReport parses a report, refusing unknown fields and other versions.
 // A gzip stream (a report stored as .json.gz) is decompressed first.
 func ReadReport(rd io.Reader) (*Report, error) {
-	data, err := io.ReadAll(rd)
+	data, err := gzipped.ReadAll(rd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrReport, err)
-	}
-	if data, err = gzipped.Unwrap(data); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrReport, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -200,11 +200,8 @@ func WriteCoRun(w io.Writer, r *CoRunReport) error {
 // ReadCoRun parses a co-run report (a gzip stream is decompressed first),
 // refusing unknown fields and other versions.
 func ReadCoRun(rd io.Reader) (*CoRunReport, error) {
-	data, err := io.ReadAll(rd)
+	data, err := gzipped.ReadAll(rd)
 	if err != nil {
-		return nil, err
-	}
-	if data, err = gzipped.Unwrap(data); err != nil {
 		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -124,11 +124,7 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 }
 
 func (c *coRunner) close() {
-	if gr, ok := c.dev.(gpu.Grapher); ok {
-		for _, g := range c.graphs {
-			_ = gr.DestroyGraph(g)
-		}
-	}
+	c.destroyGraphs(c.graphs)
 	for _, p := range c.allocs {
 		_ = c.dev.Free(p)
 	}

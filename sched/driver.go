@@ -19,7 +19,7 @@ type dflight struct {
 	unpadded bool          // a Padded decision launched Plain: its pair kernel was not ready (ErrNotReady)
 	graphEv  bool          // ev belongs to an HP graph, not to the free events
 	graph    *hpGraph      // on a graph's last kernel: the instance to free when it completes
-	at       time.Duration // device clock once it was enqueued (Record returned)
+	at       time.Duration // BE own-stream launches: device clock once enqueued (Record returned)
 }
 
 // driver is the device side of the loop: the streams, flags, counters and
@@ -506,8 +506,8 @@ func (d *driver) launch(l Launch) error {
 		return devErr("Record (after "+what()+")", err)
 	}
 	d.attribute(l, f, submitted)
-	f.at = d.dev.Now()
 	if l.Client.Class == BE && l.Stream.Class == BE {
+		f.at = d.dev.Now()
 		if from := d.beEmptyFrom[l.Client.Index]; from >= 0 {
 			d.beEmpty(l.Client.Index, from, f.at)
 			d.beEmptyFrom[l.Client.Index] = -1

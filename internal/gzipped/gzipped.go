@@ -25,3 +25,13 @@ func Unwrap(data []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// ReadAll reads rd to its end and returns what it holds, decompressed
+// when it is a gzip stream (Unwrap).
+func ReadAll(rd io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, err
+	}
+	return Unwrap(data)
+}

@@ -25,3 +25,19 @@ func TestUnwrap(t *testing.T) {
 		t.Error("a gzip header alone was accepted")
 	}
 }
+
+func TestReadAll(t *testing.T) {
+	plain := []byte(`{"a": 1}`)
+	var z bytes.Buffer
+	w := gzip.NewWriter(&z)
+	w.Write(plain)
+	w.Close()
+	for name, in := range map[string][]byte{"plain": plain, "gzipped": z.Bytes()} {
+		if got, err := ReadAll(bytes.NewReader(in)); err != nil || !bytes.Equal(got, plain) {
+			t.Errorf("%s: %q, %v", name, got, err)
+		}
+	}
+	if _, err := ReadAll(bytes.NewReader([]byte{0x1f, 0x8b, 1})); err == nil {
+		t.Error("a broken gzip stream read without an error")
+	}
+}
