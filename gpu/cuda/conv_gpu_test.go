@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"atoll/gpu"
@@ -173,5 +174,75 @@ func BenchmarkGPUConv(b *testing.B) {
 			must(b, err)
 			b.ReportMetric(float64((t1-t0).Microseconds())/float64(b.N), "µs/pass")
 		})
+	}
+}
+
+// BenchmarkGPUHostLaunch times the host's side of one launch by kind — an
+// own kernel, a batch-1 cuBLASLt product, batch-1 convolutions (gathers
+// included) — each followed by an event record as the scheduler's driver
+// does, 128 queued between synchronizations (outside the timer):
+//
+//	bin/cuda.test -test.run '^$' -test.bench GPUHostLaunch -test.benchtime 2000x
+func BenchmarkGPUHostLaunch(b *testing.B) {
+	d, k := openGPU(b)
+	if name := d.BLASName(); strings.HasPrefix(name, "none") {
+		b.Skipf("no cuBLASLt here: %s", name)
+	}
+	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Greatest})
+	must(b, err)
+	ev, err := d.NewEvent()
+	must(b, err)
+	alloc := func(n int) gpu.Ptr {
+		p, err := d.Alloc(int64(n))
+		must(b, err)
+		must(b, d.Memset32(s, p, 0, n/4))
+		return p
+	}
+	mm := gpu.Matmul{M: 1, N: 1000, K: 2048, In: gpu.BF16, Out: gpu.BF16}
+	fm, err := d.Matmul(mm)
+	must(b, err)
+	lm := &gpu.Launch{Name: "matmul", Func: fm, Grid: gpu.D1(1), Block: gpu.D1(128)}
+	gpu.MatmulArgs(&lm.Args, alloc(2*2048+16), alloc(2*2048*1000), alloc(2*1000+16), 0, 0)
+	conv := func(c gpu.Conv) *gpu.Launch {
+		f, err := d.Conv(c)
+		must(b, err)
+		oh, ow := c.Out()
+		l := &gpu.Launch{Name: "conv", Func: f, Grid: gpu.D1(1), Block: gpu.D1(128)}
+		gpu.MatmulArgs(&l.Args, alloc(2*c.N*c.H*c.W*c.C+16), alloc(4*c.R*c.S*c.C*c.OutC), alloc(2*c.N*oh*ow*c.OutC), 0, 0)
+		return l
+	}
+	cases := []struct {
+		name string
+		l    *gpu.Launch
+	}{
+		{"kernel", &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}},
+		{"matmul-bs1", lm},
+		{"conv1x1-bs1", conv(gpu.Conv{N: 1, H: 56, W: 56, C: 64, OutC: 256, R: 1, S: 1, Stride: 1, In: gpu.BF16})},
+		{"conv3x3-bs1", conv(gpu.Conv{N: 1, H: 56, W: 56, C: 64, OutC: 64, R: 3, S: 3, Stride: 1, Pad: 1, In: gpu.BF16})},
+	}
+	for _, c := range cases {
+		must(b, d.Launch(s, c.l)) // warm: plans, workspaces
+		must(b, d.Synchronize())
+		for _, rec := range []bool{false, true} {
+			name := c.name
+			if rec {
+				name += "+record"
+			}
+			b.Run(name, func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					must(b, d.Launch(s, c.l))
+					if rec {
+						must(b, d.Record(ev, s))
+					}
+					if i++; i%128 == 0 {
+						b.StopTimer()
+						must(b, d.Synchronize())
+						b.StartTimer()
+					}
+				}
+				must(b, d.Synchronize())
+			})
+		}
 	}
 }

@@ -207,3 +207,41 @@ func TestGPUFaultSweep(t *testing.T) {
 	must(t, f.Close())
 	t.Logf("swept %d failure points", n)
 }
+
+// TestGPULaunchQueueDepth measures how many launches (each followed by an
+// event record, as the scheduler's driver makes them) the host can enqueue
+// on one stream behind a 300 ms kernel before a launch call blocks until
+// the GPU drains: it logs the host time of every 128 launches. A launch
+// that blocks takes the blocker's remaining time.
+//
+//	bin/cuda.test -test.run GPULaunchQueueDepth -test.v
+func TestGPULaunchQueueDepth(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	ev, err := d.NewEvent()
+	must(t, err)
+	must(t, d.Launch(s, spinLaunch(k, 300_000_000)))
+	l := &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
+	const step, most = 128, 8192
+	blocked := -1
+	t0 := time.Now()
+	for n := 0; n < most && blocked < 0; n += step {
+		t1 := time.Now()
+		for range step {
+			must(t, d.Launch(s, l))
+			must(t, d.Record(ev, s))
+		}
+		dt := time.Since(t1)
+		t.Logf("launches %5d-%5d: %8.1f µs (%.2f µs each)", n, n+step, float64(dt.Microseconds()), float64(dt.Nanoseconds())/1e3/step)
+		if dt > 50*time.Millisecond {
+			blocked = n
+		}
+	}
+	must(t, d.Synchronize())
+	if blocked < 0 {
+		t.Logf("no launch blocked in %d launches (%v)", most, time.Since(t0))
+	} else {
+		t.Logf("a launch blocked between %d and %d queued", blocked, blocked+step)
+	}
+}
