@@ -62,6 +62,16 @@ type Matmul struct {
 	Accumulate       bool
 }
 
+// VendorMatmulPrefix and VendorConvPrefix begin the names of functions that
+// stand for a vendor product and a vendor convolution on a device that
+// times launches by their Cost (the simulator: its BLAS names its Funcs so,
+// and sched.ProfileBinder resolves a profile's BLAS-tagged kernels so), which
+// then charges a launch of one the host time of such a call.
+const (
+	VendorMatmulPrefix = "cublasLt "
+	VendorConvPrefix   = "cublasLt conv "
+)
+
 // Check reports why m is not a product a BLAS accepts.
 func (m Matmul) Check() error {
 	var bad []string

@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"atoll/gpu"
 	"atoll/profiles"
@@ -75,13 +76,16 @@ type ProfileBinder struct {
 }
 
 // profileLaunch is one profile kernel's launch. A vendor-library kernel
-// measured on SM partitions has a plain grid: its Plain launches run as
-// one wave over the SMs it was measured to need
+// (profiles.TagBLAS) is launched in Plain form as a vendor function (named
+// gpu.VendorConvPrefix or gpu.VendorMatmulPrefix + its name, so the device
+// charges the host a vendor call's cost), and when measured on SM
+// partitions as one wave over the SMs it was measured to need
 // (profiles.Kernel.PartitionSMs), not in the geometry of atoll's own
 // kernel for the op, which its other forms use.
 type profileLaunch struct {
 	gpu.Launch
-	plain gpu.Dim3
+	plain  gpu.Dim3
+	vendor gpu.Func
 }
 
 // NewProfileBinder loads the module "atoll-profiles" on dev and resolves a
@@ -93,6 +97,17 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 	}
 	b := &ProfileBinder{spec: dev.Info().Spec}
 	funcs := map[string]gpu.Func{}
+	resolve := func(name, model string, i int) (gpu.Func, error) {
+		f, ok := funcs[name]
+		if !ok {
+			var err error
+			if f, err = mod.Function(name); err != nil {
+				return 0, fmt.Errorf("%w: Function(%q) for profile %q kernel %d: %w", ErrDevice, name, model, i, err)
+			}
+			funcs[name] = f
+		}
+		return f, nil
+	}
 	build := func(p *profiles.Profile) ([]profileLaunch, error) {
 		if err := ValidateProfile(p); err != nil {
 			return nil, err
@@ -100,13 +115,18 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 		out := make([]profileLaunch, len(p.Kernels))
 		for i := range p.Kernels {
 			k := &p.Kernels[i]
-			f, ok := funcs[k.Name]
-			if !ok {
-				f, err = mod.Function(k.Name)
-				if err != nil {
-					return nil, fmt.Errorf("%w: Function(%q) for profile %q kernel %d: %w", ErrDevice, k.Name, p.Model, i, err)
+			f, err := resolve(k.Name, p.Model, i)
+			if err != nil {
+				return nil, err
+			}
+			if k.HasTag(profiles.TagBLAS) {
+				prefix := gpu.VendorMatmulPrefix
+				if strings.HasPrefix(k.Kernel, "conv") {
+					prefix = gpu.VendorConvPrefix
 				}
-				funcs[k.Name] = f
+				if out[i].vendor, err = resolve(prefix+k.Name, p.Model, i); err != nil {
+					return nil, err
+				}
 			}
 			out[i].Launch = gpu.Launch{Name: k.Name, Func: f, Grid: k.GridDim(), Block: k.BlockDim(),
 				SharedMem: k.SharedMem, Registers: k.Registers, Cost: k.Cost()}
@@ -183,6 +203,9 @@ func (b *ProfileBinder) bind(client ClientID, kernel, v int, form gpu.Form) (*gp
 	l.Form = form
 	if form == gpu.Plain && pl.plain.X > 0 {
 		l.Grid = pl.plain
+	}
+	if form == gpu.Plain && pl.vendor != 0 {
+		l.Func = pl.vendor
 	}
 	if form == gpu.Resumable {
 		l.Logical = l.Grid.Count()

@@ -256,3 +256,36 @@ func TestProfileBinderVendorKernelGrid(t *testing.T) {
 		t.Errorf("a kernel needing 32 SMs: %v alone, %v beside another; want the same", alone, together)
 	}
 }
+
+// A vendor-library kernel's Plain launch is a vendor function on the
+// simulator (a product or, for a convolution, a convolution), so that its
+// host cost is a vendor call's; its other forms and atoll's own kernels
+// launch the profile's own function.
+func TestProfileBinderVendorFuncs(t *testing.T) {
+	p := mustProfile(t, "v", "bn dur=10us grid=132 block=256\nfc dur=20us grid=32 block=256 tags=blas\nconv dur=30us grid=64 block=256 tags=blas")
+	p.Kernels[1].Kernel, p.Kernels[2].Kernel = "gemm_bf16", "conv2d_bf16_64x64"
+	dev := newSim(t)
+	pb, err := sched.NewProfileBinder(dev, sched.Workload{BE: []sched.BEWorkload{{Name: "v", Profile: p}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		kernel int
+		form   gpu.Form
+		want   string
+	}{
+		{0, gpu.Plain, "bn"},
+		{1, gpu.Plain, gpu.VendorMatmulPrefix + "fc"},
+		{2, gpu.Plain, gpu.VendorConvPrefix + "conv"},
+		{2, gpu.Resumable, "conv"},
+		{1, gpu.Reset, "fc"},
+	} {
+		l, err := pb.Bind(sched.BindRequest{Client: sched.BEClientID(0), Kernel: c.kernel, Form: c.form})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dev.FuncName(l.Func); got != c.want {
+			t.Errorf("kernel %d %s: function %q, want %q", c.kernel, c.form, got, c.want)
+		}
+	}
+}

@@ -48,17 +48,30 @@ func (p *Policy) Name() string                { return p.name }
 func (p *Policy) Streams() sched.StreamPlan   { return p.plan }
 func (p *Policy) Start(st *sched.State) error { return nil }
 
+// BEWindow bounds each BE client's launches in flight. A CUDA stream's
+// launch queue is finite — on an H200 a launch call blocked once 384–512
+// launches, each with its event record, were queued on one stream
+// (gpu/cuda TestGPULaunchQueueDepth, results/hostcost-h200) — and a
+// framework in a process of its own simply blocks in its next launch.
+// Here one host thread launches for every client, so a BE launch that
+// blocks would hold back HP's arrivals too (the GPU matrix measured it:
+// the host delay cause at 264 µs mean per HP request). The baselines hold
+// BE's launch instead, as its own blocked thread would, with the queue
+// still far deeper than the GPU drains between two completions.
+const BEWindow = 128
+
 // Schedule launches every HP kernel of every arrived request at once, and
 // (unless dedicated) every remaining kernel of each BE client's current
-// iteration in Plain form; the next iteration starts when the last kernel
-// of this one completes (a closed loop that synchronises per iteration).
+// iteration in Plain form, up to BEWindow in flight per client; the next
+// iteration starts when the last kernel of this one completes (a closed
+// loop that synchronises per iteration).
 func (p *Policy) Schedule(st *sched.State, _ time.Duration) {
 	LaunchAllHP(st)
 	if !p.be {
 		return
 	}
 	for _, b := range st.BE() {
-		for {
+		for b.InFlight() < BEWindow {
 			if _, ok := st.LaunchBE(b, gpu.Plain); !ok {
 				break
 			}

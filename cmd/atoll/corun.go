@@ -81,7 +81,8 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	corun := coRunFlag{sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM} // what the model was fitted to
 	fs.Var(&corun, "sim-corun", "--backend sim: the simulator's co-run interference: measured (fitted to this measurement on an H100, docs/simulator.md), off, or DEVICE,SM")
 	notice := fs.Duration("sim-notice", defaultSimNotice, "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
-	hostCost := fs.Duration("sim-launch-cost", defaultSimLaunchCost, "--backend sim: "+strings.TrimPrefix(simLaunchCostHelp, "simulator: ")+" (with --be-depth it bounds how fast the host refills BE, as on the GPU)")
+	hostCost := defaultSimLaunchCost
+	fs.Var(&hostCost, "sim-launch-cost", "--backend sim: "+strings.TrimPrefix(simLaunchCostHelp, "simulator: ")+" (with --be-depth it bounds how fast the host refills BE, as on the GPU)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -101,9 +102,6 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	}
 	if *notice < 0 {
 		return fmt.Errorf("--sim-notice %v: must be 0 or more", *notice)
-	}
-	if *hostCost < 0 {
-		return fmt.Errorf("--sim-launch-cost %v: must be 0 or more", *hostCost)
 	}
 	var kernelList []int
 	if *which != "" {
@@ -163,7 +161,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	}
 	coDev, coSM := corun.values()
 	// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
-	return runOn(*backend, sim.Config{NoticeLatency: *notice, HostLaunchCost: *hostCost, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}, *simGPU, *ordinal,
+	return runOn(*backend, sim.Config{NoticeLatency: *notice, HostLaunchCost: hostCost.kernel, HostMatmulCost: hostCost.matmul, HostConvCost: hostCost.conv, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}, *simGPU, *ordinal,
 		"--backend sim runs the same measurement on the simulator (its prediction)", measure)
 }
 

@@ -57,7 +57,8 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	hostCost := fs.Duration("sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
+	hostCost := defaultSimLaunchCost
+	fs.Var(&hostCost, "sim-launch-cost", simLaunchCostHelp)
 	notice := fs.Duration("sim-notice", defaultSimNotice, simNoticeHelp)
 	var corun coRunFlag
 	fs.Var(&corun, "sim-corun", simCoRunHelp)
@@ -101,7 +102,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: *hostCost, notice: *notice, corun: corun, order: *order, graphs: *graphs}
+			duration: time.Second, warmup: 0, hostCost: hostCost, notice: *notice, corun: corun, order: *order, graphs: *graphs}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

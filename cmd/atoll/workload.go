@@ -35,7 +35,7 @@ type workloadFlags struct {
 	warmup   time.Duration
 	backend  string
 	quiet    bool
-	hostCost time.Duration
+	hostCost launchCosts
 	notice   time.Duration
 	corun    coRunFlag
 	order    string
@@ -59,7 +59,8 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.warmup, "warmup", 500*time.Millisecond, "span before the measured one whose requests are discarded")
 	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU, any profiles) or cuda (the real GPU, measured profiles of it; models the kernel library can run)")
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
-	fs.DurationVar(&w.hostCost, "sim-launch-cost", defaultSimLaunchCost, simLaunchCostHelp)
+	w.hostCost = defaultSimLaunchCost
+	fs.Var(&w.hostCost, "sim-launch-cost", simLaunchCostHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
 	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
@@ -74,9 +75,44 @@ const hpStreamsHelp = "serve HP with this many clients of the model, each its ow
 
 const hpGraphsHelp = "submit each HP request launched whole (kernels all at once, none padded) as one recorded graph: one host call per request instead of one per kernel (a CUDA graph on the GPU); false launches kernel by kernel"
 
-// defaultSimLaunchCost is the simulator's host time per launch
-// (sim.MeasuredHostLaunchCost).
-const defaultSimLaunchCost = sim.MeasuredHostLaunchCost
+// launchCosts is the simulator's host time per launch of an own kernel,
+// a vendor product and a convolution (--sim-launch-cost: one duration for
+// all three, or three).
+type launchCosts struct{ kernel, matmul, conv time.Duration }
+
+// defaultSimLaunchCost is the measured figures (sim.MeasuredHostLaunchCost
+// and its kin).
+var defaultSimLaunchCost = launchCosts{sim.MeasuredHostLaunchCost, sim.MeasuredHostMatmulCost, sim.MeasuredHostConvCost}
+
+func (c *launchCosts) String() string {
+	if c.kernel == c.matmul && c.matmul == c.conv {
+		return c.kernel.String()
+	}
+	return fmt.Sprintf("%v,%v,%v", c.kernel, c.matmul, c.conv)
+}
+
+func (c *launchCosts) Set(s string) error {
+	parts := strings.Split(s, ",")
+	if len(parts) != 1 && len(parts) != 3 {
+		return fmt.Errorf("%q: want one duration (every launch) or three, KERNEL,MATMUL,CONV (e.g. 8us,11us,17us)", s)
+	}
+	var ds [3]time.Duration
+	for i, p := range parts {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil {
+			return fmt.Errorf("%q: %w", p, err)
+		}
+		if d < 0 {
+			return fmt.Errorf("%q: a host time must be 0 or more", p)
+		}
+		ds[i] = d
+	}
+	if len(parts) == 1 {
+		ds[1], ds[2] = ds[0], ds[0]
+	}
+	*c = launchCosts{ds[0], ds[1], ds[2]}
+	return nil
+}
 
 // defaultSimNotice is the simulator's time from a completion to the host
 // seeing it (sim.Config.NoticeLatency, sim.MeasuredNoticeLatency;
@@ -127,7 +163,7 @@ const simNoticeHelp = "simulator: time from a kernel's completion until the host
 
 const launchOrderHelp = "how each scheduler round sends its launches: hp-first (its HP launches before its BE launches, which also stop for an HP arrival that comes due meanwhile) or decision (in the order decided, as builds before hp-first did; to measure the difference or re-run their series)"
 
-const simLaunchCostHelp = "simulator: host time each launch takes (the GPU runs meanwhile; models one host thread launching for every client — the GPU reports' hostUsPerLaunch is the measured figure, docs/fidelity.md; 0 turns it off)"
+const simLaunchCostHelp = "simulator: host time each launch takes, one duration for every launch or KERNEL,MATMUL,CONV for an own kernel, a cuBLASLt product and a convolution (the GPU runs meanwhile; models one host thread launching for every client; the defaults are measured, docs/simulator.md, and the GPU reports' hostUsPerLaunch is the figure of a run; 0 turns it off)"
 
 // config resolves the flags into a bench configuration.
 func (w *workloadFlags) config() (*bench.Config, error) {
@@ -171,13 +207,14 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	coDev, coSM := w.corun.values()
 	switch w.backend {
 	case "sim":
-		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: w.seed, HostLaunchCost: w.hostCost, NoticeLatency: w.notice,
+		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: w.seed, HostLaunchCost: w.hostCost.kernel,
+			HostMatmulCost: w.hostCost.matmul, HostConvCost: w.hostCost.conv, NoticeLatency: w.notice,
 			CoRunDevice: coDev, CoRunSM: coSM})
 	case "cuda":
 		if w.corun != (coRunFlag{}) {
 			return nil, fmt.Errorf("--sim-corun is a simulator parameter; on --backend cuda kernels slow each other as they do (atoll corun measures it)")
 		}
-		if w.hostCost != 0 && w.hostCost != defaultSimLaunchCost { // set to something else on purpose
+		if w.hostCost != (launchCosts{}) && w.hostCost != defaultSimLaunchCost { // set to something else on purpose
 			return nil, fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
 		}
 		if w.notice != 0 && w.notice != defaultSimNotice {

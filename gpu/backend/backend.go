@@ -16,13 +16,13 @@ var Names = []string{"sim", "cuda"}
 type Config struct {
 	// Backend is "sim" or "cuda".
 	Backend string
-	// Spec, Seed, HostLaunchCost, NoticeLatency, CoRunDevice and CoRunSM
+	// Spec, Seed, the host costs, NoticeLatency, CoRunDevice and CoRunSM
 	// configure the simulator (sim.Config).
-	Spec                 gpu.Spec
-	Seed                 uint64
-	HostLaunchCost       time.Duration
-	NoticeLatency        time.Duration
-	CoRunDevice, CoRunSM float64
+	Spec                                         gpu.Spec
+	Seed                                         uint64
+	HostLaunchCost, HostMatmulCost, HostConvCost time.Duration
+	NoticeLatency                                time.Duration
+	CoRunDevice, CoRunSM                         float64
 	// Ordinal is the CUDA device number.
 	Ordinal int
 }
@@ -32,7 +32,7 @@ type Config struct {
 func Open(c Config) (gpu.Device, error) {
 	switch c.Backend {
 	case "sim":
-		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost, NoticeLatency: c.NoticeLatency, CoRunDevice: c.CoRunDevice, CoRunSM: c.CoRunSM})
+		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost, HostMatmulCost: c.HostMatmulCost, HostConvCost: c.HostConvCost, NoticeLatency: c.NoticeLatency, CoRunDevice: c.CoRunDevice, CoRunSM: c.CoRunSM})
 	case "cuda":
 		return cuda.Open(c.Ordinal)
 	}

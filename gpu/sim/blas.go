@@ -12,12 +12,12 @@ var _ gpu.BLAS = (*Device)(nil)
 // Matmul implements gpu.BLAS when Config.BLAS is set: the same m gives the
 // same Func, named after m, timed by its launches' Cost.
 func (d *Device) Matmul(m gpu.Matmul) (gpu.Func, error) {
-	return d.blasFunc(m.Check, "cublasLt "+m.String())
+	return d.blasFunc(m.Check, gpu.VendorMatmulPrefix+m.String())
 }
 
 // Conv implements gpu.BLAS when Config.BLAS is set, as Matmul does.
 func (d *Device) Conv(c gpu.Conv) (gpu.Func, error) {
-	return d.blasFunc(c.Check, "cublasLt conv "+c.String())
+	return d.blasFunc(c.Check, gpu.VendorConvPrefix+c.String())
 }
 
 // blasFunc is the Func named name for a vendor call that check accepts.

@@ -27,6 +27,12 @@ type Config struct {
 	// launch. Zero (the default) means launches cost no host time; the GPU
 	// path measures the real figure (bench reports' hostUsPerLaunch).
 	HostLaunchCost time.Duration
+	// HostMatmulCost and HostConvCost are the host time of a launch of a
+	// vendor product (Matmul) and of a convolution (Conv), in place of
+	// HostLaunchCost: a cuBLASLt call costs the host more than a kernel
+	// launch, and a convolution is several calls (its gathers, products
+	// and scatters). Zero means HostLaunchCost.
+	HostMatmulCost, HostConvCost time.Duration
 	// HostGraphEventCost is the host time LaunchGraph adds, beyond one
 	// HostLaunchCost, per event its graph records: an H100 took 153 µs to
 	// launch a graph of 57 kernels with an event after each and 6.5 µs
@@ -135,13 +141,19 @@ func (o SamePriority) String() string {
 
 // The host's figures bench, demo and matrix simulate with (their
 // --sim-launch-cost and --sim-notice defaults; Config's zero values leave
-// both out): host time per launch, the GPU matrix's median of 8.9 µs
-// (hostUsPerLaunch over its 56 runs); time from a completion to the host
-// seeing it, the median turnaround of a BE kernel launched on seeing its
-// predecessor complete on an H100 (30.9 µs, tools/gpu/launchpath.sh)
-// less the 4 µs launch latency.
+// both out): host time per launch of an own kernel, the GPU matrix's
+// median of 8.9 µs (hostUsPerLaunch over its 56 H100 runs); of a batch-1
+// cuBLASLt product and of a batch-1 convolution, what an H200's host took
+// to launch one and record an event after it (9.9 and 15.8–16.3 µs,
+// gpu/cuda BenchmarkGPUHostLaunch, results/hostcost-h200) plus the
+// scheduler's binding (about 1 µs; the same host launched its own kernel
+// in 6.2 µs); time from a completion to the host seeing it, the median
+// turnaround of a BE kernel launched on seeing its predecessor complete on
+// an H100 (30.9 µs, tools/gpu/launchpath.sh) less the 4 µs launch latency.
 const (
 	MeasuredHostLaunchCost = 8 * time.Microsecond
+	MeasuredHostMatmulCost = 11 * time.Microsecond
+	MeasuredHostConvCost   = 17 * time.Microsecond
 	MeasuredNoticeLatency  = 27 * time.Microsecond
 )
 
@@ -200,7 +212,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"NoticeLatency", c.NoticeLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"NoticeLatency", c.NoticeLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}
@@ -239,6 +251,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HostGraphEventCost == 0 {
 		c.HostGraphEventCost = c.HostLaunchCost / 4
+	}
+	if c.HostMatmulCost == 0 {
+		c.HostMatmulCost = c.HostLaunchCost
+	}
+	if c.HostConvCost == 0 {
+		c.HostConvCost = c.HostLaunchCost
 	}
 	if c.Memory == 0 {
 		c.Memory = DefaultMemory

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"atoll/gpu"
@@ -52,6 +53,7 @@ type Device struct {
 	events   []eventSlot // handle-1
 	freeEv   []int       // indexes of destroyed events, reused first
 	funcs    []string    // handle-1
+	fkind    []fnKind    // handle-1: what a launch of it costs the host
 	graphs   []simGraph  // handle-1
 	fnByName map[string]gpu.Func
 
@@ -293,9 +295,40 @@ func (m *module) Function(name string) (gpu.Func, error) {
 		return f, nil
 	}
 	d.funcs = append(d.funcs, name)
+	k := fnKernel
+	switch {
+	case strings.HasPrefix(name, gpu.VendorConvPrefix):
+		k = fnConv
+	case strings.HasPrefix(name, gpu.VendorMatmulPrefix):
+		k = fnMatmul
+	}
+	d.fkind = append(d.fkind, k)
 	f := gpu.Func(len(d.funcs))
 	d.fnByName[name] = f
 	return f, nil
+}
+
+// fnKind is what a function is on the host's side of a launch.
+type fnKind uint8
+
+const (
+	fnKernel fnKind = iota // a kernel of a module
+	fnMatmul               // a vendor product (named gpu.VendorMatmulPrefix...)
+	fnConv                 // a convolution (gpu.VendorConvPrefix...): several vendor calls
+)
+
+// hostCost is the host time a launch of f takes (Config.HostLaunchCost,
+// HostMatmulCost, HostConvCost).
+func (d *Device) hostCost(f gpu.Func) time.Duration {
+	if f > 0 && int(f) <= len(d.fkind) {
+		switch d.fkind[f-1] {
+		case fnMatmul:
+			return d.cfg.HostMatmulCost
+		case fnConv:
+			return d.cfg.HostConvCost
+		}
+	}
+	return d.cfg.HostLaunchCost
 }
 
 // FuncName is the name a Func was resolved from ("" if f is unknown).

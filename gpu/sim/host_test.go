@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"atoll/gpu"
 )
 
 // TestWaitSeesWhatHappenedDuringHostTime: an event that completes while
@@ -128,6 +130,44 @@ func TestNoticeLatencyTurnaround(t *testing.T) {
 		lat := d.cfg.LaunchLatency
 		if want := n*(lat+body) + (n-1)*notice; end != want {
 			t.Errorf("notice %v: last kernel ended at %v; want %v (%d × (launch latency %v + %v) + %d notices)", notice, end, want, n, lat, body, n-1)
+		}
+	}
+}
+
+// TestHostCostByKind: a launch takes the host HostLaunchCost for a
+// kernel, HostMatmulCost for a vendor product and HostConvCost for a
+// convolution; the two vendor costs default to HostLaunchCost.
+func TestHostCostByKind(t *testing.T) {
+	mm := gpu.Matmul{M: 1, N: 64, K: 64, In: gpu.BF16, Out: gpu.BF16}
+	cv := gpu.Conv{N: 1, H: 8, W: 8, C: 8, OutC: 8, R: 3, S: 3, Stride: 1, Pad: 1, In: gpu.BF16}
+	for _, c := range []struct {
+		cfg                  Config
+		kernel, matmul, conv time.Duration
+	}{
+		{Config{HostLaunchCost: 8 * us, HostMatmulCost: 11 * us, HostConvCost: 17 * us, BLAS: true}, 8 * us, 11 * us, 17 * us},
+		{Config{HostLaunchCost: 5 * us, BLAS: true}, 5 * us, 5 * us, 5 * us},
+	} {
+		r := newRig(t, c.cfg)
+		d, s := r.d, r.stream(0)
+		fm, err := d.Matmul(mm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc, err := d.Conv(cv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []struct {
+			f    gpu.Func
+			want time.Duration
+		}{{0, c.kernel}, {fm, c.matmul}, {fc, c.conv}, {0, c.kernel}} {
+			l := plain("k", 1, 32, us)
+			l.Func = k.f
+			before := d.Now()
+			r.launch(s, l)
+			if got := d.Now() - before; got != k.want {
+				t.Errorf("%+v: launch of %q took the host %v, want %v", c.cfg, d.FuncName(max(k.f, r.f)), got, k.want)
+			}
 		}
 	}
 }

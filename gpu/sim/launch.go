@@ -234,7 +234,7 @@ func (d *Device) launch(st *stream, l *gpu.Launch, hostCost bool) error {
 	}
 	d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
 	if hostCost {
-		d.hostBusy(float64(d.cfg.HostLaunchCost))
+		d.hostBusy(float64(d.hostCost(l.Func)))
 	}
 	if name := d.FuncName(l.Func); strings.HasPrefix(name, FaultPrefix) {
 		// Accepted, as CUDA accepts the launch; the error shows from the
