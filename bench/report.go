@@ -444,6 +444,13 @@ type HostSplit struct {
 	RecordUs float64 `json:"recordUs"`
 	PollUs   float64 `json:"pollUs"`
 	Queries  float64 `json:"queries"`
+	// DecideUs is the rest of the driver's time in its rounds per launch:
+	// the core's and the policy's decisions, attribution, bookkeeping
+	// (sched.HostTime.Round less the launches' and polls' parts).
+	DecideUs float64 `json:"decideUs"`
+	// BusyShare is the share of the run's wall time the driver's thread
+	// spent in its rounds rather than waiting for the device.
+	BusyShare float64 `json:"busyShare"`
 	// GraphBuildMs is the run's time spent recording HP graphs, in ms
 	// (not per launch), before the run starts.
 	GraphBuildMs float64 `json:"graphBuildMs,omitempty"`

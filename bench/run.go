@@ -408,7 +408,11 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		r.HostUsPerLaunch = us(tr.LaunchHost)
 		h := tr.Host
 		r.HostPerLaunch = &HostSplit{BindUs: us(h.Bind), LaunchUs: us(h.Launch), RecordUs: us(h.Record), PollUs: us(h.Poll),
-			Queries: round3(float64(h.Queries) / n), GraphBuildMs: round3(h.GraphBuild.Seconds() * 1e3)}
+			Queries: round3(float64(h.Queries) / n), GraphBuildMs: round3(h.GraphBuild.Seconds() * 1e3),
+			DecideUs: us(max(h.Round-h.Bind-h.Launch-h.Record-h.Poll, 0))}
+		if h.Wall > 0 {
+			r.HostPerLaunch.BusyShare = round3(float64(h.Round) / float64(h.Wall))
+		}
 	}
 	r.Finish()
 	return r

@@ -81,3 +81,23 @@ func TestAttributionHPQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestRunHostTime: the driver's rounds hold its launches and polls, and
+// the run's wall time holds its rounds (the host split the reports give
+// per launch: decideUs is Round less the launches' and polls' parts).
+func TestRunHostTime(t *testing.T) {
+	p, err := policies.ByName("atoll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := smallWorkload(t, 700*time.Microsecond, 20*time.Millisecond)
+	tr, err := sched.Run(context.Background(), newSim(t), w, sched.Options{Policy: p, Duration: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := tr.Host
+	parts := h.Bind + h.Launch + h.Record + h.Poll
+	if h.Wall <= 0 || h.Round <= 0 || h.Round > h.Wall || parts > h.Round || tr.Launches == 0 {
+		t.Errorf("host time: wall %v, rounds %v, launches and polls %v (%d launches): want 0 < launches and polls <= rounds <= wall", h.Wall, h.Round, parts, tr.Launches)
+	}
+}

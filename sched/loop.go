@@ -151,7 +151,9 @@ func (l *loop) serve(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return l.stopped(ctx)
 		}
+		t0 := time.Now()
 		end, err := l.round(ctx, false)
+		l.d.trace.Host.Round += time.Since(t0)
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				return l.stopped(ctx)

@@ -170,6 +170,12 @@ type HostTime struct {
 	// GraphBuild is the time spent recording HP graphs before the run
 	// (Options.NoHPGraphs).
 	GraphBuild time.Duration
+	// Round is the time in the loop's rounds: everything the driver's
+	// thread does between its waits for the device — the polls and
+	// launches above, and the core's and the policy's decisions. The rest
+	// of the run's wall time (Wall, the loop's from its start to its end)
+	// it waited (on a GPU, spinning on the events).
+	Round, Wall time.Duration
 }
 
 // Window is the measured interval, Duration − Warmup.
@@ -265,9 +271,11 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	if watched {
 		stalls.TakeHostStalls() // those of earlier runs
 	}
+	t0 := time.Now()
 	if err := l.serve(ctx); err != nil {
 		return nil, err
 	}
+	d.trace.Host.Wall = time.Since(t0)
 	if counts {
 		d.trace.StaleGraphEvents = stale.StaleGraphEvents() - before
 	}

@@ -245,3 +245,77 @@ func TestGPULaunchQueueDepth(t *testing.T) {
 		t.Logf("a launch blocked between %d and %d queued", blocked, blocked+step)
 	}
 }
+
+// TestGPUQueryAcrossContexts measures what polling an event of a green
+// context costs with the context made current first (as query does) and
+// with the primary context left current, and checks that the driver
+// answers the second correctly: cuEventQuery and cuEventElapsedTime on a
+// completed event of another context.
+//
+//	bin/cuda.test -test.run GPUQueryAcrossContexts -test.v
+func TestGPUQueryAcrossContexts(t *testing.T) {
+	d, k := openGPU(t)
+	part, err := d.NewPartition(64)
+	if err != nil {
+		t.Skipf("no partition: %v", err)
+	}
+	s0, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	s1, err := d.NewStream(gpu.StreamOptions{Context: part})
+	must(t, err)
+	e0, err := d.NewEvent()
+	must(t, err)
+	e1, err := d.NewEvent()
+	must(t, err)
+	l := &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
+	must(t, d.Launch(s0, l))
+	must(t, d.Record(e0, s0))
+	must(t, d.Launch(s1, l))
+	must(t, d.Record(e1, s1))
+	must(t, d.Synchronize())
+	ev0, ev1 := &d.events[e0], &d.events[e1]
+	c1 := ev1.ctx
+	if c1 == 0 {
+		t.Fatal("the partition's event was recorded in the primary context")
+	}
+	h0, h1 := ev0.native[0], ev1.native[c1]
+	const n = 20000
+	t0 := time.Now()
+	for range n {
+		must(t, d.use(0))
+		if r := d.fast(d.drv.cuEventQuery, h0); r != resultSuccess {
+			t.Fatalf("cuEventQuery (primary): %d", r)
+		}
+		must(t, d.use(c1))
+		if r := d.fast(d.drv.cuEventQuery, h1); r != resultSuccess {
+			t.Fatalf("cuEventQuery (green, current): %d", r)
+		}
+	}
+	switched := time.Since(t0)
+	must(t, d.use(0))
+	t0 = time.Now()
+	for range n {
+		if r := d.fast(d.drv.cuEventQuery, h0); r != resultSuccess {
+			t.Fatalf("cuEventQuery (primary): %d", r)
+		}
+		if r := d.fast(d.drv.cuEventQuery, h1); r != resultSuccess {
+			t.Fatalf("cuEventQuery of the green context's event with the primary current: %d", r)
+		}
+	}
+	stayed := time.Since(t0)
+	var ms float32
+	if r := d.fast(d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), d.ctxs[c1].base, h1); r != resultSuccess {
+		t.Errorf("cuEventElapsedTime of the green context's events with the primary current: %d", r)
+	}
+	// And the other way round, through the device's own calls.
+	must(t, d.use(c1))
+	ev0.done, ev0.timed, ev0.given = false, false, false
+	if ok, err := d.Query(e0); err != nil || !ok {
+		t.Errorf("Query of a primary-context event with the green context current: %v, %v", ok, err)
+	}
+	if _, err := d.Time(e0); err != nil {
+		t.Errorf("Time of a primary-context event with the green context current: %v", err)
+	}
+	t.Logf("two queries (primary, green): %.2f µs switching contexts, %.2f µs with the primary current (elapsed %.3f ms)",
+		float64(switched.Nanoseconds())/1e3/n, float64(stayed.Nanoseconds())/1e3/n, ms)
+}
