@@ -86,6 +86,17 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 			t.Errorf("--sim-corun %s on the GPU: %v, want the refusal", v, err)
 		}
 	}
+	for flag, set := range map[string]func(*workloadFlags){
+		"--sim-launch-cost": func(w *workloadFlags) { w.hostCost = launchCosts{time.Microsecond, time.Microsecond, time.Microsecond} },
+		"--sim-query-cost":  func(w *workloadFlags) { w.queryCost = time.Microsecond },
+		"--sim-notice":      func(w *workloadFlags) { w.notice = time.Microsecond },
+	} {
+		w = base
+		set(&w)
+		if _, err := w.config(); err == nil || !strings.Contains(err.Error(), flag+" is a simulator parameter") {
+			t.Errorf("%s set on the GPU: %v, want the refusal", flag, err)
+		}
+	}
 	w = base
 	w.gpuName = "H100-SXM"
 	if _, err := w.config(); err == nil || !strings.Contains(err.Error(), "drop --gpu") {

@@ -59,6 +59,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", simLaunchCostHelp)
+	queryCost := fs.Duration("sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
 	notice := fs.Duration("sim-notice", defaultSimNotice, simNoticeHelp)
 	var corun coRunFlag
 	fs.Var(&corun, "sim-corun", simCoRunHelp)
@@ -102,7 +103,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: hostCost, notice: *notice, corun: corun, order: *order, graphs: *graphs}
+			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, notice: *notice, corun: corun, order: *order, graphs: *graphs}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

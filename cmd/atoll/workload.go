@@ -21,27 +21,28 @@ import (
 // workloadFlags are the flags shared by demo and bench: what runs and on
 // which device.
 type workloadFlags struct {
-	gpuName  string
-	hp       string
-	hpBatch  int
-	be       string
-	beBatch  int
-	arrival  string
-	sigma    float64
-	trace    string
-	load     float64
-	seed     uint64
-	duration time.Duration
-	warmup   time.Duration
-	backend  string
-	quiet    bool
-	hostCost launchCosts
-	notice   time.Duration
-	corun    coRunFlag
-	order    string
-	graphs   bool
-	streams  int
-	maxBatch int
+	gpuName   string
+	hp        string
+	hpBatch   int
+	be        string
+	beBatch   int
+	arrival   string
+	sigma     float64
+	trace     string
+	load      float64
+	seed      uint64
+	duration  time.Duration
+	warmup    time.Duration
+	backend   string
+	quiet     bool
+	hostCost  launchCosts
+	queryCost time.Duration
+	notice    time.Duration
+	corun     coRunFlag
+	order     string
+	graphs    bool
+	streams   int
+	maxBatch  int
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
@@ -61,6 +62,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
 	w.hostCost = defaultSimLaunchCost
 	fs.Var(&w.hostCost, "sim-launch-cost", simLaunchCostHelp)
+	fs.DurationVar(&w.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
 	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
@@ -159,6 +161,11 @@ func (f *coRunFlag) Set(v string) error {
 
 const simCoRunHelp = "simulator: co-run interference — off, measured (fitted to atoll corun on an H100) or DEVICE,SM: a block's rate is divided by 1 + DEVICE × (share of the SMs other kernels hold) + SM × (share of its SM's warp slots other kernels hold); off by default: it over-predicts the GPU matrix cells (docs/simulator.md, \"Co-run interference\")"
 
+// defaultSimQueryCost is the measured figure (sim.MeasuredHostQueryCost).
+const defaultSimQueryCost = sim.MeasuredHostQueryCost
+
+const simQueryCostHelp = "simulator: host time each event poll takes, with the decisions a completion brings (the GPU runs meanwhile; the default is measured, docs/simulator.md; the GPU reports' hostPerLaunch pollUs and decideUs are a run's figures; 0 turns it off)"
+
 const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction; measured on the GPU, docs/simulator.md; 0 turns it off)"
 
 const launchOrderHelp = "how each scheduler round sends its launches: hp-first (its HP launches before its BE launches, which also stop for an HP arrival that comes due meanwhile) or decision (in the order decided, as builds before hp-first did; to measure the difference or re-run their series)"
@@ -208,7 +215,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	switch w.backend {
 	case "sim":
 		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: w.seed, HostLaunchCost: w.hostCost.kernel,
-			HostMatmulCost: w.hostCost.matmul, HostConvCost: w.hostCost.conv, NoticeLatency: w.notice,
+			HostMatmulCost: w.hostCost.matmul, HostConvCost: w.hostCost.conv, HostQueryCost: w.queryCost, NoticeLatency: w.notice,
 			CoRunDevice: coDev, CoRunSM: coSM})
 	case "cuda":
 		if w.corun != (coRunFlag{}) {
@@ -216,6 +223,9 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		}
 		if w.hostCost != (launchCosts{}) && w.hostCost != defaultSimLaunchCost { // set to something else on purpose
 			return nil, fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
+		}
+		if w.queryCost != 0 && w.queryCost != defaultSimQueryCost {
+			return nil, fmt.Errorf("--sim-query-cost is a simulator parameter; on --backend cuda polls cost what they cost (reports show hostPerLaunch)")
 		}
 		if w.notice != 0 && w.notice != defaultSimNotice {
 			return nil, fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")

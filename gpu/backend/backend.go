@@ -21,6 +21,7 @@ type Config struct {
 	Spec                                         gpu.Spec
 	Seed                                         uint64
 	HostLaunchCost, HostMatmulCost, HostConvCost time.Duration
+	HostQueryCost                                time.Duration
 	NoticeLatency                                time.Duration
 	CoRunDevice, CoRunSM                         float64
 	// Ordinal is the CUDA device number.
@@ -32,7 +33,7 @@ type Config struct {
 func Open(c Config) (gpu.Device, error) {
 	switch c.Backend {
 	case "sim":
-		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost, HostMatmulCost: c.HostMatmulCost, HostConvCost: c.HostConvCost, NoticeLatency: c.NoticeLatency, CoRunDevice: c.CoRunDevice, CoRunSM: c.CoRunSM})
+		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost, HostMatmulCost: c.HostMatmulCost, HostConvCost: c.HostConvCost, HostQueryCost: c.HostQueryCost, NoticeLatency: c.NoticeLatency, CoRunDevice: c.CoRunDevice, CoRunSM: c.CoRunSM})
 	case "cuda":
 		return cuda.Open(c.Ordinal)
 	}

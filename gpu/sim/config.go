@@ -33,6 +33,13 @@ type Config struct {
 	// launch, and a convolution is several calls (its gathers, products
 	// and scatters). Zero means HostLaunchCost.
 	HostMatmulCost, HostConvCost time.Duration
+	// HostQueryCost is host time each Query call takes, during which the
+	// device runs on: the scheduler's driver polls an event per launch at
+	// the head of each stream, takes a completion's time and decides what
+	// it frees, all on the thread that launches. Zero (the default) means
+	// queries cost no host time; bench, demo and matrix set the measured
+	// figure (--sim-query-cost).
+	HostQueryCost time.Duration
 	// HostGraphEventCost is the host time LaunchGraph adds, beyond one
 	// HostLaunchCost, per event its graph records: an H100 took 153 µs to
 	// launch a graph of 57 kernels with an event after each and 6.5 µs
@@ -155,6 +162,12 @@ const (
 	MeasuredHostMatmulCost = 11 * time.Microsecond
 	MeasuredHostConvCost   = 17 * time.Microsecond
 	MeasuredNoticeLatency  = 27 * time.Microsecond
+	// MeasuredHostQueryCost is the driver thread's time per event query
+	// beyond its launches — its polls and decisions, (pollUs + decideUs)
+	// / queries — the median over the eight runs of
+	// results/host-split-h200 (1.9-3.7 µs: dedicated lowest, confined
+	// highest).
+	MeasuredHostQueryCost = 2500 * time.Nanosecond
 )
 
 // The co-run interference (Config.CoRunDevice, CoRunSM; --sim-corun
@@ -212,7 +225,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"NoticeLatency", c.NoticeLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"NoticeLatency", c.NoticeLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

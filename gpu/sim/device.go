@@ -450,7 +450,9 @@ func (d *Device) Query(e gpu.Event) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return ev.done && ev.seen <= d.now, nil
+	done := ev.done && ev.seen <= d.now
+	d.hostBusy(float64(d.cfg.HostQueryCost))
+	return done, nil
 }
 
 // completeEvent marks ev complete at t; the host sees it NoticeLatency

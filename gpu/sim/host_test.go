@@ -171,3 +171,37 @@ func TestHostCostByKind(t *testing.T) {
 		}
 	}
 }
+
+// TestHostQueryCost: a Query takes the host HostQueryCost (the device runs
+// on meanwhile) and answers for the moment it was called.
+func TestHostQueryCost(t *testing.T) {
+	r := newRig(t, Config{HostQueryCost: 3 * us})
+	d, s := r.d, r.stream(0)
+	ev, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.launch(s, plain("k", 1, 32, 10*us)) // runs from 4 to 14 µs
+	if err := d.Record(ev, s); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		before := d.Now()
+		done, err := d.Query(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Now() - before; got != 3*us {
+			t.Fatalf("query %d took the host %v, want 3µs", i, got)
+		}
+		if done {
+			if before < 14*us {
+				t.Errorf("query at %v saw a kernel that ends at 14µs", before)
+			}
+			break
+		}
+		if i > 10 {
+			t.Fatalf("the event never completed (now %v)", d.Now())
+		}
+	}
+}
