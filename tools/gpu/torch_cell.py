@@ -21,7 +21,7 @@ Random weights (torchvision / transformers configs). HP latency = the
 completion event of the request's graph replay - its scheduled arrival, on
 the GPU clock, aligned to the host clock at the run's start.
 """
-import argparse, base64, json, math, os, sys, threading, time, zlib
+import argparse, base64, gzip, json, math, os, sys, threading, time, zlib
 
 import torch
 
@@ -302,7 +302,10 @@ def main():
     spec = cell["cell"].get("torch")
     if not spec:
         raise SystemExit(f"torch_cell.py: {args.cell_dir}: the cell has no torch entry")
-    arrivals = [float(l) for l in open(os.path.join(args.cell_dir, "arrivals.txt")) if l.strip() and not l.startswith("#")]
+    path = os.path.join(args.cell_dir, "arrivals.txt")
+    # committed cells keep it gzipped (results/README.md)
+    f = open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")
+    arrivals = [float(l) for l in f if l.strip() and not l.startswith("#")]
     warm = cell["warmupSec"] * 1e6
     sys.setswitchinterval(5e-5)
     torch.backends.cudnn.benchmark = True
