@@ -103,7 +103,7 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 			ew.printf("| %s | %s | %s |\n", r.Policy, strings.Join(cols, " | "), strings.Join(top, ", "))
 		}
 		if sp := busySplitLine(mc.Reports); sp != "" {
-			ew.printf("\nBE's work beside busy HP / in HP's idle time, of its alone rate (HP busy share of the run; of that, the share with BE's stream empty on the GPU's clock): %s.\n", sp)
+			ew.printf("\nBE's work beside busy HP / in HP's idle time, of its alone rate (HP busy share of the run; of that, the share with BE's stream empty on the GPU's clock, and the lengths of the empty spans that began beside busy HP): %s.\n", sp)
 		}
 		ew.printf("\n")
 	}
@@ -122,6 +122,9 @@ func busySplitLine(rs []*Report) string {
 		p := fmt.Sprintf("%s %.2f / %.2f (%.0f %%", r.Policy, *r.BEBesideBusyHP, *r.BEWhileHPIdle, 100**r.HPBusyShare)
 		if r.BEDryShare != nil {
 			p += fmt.Sprintf(", BE's stream empty %.0f %% of it", 100**r.BEDryShare)
+		}
+		if g := r.BEDryGaps; g != nil && g.Count > 0 {
+			p += fmt.Sprintf(" in %d gaps, p50 %.0f / p99 %.0f µs", g.Count, g.P50, g.P99)
 		}
 		parts = append(parts, p+")")
 	}

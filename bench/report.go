@@ -87,6 +87,12 @@ type Report struct {
 	// HP held back by the policy or not refilled in time by the host,
 	// rather than queued and running slowly.
 	BEDryShare *float64 `json:"beDryShareHpBusy,omitempty"`
+	// BEDryGaps summarizes the empty spans of BE's stream that began
+	// while HP was busy (sched.Trace.BEDryGaps), in µs: with a policy that
+	// keeps BE running beside HP, the host's time from a BE completion to
+	// its next BE launch — a few long gaps (the thread away) or many short
+	// ones (each refill late).
+	BEDryGaps *Latency `json:"beDryGapsHpBusy,omitempty"`
 
 	// BEItersPerSec and BEAloneItersPerSec count whole BE iterations
 	// (training steps, batches) finished per second, shared and alone.

@@ -355,6 +355,10 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 			dry := min(1, float64(tr.BEDryHPBusy())/float64(tr.HPBusy))
 			r.BEDryShare = &dry
 		}
+		if gaps := tr.BEDryGaps(); len(gaps) > 0 {
+			g := Summarize(gaps)
+			r.BEDryGaps = &g
+		}
 	}
 	if c.Samples {
 		// Kept in arrival order: latencies of neighbouring requests are

@@ -63,9 +63,10 @@ func TestBusySplitLine(t *testing.T) {
 		{Policy: "dedicated-1", HPBusyShare: f(0.5), BEBesideBusyHP: f(0), BEWhileHPIdle: f(0)},
 		{Policy: "orion", BEWorkPerSec: 0.3, HPBusyShare: f(0.514), BEBesideBusyHP: f(0.05), BEWhileHPIdle: f(0.474)},
 		{Policy: "old", BEWorkPerSec: 0.4},
-		{Policy: "atoll", BEWorkPerSec: 0.4, HPBusyShare: f(0.54), BEBesideBusyHP: f(0.154), BEWhileHPIdle: f(0.627), BEDryShare: f(0.081)},
+		{Policy: "atoll", BEWorkPerSec: 0.4, HPBusyShare: f(0.54), BEBesideBusyHP: f(0.154), BEWhileHPIdle: f(0.627), BEDryShare: f(0.081),
+			BEDryGaps: &Latency{Count: 812, P50: 31.4, P99: 1204.6}},
 	}
-	if got, want := busySplitLine(rs), "orion 0.05 / 0.47 (51 %); atoll 0.15 / 0.63 (54 %, BE's stream empty 8 % of it)"; got != want {
+	if got, want := busySplitLine(rs), "orion 0.05 / 0.47 (51 %); atoll 0.15 / 0.63 (54 %, BE's stream empty 8 % of it in 812 gaps, p50 31 / p99 1205 µs)"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 	if got := busySplitLine(rs[:1]); got != "" {

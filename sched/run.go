@@ -215,6 +215,40 @@ func (t *Trace) BEDryHPBusy() time.Duration {
 	return sum
 }
 
+// BEDryGaps are the lengths of BE's empty spans (Trace.BEEmpty, every
+// client's) that began in the measured window while HP was busy: from a BE
+// launch's completion beside busy HP to the next launch on that client's
+// stream. Where the policy keeps BE running beside HP they are the host's
+// turnaround per refill; a policy that holds BE back makes them as long as
+// it holds it.
+func (t *Trace) BEDryGaps() []time.Duration {
+	lo, hi := t.Start+t.Warmup, t.Start+t.Duration
+	var busy []Span
+	for _, q := range t.Requests {
+		if n := len(busy); n > 0 && q.Arrival <= busy[n-1].To {
+			busy[n-1].To = max(busy[n-1].To, q.End)
+			continue
+		}
+		busy = append(busy, Span{q.Arrival, q.End})
+	}
+	var gaps []time.Duration
+	for _, e := range t.BEEmpty {
+		j := 0
+		for _, s := range e {
+			if s.From < lo || s.From >= hi {
+				continue
+			}
+			for j < len(busy) && busy[j].To <= s.From {
+				j++
+			}
+			if j < len(busy) && busy[j].From <= s.From {
+				gaps = append(gaps, s.To-s.From)
+			}
+		}
+	}
+	return gaps
+}
+
 // clip cuts sorted, disjoint spans to [lo, hi).
 func clip(s []Span, lo, hi time.Duration) []Span {
 	var out []Span

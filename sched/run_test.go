@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,31 @@ func TestTraceBEDryHPBusy(t *testing.T) {
 	tr.BEEmpty = nil
 	if got := tr.BEDryHPBusy(); got != 0 {
 		t.Errorf("no BE clients: %v, want 0", got)
+	}
+}
+
+// BEDryGaps by hand: the empty spans that begin in the window while HP is
+// busy, whole, every client's.
+func TestTraceBEDryGaps(t *testing.T) {
+	us := func(v int) time.Duration { return time.Duration(v) * time.Microsecond }
+	req := func(a, e int) sched.RequestRecord { return sched.RequestRecord{Arrival: us(a), End: us(e)} }
+	sp := func(f, to int) sched.Span { return sched.Span{From: us(f), To: us(to)} }
+	tr := sched.Trace{Start: us(1000), Warmup: us(10), Duration: us(100),
+		Requests: []sched.RequestRecord{req(1005, 1020), req(1015, 1030), req(1050, 1060)}}
+	// HP busy [1005, 1030) and [1050, 1060); the window [1010, 1100).
+	tr.BEEmpty = [][]sched.Span{
+		{sp(1006, 1012), sp(1012, 1014), sp(1025, 1055), sp(1040, 1045), sp(1058, 1200)},
+		{sp(1020, 1021), sp(1100, 1110)},
+	}
+	// 1006: before the window; 1012, 1025, 1058 and 1020 in HP busy time;
+	// 1040: HP idle; 1100: past the window.
+	got := tr.BEDryGaps()
+	want := []time.Duration{us(2), us(30), us(142), us(1)}
+	if !slices.Equal(got, want) {
+		t.Errorf("gaps %v, want %v", got, want)
+	}
+	tr.BEEmpty = nil
+	if g := tr.BEDryGaps(); len(g) != 0 {
+		t.Errorf("no BE clients: %v", g)
 	}
 }
