@@ -194,17 +194,7 @@ func (t *Trace) BEDryHPBusy() time.Duration {
 		return 0
 	}
 	lo, hi := t.Start+t.Warmup, t.Start+t.Duration
-	// HP busy: the union of the requests' [arrival, end].
-	var busy []Span
-	for _, q := range t.Requests {
-		a, e := q.Arrival, q.End
-		if n := len(busy); n > 0 && a <= busy[n-1].To {
-			busy[n-1].To = max(busy[n-1].To, e)
-			continue
-		}
-		busy = append(busy, Span{a, e})
-	}
-	dry := clip(busy, lo, hi)
+	dry := clip(t.hpBusySpans(), lo, hi)
 	for _, e := range t.BEEmpty {
 		dry = intersect(dry, e)
 	}
@@ -223,14 +213,7 @@ func (t *Trace) BEDryHPBusy() time.Duration {
 // it holds it.
 func (t *Trace) BEDryGaps() []time.Duration {
 	lo, hi := t.Start+t.Warmup, t.Start+t.Duration
-	var busy []Span
-	for _, q := range t.Requests {
-		if n := len(busy); n > 0 && q.Arrival <= busy[n-1].To {
-			busy[n-1].To = max(busy[n-1].To, q.End)
-			continue
-		}
-		busy = append(busy, Span{q.Arrival, q.End})
-	}
+	busy := t.hpBusySpans()
 	var gaps []time.Duration
 	for _, e := range t.BEEmpty {
 		j := 0
@@ -247,6 +230,26 @@ func (t *Trace) BEDryGaps() []time.Duration {
 		}
 	}
 	return gaps
+}
+
+// hpBusySpans is HP's busy time: the union of the requests' [arrival,
+// end], sorted and disjoint. Requests are recorded as they complete, which
+// with several HP clients is not their arrival order.
+func (t *Trace) hpBusySpans() []Span {
+	reqs := make([]Span, len(t.Requests))
+	for i, q := range t.Requests {
+		reqs[i] = Span{q.Arrival, q.End}
+	}
+	slices.SortFunc(reqs, func(a, b Span) int { return cmp.Compare(a.From, b.From) })
+	var busy []Span
+	for _, r := range reqs {
+		if n := len(busy); n > 0 && r.From <= busy[n-1].To {
+			busy[n-1].To = max(busy[n-1].To, r.To)
+			continue
+		}
+		busy = append(busy, r)
+	}
+	return busy
 }
 
 // clip cuts sorted, disjoint spans to [lo, hi).

@@ -297,6 +297,12 @@ func TestTraceBEDryGaps(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("gaps %v, want %v", got, want)
 	}
+	// Requests are recorded as they complete: with several HP clients
+	// not in arrival order. The same busy time, the same gaps.
+	tr.Requests = []sched.RequestRecord{req(1050, 1060), req(1015, 1030), req(1005, 1020)}
+	if got := tr.BEDryGaps(); !slices.Equal(got, want) {
+		t.Errorf("requests out of arrival order: gaps %v, want %v", got, want)
+	}
 	tr.BEEmpty = nil
 	if g := tr.BEDryGaps(); len(g) != 0 {
 		t.Errorf("no BE clients: %v", g)
