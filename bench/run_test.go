@@ -228,9 +228,12 @@ func BenchmarkDemoWorkload10s(b *testing.B) {
 			b.Run(fmt.Sprintf("load%g/%s", load, policy), func(b *testing.B) {
 				c := demoConfig(b, 10*time.Second)
 				c.Warmup = 0
-				// The demo's simulator: the host's measured launch cost and notice.
+				// The demo's simulator: the host's measured launch costs, poll
+				// cost and notice.
 				c.NewDevice = func() (gpu.Device, error) {
-					return sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, HostLaunchCost: sim.MeasuredHostLaunchCost, NoticeLatency: sim.MeasuredNoticeLatency})
+					return sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, HostLaunchCost: sim.MeasuredHostLaunchCost,
+						HostMatmulCost: sim.MeasuredHostMatmulCost, HostConvCost: sim.MeasuredHostConvCost,
+						HostQueryCost: sim.MeasuredHostQueryCost, NoticeLatency: sim.MeasuredNoticeLatency})
 				}
 				base := &Baseline{Rate: load / c.HP.Total().Seconds()}
 				var err error
