@@ -122,9 +122,10 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 				r.HP.P50/1e3, o.HP.P50/1e3, e50*100, r.HP.P99/1e3, o.HP.P99/1e3, e*100, mark(ok), pct(r.P99Overhead), ciPct(r.P99OverheadCI), pct(o.P99Overhead),
 				num(r.BENormalized, "%.2f"), num(o.BENormalized, "%.2f"), signedPct(be))
 			if r.HPBusyShare != nil && o.HPBusyShare != nil && r.BEWorkPerSec > 0 {
-				busyRows = append(busyRows, fmt.Sprintf("| %s | %s | %.0f %% / %.0f %% | %s / %s | %s / %s | %s / %s |", g.Result.Cell.Name, r.Policy,
+				busyRows = append(busyRows, fmt.Sprintf("| %s | %s | %.0f %% / %.0f %% | %s / %s | %s / %s | %s / %s | %s / %s |", g.Result.Cell.Name, r.Policy,
 					100**r.HPBusyShare, 100**o.HPBusyShare, num(r.BEBesideBusyHP, "%.2f"), num(o.BEBesideBusyHP, "%.2f"),
-					num(r.BEWhileHPIdle, "%.2f"), num(o.BEWhileHPIdle, "%.2f"), pctOf(r.BEDryShare), pctOf(o.BEDryShare)))
+					num(r.BEWhileHPIdle, "%.2f"), num(o.BEWhileHPIdle, "%.2f"), pctOf(r.BEDryShare), pctOf(o.BEDryShare),
+					gapsOf(r.BEDryGaps), gapsOf(o.BEDryGaps)))
 			}
 			p99s = append(p99s, rankedP99{gpu: r.HP.P99, ci: r.P99CI, sim: o.HP.P99})
 			gb, sb = append(gb, rank{r.Policy, -val(r.BENormalized)}), append(sb, rank{r.Policy, -val(o.BENormalized)})
@@ -160,12 +161,21 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 	}
 	if len(busyRows) > 0 {
 		ew.printf("\nWhere BE's work came from: the share of the run HP was busy, and BE's throughput beside busy HP and in HP's idle time, each of its alone rate (reports that carry them):\n\n")
-		ew.printf("| cell | policy | HP busy, GPU / sim | BE beside busy HP, GPU / sim | BE in HP's idle time, GPU / sim | BE's stream empty while HP busy, GPU / sim |\n|---|---|---|---|---|---|\n")
+		ew.printf("| cell | policy | HP busy, GPU / sim | BE beside busy HP, GPU / sim | BE in HP's idle time, GPU / sim | BE's stream empty while HP busy, GPU / sim | its empty spans beside busy HP, p50, p99 µs, GPU / sim |\n|---|---|---|---|---|---|---|\n")
 		for _, row := range busyRows {
 			ew.printf("%s\n", row)
 		}
 	}
 	return f, ew.err
+}
+
+// gapsOf prints the p50 and p99 of BE's empty spans beside busy HP
+// (Report.BEDryGaps; "–" for none).
+func gapsOf(g *Latency) string {
+	if g == nil || g.Count == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f, %.0f", g.P50, g.P99)
 }
 
 // pctOf prints a share as a whole percentage ("–" for none).

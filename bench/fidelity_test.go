@@ -72,11 +72,12 @@ func TestFidelityBusySplit(t *testing.T) {
 		r.BEWorkPerSec = 0.4
 		r.HPBusyShare, r.BEBesideBusyHP, r.BEWhileHPIdle = f(0.58-0.07*float64(i)), f(0.36+0.32*float64(i)), f(0.75)
 	}
+	sim[0].Reports[1].BEDryGaps = &Latency{Count: 100, P50: 8.2, P99: 248.4}
 	b.Reset()
 	if err := FidelityTable(&b, gpu, sim); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "| a | atoll | 58 % / 51 % | 0.36 / 0.68 | 0.75 / 0.75 |") || strings.Count(b.String(), "| a | orion |") != 1 {
+	if !strings.Contains(b.String(), "| a | atoll | 58 % / 51 % | 0.36 / 0.68 | 0.75 / 0.75 | – / – | – / 8, 248 |") || strings.Count(b.String(), "| a | orion |") != 1 {
 		t.Errorf("busy split not as the reports say:\n%s", b.String())
 	}
 }
