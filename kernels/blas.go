@@ -146,6 +146,16 @@ func epilogueOperands(bias, residual bool) [5]int {
 	return at
 }
 
+// BLASConv reports whether op's Plain launches, where the device's BLAS
+// takes them, are a vendor convolution — its gathers, products and
+// scatters, several calls — rather than one product: a convolution that is
+// not pointwise (larger filters, strides, padding).
+func BLASConv(op Op) bool {
+	_, _, mm := matmulOf(op)
+	_, _, cv := convOf(op)
+	return cv && !mm
+}
+
 // blasCovers reports whether a BLAS may run op's whole Plain launches (as
 // a product or a convolution).
 func blasCovers(op Op) bool {

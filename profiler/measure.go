@@ -666,6 +666,9 @@ func (mt *meter) kernel(i int, l models.Layer, durs []float64, peaks *Peaks, spe
 	}
 	if ln, err := mt.in.Launch(i, gpu.Plain, kernels.Control{}); err == nil && kernels.IsBLAS(ln) {
 		k.Tags = append(k.Tags, profiles.TagBLAS)
+		if kernels.BLASConv(op) {
+			k.Tags = append(k.Tags, profiles.TagBLASConv)
+		}
 	}
 	return k, nil
 }

@@ -55,6 +55,15 @@ func TestEmbeddedMatchModels(t *testing.T) {
 				if i < len(p.Kernels) && p.Kernels[i].InPlace() != l.InPlace() {
 					t.Errorf("kernel %d (%s): in-place tag %v, the layer updates in place: %v", i, l.Name, p.Kernels[i].InPlace(), l.InPlace())
 				}
+				// The simulator charges a vendor convolution's launch more
+				// host time than a product's: the tag must follow the
+				// library's choice for the op.
+				if i < len(p.Kernels) {
+					k := &p.Kernels[i]
+					if want := k.HasTag(profiles.TagBLAS) && kernels.BLASConv(l.Op); k.HasTag(profiles.TagBLASConv) != want {
+						t.Errorf("kernel %d (%s): %s tag %v, want %v (kernels.BLASConv)", i, l.Name, profiles.TagBLASConv, k.HasTag(profiles.TagBLASConv), want)
+					}
+				}
 			}
 		})
 	}

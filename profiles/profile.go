@@ -92,6 +92,12 @@ const TagInPlace = "in-place"
 // is the library's, and its other forms run atoll's own kernel.
 const TagBLAS = "blas"
 
+// TagBLASConv marks a TagBLAS kernel whose Plain form is a vendor
+// convolution (gathers, products and scatters: several calls; a pointwise
+// convolution is one product instead; kernels.BLASConv). Its launch costs
+// the host more than a product's (the simulator's HostConvCost).
+const TagBLASConv = "blas-conv"
+
 // HasTag reports whether the kernel carries tag.
 func (k *Kernel) HasTag(tag string) bool { return slices.Contains(k.Tags, tag) }
 

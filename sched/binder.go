@@ -3,7 +3,6 @@ package sched
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"atoll/gpu"
 	"atoll/profiles"
@@ -77,8 +76,9 @@ type ProfileBinder struct {
 
 // profileLaunch is one profile kernel's launch. A vendor-library kernel
 // (profiles.TagBLAS) is launched in Plain form as a vendor function (named
-// gpu.VendorConvPrefix or gpu.VendorMatmulPrefix + its name, so the device
-// charges the host a vendor call's cost), and when measured on SM
+// gpu.VendorConvPrefix + its name where it is a vendor convolution,
+// profiles.TagBLASConv, else gpu.VendorMatmulPrefix + its name, so the
+// device charges the host a vendor call's cost), and when measured on SM
 // partitions as one wave over the SMs it was measured to need
 // (profiles.Kernel.PartitionSMs), not in the geometry of atoll's own
 // kernel for the op, which its other forms use.
@@ -121,7 +121,7 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 			}
 			if k.HasTag(profiles.TagBLAS) {
 				prefix := gpu.VendorMatmulPrefix
-				if strings.HasPrefix(k.Kernel, "conv") {
+				if k.HasTag(profiles.TagBLASConv) {
 					prefix = gpu.VendorConvPrefix
 				}
 				if out[i].vendor, err = resolve(prefix+k.Name, p.Model, i); err != nil {

@@ -258,12 +258,13 @@ func TestProfileBinderVendorKernelGrid(t *testing.T) {
 }
 
 // A vendor-library kernel's Plain launch is a vendor function on the
-// simulator (a product or, for a convolution, a convolution), so that its
+// simulator (a product, or a convolution where the profile tags it one), so that its
 // host cost is a vendor call's; its other forms and atoll's own kernels
 // launch the profile's own function.
 func TestProfileBinderVendorFuncs(t *testing.T) {
-	p := mustProfile(t, "v", "bn dur=10us grid=132 block=256\nfc dur=20us grid=32 block=256 tags=blas\nconv dur=30us grid=64 block=256 tags=blas")
-	p.Kernels[1].Kernel, p.Kernels[2].Kernel = "gemm_bf16", "conv2d_bf16_64x64"
+	p := mustProfile(t, "v", "bn dur=10us grid=132 block=256\nfc dur=20us grid=32 block=256 tags=blas\nconv dur=30us grid=64 block=256 tags=blas,blas-conv\npw dur=30us grid=64 block=256 tags=blas")
+	// A pointwise convolution's BLAS form is one product: no blas-conv tag.
+	p.Kernels[1].Kernel, p.Kernels[2].Kernel, p.Kernels[3].Kernel = "gemm_bf16", "conv2d_bf16_64x64", "conv2d_bf16_64x64"
 	dev := newSim(t)
 	pb, err := sched.NewProfileBinder(dev, sched.Workload{BE: []sched.BEWorkload{{Name: "v", Profile: p}}})
 	if err != nil {
@@ -278,6 +279,7 @@ func TestProfileBinderVendorFuncs(t *testing.T) {
 		{1, gpu.Plain, gpu.VendorMatmulPrefix + "fc"},
 		{2, gpu.Plain, gpu.VendorConvPrefix + "conv"},
 		{2, gpu.Resumable, "conv"},
+		{3, gpu.Plain, gpu.VendorMatmulPrefix + "pw"},
 		{1, gpu.Reset, "fc"},
 	} {
 		l, err := pb.Bind(sched.BindRequest{Client: sched.BEClientID(0), Kernel: c.kernel, Form: c.form})

@@ -150,8 +150,8 @@ func (o SamePriority) String() string {
 // --sim-launch-cost and --sim-notice defaults; Config's zero values leave
 // both out): host time per launch of an own kernel, the GPU matrix's
 // median of 8.9 µs (hostUsPerLaunch over its 56 H100 runs); of a batch-1
-// cuBLASLt product and of a batch-1 convolution, what an H200's host took
-// to launch one and record an event after it (9.9 and 15.8–16.3 µs,
+// cuBLASLt product and of a batch-1 3×3 convolution, what an H200's host
+// took to launch one and record an event after it (9.9 and 15.8 µs,
 // gpu/cuda BenchmarkGPUHostLaunch, results/hostcost-h200) plus the
 // scheduler's binding (about 1 µs; the same host launched its own kernel
 // in 6.2 µs); time from a completion to the host seeing it, the median
