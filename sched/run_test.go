@@ -256,10 +256,14 @@ func TestRunBEDryBesideBusyHP(t *testing.T) {
 
 // BEDryHPBusy by hand: HP busy is the union of the requests' intervals in
 // the window, BE dry where every client's stream is empty.
+// us, req and sp write the traces of the by-hand tests below in µs.
+func us(v int) time.Duration { return time.Duration(v) * time.Microsecond }
+
+func req(a, e int) sched.RequestRecord { return sched.RequestRecord{Arrival: us(a), End: us(e)} }
+
+func sp(f, to int) sched.Span { return sched.Span{From: us(f), To: us(to)} }
+
 func TestTraceBEDryHPBusy(t *testing.T) {
-	us := func(v int) time.Duration { return time.Duration(v) * time.Microsecond }
-	req := func(a, e int) sched.RequestRecord { return sched.RequestRecord{Arrival: us(a), End: us(e)} }
-	sp := func(f, to int) sched.Span { return sched.Span{From: us(f), To: us(to)} }
 	tr := sched.Trace{Start: us(1000), Warmup: us(10), Duration: us(100),
 		Requests: []sched.RequestRecord{req(1005, 1020), req(1015, 1030), req(1050, 1060)}}
 	// HP busy in the window [1010, 1100): [1010, 1030) and [1050, 1060).
@@ -280,9 +284,6 @@ func TestTraceBEDryHPBusy(t *testing.T) {
 // BEDryGaps by hand: the empty spans that begin in the window while HP is
 // busy, whole, every client's.
 func TestTraceBEDryGaps(t *testing.T) {
-	us := func(v int) time.Duration { return time.Duration(v) * time.Microsecond }
-	req := func(a, e int) sched.RequestRecord { return sched.RequestRecord{Arrival: us(a), End: us(e)} }
-	sp := func(f, to int) sched.Span { return sched.Span{From: us(f), To: us(to)} }
 	tr := sched.Trace{Start: us(1000), Warmup: us(10), Duration: us(100),
 		Requests: []sched.RequestRecord{req(1005, 1020), req(1015, 1030), req(1050, 1060)}}
 	// HP busy [1005, 1030) and [1050, 1060); the window [1010, 1100).

@@ -13,6 +13,7 @@ import (
 
 	"atoll/gpu"
 	"atoll/gpu/backend"
+	"atoll/gpu/sim"
 	"atoll/models"
 	"atoll/models/exec"
 	"atoll/policies"
@@ -333,7 +334,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		}
 	}
 	e.hpClients = len(ocfg.HP)
-	open := backend.Opener(backend.Config{Backend: cfg.Backend, Spec: spec, Seed: cfg.Seed, Ordinal: cfg.Ordinal})
+	open := backend.Opener(backend.Config{Backend: cfg.Backend, Sim: sim.Config{Spec: spec, Seed: cfg.Seed}, Ordinal: cfg.Ordinal})
 	if cfg.Backend == "sim" && !cfg.Instances {
 		// Outputs come from the CPU reference, off the scheduler loop.
 		e.refQ = make(chan *engRef, len(e.models)*2*ocfg.MaxQueue)

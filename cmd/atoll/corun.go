@@ -161,7 +161,9 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	}
 	coDev, coSM := corun.values()
 	// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
-	return runOn(*backend, sim.Config{NoticeLatency: *notice, HostLaunchCost: hostCost.kernel, HostMatmulCost: hostCost.matmul, HostConvCost: hostCost.conv, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}, *simGPU, *ordinal,
+	sc := sim.Config{NoticeLatency: *notice, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}
+	hostCost.apply(&sc)
+	return runOn(*backend, sc, *simGPU, *ordinal,
 		"--backend sim runs the same measurement on the simulator (its prediction)", measure)
 }
 

@@ -13,6 +13,7 @@ import (
 	"atoll/gpu"
 	gpubackend "atoll/gpu/backend"
 	"atoll/gpu/cuda"
+	"atoll/gpu/sim"
 	"atoll/kernels"
 	"atoll/policies"
 )
@@ -135,7 +136,7 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		dev, err := gpubackend.Open(gpubackend.Config{Backend: "sim", Spec: spec, Seed: c.Seed})
+		dev, err := gpubackend.Open(gpubackend.Config{Backend: "sim", Sim: sim.Config{Spec: spec, Seed: c.Seed}})
 		if err != nil {
 			return err
 		}

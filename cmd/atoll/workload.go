@@ -86,6 +86,11 @@ type launchCosts struct{ kernel, matmul, conv time.Duration }
 // and its kin).
 var defaultSimLaunchCost = launchCosts{sim.MeasuredHostLaunchCost, sim.MeasuredHostMatmulCost, sim.MeasuredHostConvCost}
 
+// apply sets sc's host launch costs.
+func (c launchCosts) apply(sc *sim.Config) {
+	sc.HostLaunchCost, sc.HostMatmulCost, sc.HostConvCost = c.kernel, c.matmul, c.conv
+}
+
 func (c *launchCosts) String() string {
 	if c.kernel == c.matmul && c.matmul == c.conv {
 		return c.kernel.String()
@@ -214,9 +219,9 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	coDev, coSM := w.corun.values()
 	switch w.backend {
 	case "sim":
-		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Spec: spec, Seed: w.seed, HostLaunchCost: w.hostCost.kernel,
-			HostMatmulCost: w.hostCost.matmul, HostConvCost: w.hostCost.conv, HostQueryCost: w.queryCost, NoticeLatency: w.notice,
-			CoRunDevice: coDev, CoRunSM: coSM})
+		sc := sim.Config{Spec: spec, Seed: w.seed, HostQueryCost: w.queryCost, NoticeLatency: w.notice, CoRunDevice: coDev, CoRunSM: coSM}
+		w.hostCost.apply(&sc)
+		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
 	case "cuda":
 		if w.corun != (coRunFlag{}) {
 			return nil, fmt.Errorf("--sim-corun is a simulator parameter; on --backend cuda kernels slow each other as they do (atoll corun measures it)")

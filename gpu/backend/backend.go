@@ -2,7 +2,6 @@ package backend
 
 import (
 	"fmt"
-	"time"
 
 	"atoll/gpu"
 	"atoll/gpu/cuda"
@@ -16,14 +15,8 @@ var Names = []string{"sim", "cuda"}
 type Config struct {
 	// Backend is "sim" or "cuda".
 	Backend string
-	// Spec, Seed, the host costs, NoticeLatency, CoRunDevice and CoRunSM
-	// configure the simulator (sim.Config).
-	Spec                                         gpu.Spec
-	Seed                                         uint64
-	HostLaunchCost, HostMatmulCost, HostConvCost time.Duration
-	HostQueryCost                                time.Duration
-	NoticeLatency                                time.Duration
-	CoRunDevice, CoRunSM                         float64
+	// Sim configures the simulator.
+	Sim sim.Config
 	// Ordinal is the CUDA device number.
 	Ordinal int
 }
@@ -33,7 +26,7 @@ type Config struct {
 func Open(c Config) (gpu.Device, error) {
 	switch c.Backend {
 	case "sim":
-		return sim.New(sim.Config{Spec: c.Spec, Seed: c.Seed, HostLaunchCost: c.HostLaunchCost, HostMatmulCost: c.HostMatmulCost, HostConvCost: c.HostConvCost, HostQueryCost: c.HostQueryCost, NoticeLatency: c.NoticeLatency, CoRunDevice: c.CoRunDevice, CoRunSM: c.CoRunSM})
+		return sim.New(c.Sim)
 	case "cuda":
 		return cuda.Open(c.Ordinal)
 	}

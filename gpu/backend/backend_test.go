@@ -4,12 +4,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"atoll/gpu"
+	"atoll/gpu/sim"
 )
 
 func TestOpen(t *testing.T) {
-	d, err := Open(Config{Backend: "sim", Spec: gpu.H100SXM, Seed: 1})
+	d, err := Open(Config{Backend: "sim", Sim: sim.Config{Spec: gpu.H100SXM, Seed: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,6 +19,10 @@ func TestOpen(t *testing.T) {
 		t.Errorf("sim device: %+v", in)
 	}
 	d.Close()
+	// The simulator's whole configuration reaches it.
+	if _, err := Open(Config{Backend: "sim", Sim: sim.Config{HostQueryCost: -time.Microsecond}}); !errors.Is(err, sim.ErrConfig) {
+		t.Errorf("a negative host cost: %v, want sim.ErrConfig", err)
+	}
 	if _, err := Open(Config{Backend: "tpu"}); err == nil || !strings.Contains(err.Error(), "want sim") {
 		t.Errorf("unknown backend: %v", err)
 	}

@@ -5,11 +5,12 @@ import (
 
 	"atoll/gpu"
 	"atoll/gpu/backend"
+	"atoll/gpu/sim"
 )
 
 // Open the simulated H100; Backend "cuda" opens the real GPU the same way.
 func ExampleOpen() {
-	dev, err := backend.Open(backend.Config{Backend: "sim", Spec: gpu.H100SXM})
+	dev, err := backend.Open(backend.Config{Backend: "sim", Sim: sim.Config{Spec: gpu.H100SXM}})
 	if err != nil {
 		fmt.Println(err)
 		return
