@@ -45,6 +45,12 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 		if len(mc.Reports) > 0 && mc.Reports[0].HPGraphs != "" {
 			ew.printf(" HP graphs: %s.", mc.Reports[0].HPGraphs)
 		}
+		for _, r := range mc.Reports {
+			if r.BEChunks > 0 || strings.HasPrefix(r.BEGraphs, "off:") {
+				ew.printf(" BE chunk graphs: %s (%d chunks).", r.BEGraphs, r.BEChunks)
+				break
+			}
+		}
 		if c.HPMaxBatch > 1 {
 			var by []string
 			for _, r := range mc.Reports {

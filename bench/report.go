@@ -137,6 +137,12 @@ type Report struct {
 	// sched.Options.NoHPGraphs).
 	GraphLaunches int    `json:"graphLaunches,omitempty"`
 	HPGraphs      string `json:"hpGraphs,omitempty"`
+	// BEGraphs says whether BE chunks went as graphs ("on", "off", "off:
+	// why"; sched.Options.NoBEGraphs), BEChunks how many chunks were
+	// recorded and BEChunkLaunches how many replays were submitted.
+	BEGraphs        string `json:"beGraphs,omitempty"`
+	BEChunks        int    `json:"beChunks,omitempty"`
+	BEChunkLaunches int    `json:"beChunkLaunches,omitempty"`
 	// Streams says where the policy's streams ran: priorities, SM
 	// partitions (sched.StreamPlan.String).
 	Streams string `json:"streams,omitempty"`
@@ -364,6 +370,12 @@ func Describe(r *Report) string {
 		fmt.Fprintf(&b, "\nHP passes launched whole go as one graph each (--hp-graphs): %d in the %s run, %d of them waited for a free instance", r.GraphLaunches, r.Policy, r.GraphWaits)
 	case r.HPGraphs != "":
 		fmt.Fprintf(&b, "\nHP kernels launched one by one (graphs %s)", r.HPGraphs)
+	}
+	switch {
+	case r.BEChunks > 0:
+		fmt.Fprintf(&b, "\nBE chunks launched whole go as one graph each (--be-graphs): %d chunks recorded, %d replays in the %s run", r.BEChunks, r.BEChunkLaunches, r.Policy)
+	case strings.HasPrefix(r.BEGraphs, "off:"):
+		fmt.Fprintf(&b, "\nBE kernels launched one by one (graphs %s)", r.BEGraphs)
 	}
 	if s := r.HostStalls; s != nil && s.Count > 0 {
 		fmt.Fprintf(&b, "\nthe host stalled %d times in the %s run (the driver's thread kept 1 ms or more from the GPU; %.1f ms in all, the longest %.1f ms): HP latency there measures the host as much as the policy", s.Count, r.Policy, s.TotalMs, s.LongestMs)

@@ -57,6 +57,9 @@ type Config struct {
 	// NoHPGraphs launches HP requests kernel by kernel instead of one graph
 	// per request (sched.Options.NoHPGraphs).
 	NoHPGraphs bool
+	// NoBEGraphs launches BE kernels one by one instead of a chunk per
+	// graph (sched.Options.NoBEGraphs).
+	NoBEGraphs bool
 	// DecisionOrder sends each round's launches in decision order, not HP
 	// first (sched.Options.DecisionOrder).
 	DecisionOrder bool
@@ -212,7 +215,7 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	if withBE && c.BE != nil {
 		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
 	}
-	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs, DecisionOrder: c.DecisionOrder}
+	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs, NoBEGraphs: c.NoBEGraphs, DecisionOrder: c.DecisionOrder}
 	if c.KernelSolo != nil {
 		for range w.HP {
 			opt.KernelSolo = append(opt.KernelSolo, c.KernelSolo)
@@ -391,6 +394,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
 	r.GraphLaunches, r.HPGraphs, r.Streams = tr.GraphLaunches, tr.HPGraphs, tr.Streams
+	r.BEGraphs, r.BEChunks, r.BEChunkLaunches = tr.BEGraphs, tr.BEChunks, tr.BEChunkLaunches
 	r.LaunchOrder = "hp-first"
 	if c.DecisionOrder {
 		r.LaunchOrder = "decision"

@@ -98,15 +98,18 @@ type GraphStep struct {
 // Like every device call but Compile, its methods belong to the goroutine
 // that owns the device.
 type Grapher interface {
-	// NewGraph records steps for streams of context ctx: each step's
-	// launch, then the record of its event, in order. Only Plain launches
-	// are accepted. Launches are copied, arguments included: changing them
-	// afterwards does not change the graph. The events stay the caller's;
-	// the graph only records them.
-	NewGraph(ctx Context, steps []GraphStep) (Graph, error)
-	// LaunchGraph enqueues g on s, a stream of g's context: the same work
-	// as Launch and Record of every step in turn on s, submitted with one
-	// host call. Launching g again before its events have completed
+	// NewGraph records steps for stream s, the one stream it replays on:
+	// each step's launch, then the record of its event, in order. Only
+	// Plain launches are accepted. Launches are copied, arguments
+	// included: changing them afterwards does not change the graph. The
+	// events stay the caller's; the graph only records them. Since s runs
+	// its graphs and launches in order, they share its scratch memory
+	// (gpu/cuda: the vendor library's workspace), however many graphs
+	// are made for it.
+	NewGraph(s Stream, steps []GraphStep) (Graph, error)
+	// LaunchGraph enqueues g on s, the stream g was made for: the same
+	// work as Launch and Record of every step in turn on s, submitted with
+	// one host call. Launching g again before its events have completed
 	// records them again (as Record would), so a caller keeps one graph
 	// per replay it wants in flight at once.
 	LaunchGraph(g Graph, s Stream) error

@@ -23,8 +23,9 @@ var ErrConfig = errors.New("policies: invalid parameter")
 // latency bound (31.6 µs), so preempting it buys nothing.
 const DefaultPlainBound = 31600 * time.Nanosecond
 
-// DefaultBEWindow is the most Plain BE launches atoll keeps in flight per
-// client; DefaultBEQueue bounds them first.
+// DefaultBEWindow is the most Plain BE submissions (a launch, or a chunk
+// of launches: sched.BEClient.Calls) atoll keeps in flight per client;
+// DefaultBEQueue bounds them first.
 const DefaultBEWindow = 16
 
 // DefaultBEQueue bounds the BE work a client keeps queued on the device
@@ -419,7 +420,10 @@ func (p *Atoll) padKeep(hp, be *profiles.Kernel) bool {
 	return p.PadAnyClass || orion.Compatible(be.Class, hp.Class)
 }
 
-// launchFree launches b's next kernels while HP is idle.
+// launchFree launches b's next kernels while HP is idle (and, confined or
+// split, while it is busy): Plain ones a whole chunk at a time
+// (State.LaunchBEChunk) while its queued work is under BEQueue and its
+// submissions in flight under BEWindow.
 func (p *Atoll) launchFree(st *sched.State, b *sched.BEClient) {
 	for {
 		k, _ := b.Next()
@@ -430,9 +434,11 @@ func (p *Atoll) launchFree(st *sched.State, b *sched.BEClient) {
 		if p.Preempt {
 			form = Form(st.Spec(), k, p.PlainBound)
 		}
-		form = st.LaunchForm(b, form)
-		if form == gpu.Plain && (b.InFlight() >= p.BEWindow || p.BEQueue > 0 && b.Queued() >= p.BEQueue) {
-			return
+		if st.LaunchForm(b, form) == gpu.Plain {
+			if b.Calls() >= p.BEWindow || p.BEQueue > 0 && b.Queued() >= p.BEQueue || st.LaunchBEChunk(b) == 0 {
+				return
+			}
+			continue
 		}
 		if _, ok := st.LaunchBE(b, form); !ok {
 			return

@@ -94,7 +94,7 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 			for i, l := range c.hpLaunches {
 				steps[i] = gpu.GraphStep{Launch: l, Event: c.events[p*n+i+1]}
 			}
-			g, err := gr.NewGraph(hpCtx, steps)
+			g, err := gr.NewGraph(c.hp, steps)
 			if err != nil {
 				return fmt.Errorf("NewGraph: %w", err)
 			}
@@ -370,7 +370,7 @@ func (c *coRunner) chunkGraphs(l *gpu.Launch, chunk int) ([]gpu.Graph, int) {
 			steps[i].Launch = l
 		}
 		steps[chunk-1].Event = c.ring[slot]
-		g, err := gr.NewGraph(c.beCtx, steps)
+		g, err := gr.NewGraph(c.be, steps)
 		if err != nil {
 			c.destroyGraphs(graphs)
 			return nil, 1

@@ -18,6 +18,10 @@ type Config struct {
 	HPBatched [][]*profiles.Profile
 	BE        []*profiles.Profile // one per BE client: its iteration's kernel sequence
 	Policy    Policy
+	// BEChunks cuts each BE client's iteration into chunks
+	// (State.LaunchBEChunk; chunks.go). The driver sets it where BE
+	// graphs are on; off, a chunk is one kernel.
+	BEChunks bool
 }
 
 // Core is the scheduler: a pure state machine. Step feeds it one event; it
@@ -57,7 +61,11 @@ func NewCore(cfg Config) (*Core, error) {
 		if err := ValidateProfile(p); err != nil {
 			return nil, fmt.Errorf("BE client %d: %w", i, err)
 		}
-		s.be = append(s.be, &BEClient{id: BEClientID(i), prof: p})
+		b := &BEClient{id: BEClientID(i), prof: p}
+		if cfg.BEChunks {
+			b.chunkEnd = chunkEnds(p)
+		}
+		s.be = append(s.be, b)
 	}
 	s.stats.BEWorkByClient = make([]time.Duration, len(cfg.BE))
 	if err := cfg.Policy.Start(s); err != nil {

@@ -19,6 +19,7 @@ type dflight struct {
 	unpadded bool          // a Padded decision launched Plain: its pair kernel was not ready (ErrNotReady)
 	graphEv  bool          // ev belongs to an HP graph, not to the free events
 	graph    *hpGraph      // on a graph's last kernel: the instance to free when it completes
+	chunk    *beChunk      // on a BE chunk's last kernel: the chunk to free when it completes
 	at       time.Duration // BE own-stream launches: device clock once enqueued (Record returned)
 }
 
@@ -63,6 +64,7 @@ type driver struct {
 	// graphs each HP client's instances (graphs.go).
 	grapher   gpu.Grapher
 	graphs    []hpGraphs
+	beChunks  [][]*beChunk // per BE client and chunk's first kernel (begraphs.go); nil: BE graphs off
 	allGraphs []gpu.Graph
 	freed     bool // a poll freed a graph instance: submit what was held
 	// beEmptyFrom holds, per BE client, the device time its own stream
@@ -99,7 +101,8 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	if opt.Drain <= 0 {
 		opt.Drain = 60 * time.Second
 	}
-	cfg := Config{Spec: dev.Info().Spec, Policy: opt.Policy}
+	_, grapher := dev.(gpu.Grapher)
+	cfg := Config{Spec: dev.Info().Spec, Policy: opt.Policy, BEChunks: grapher && !opt.NoBEGraphs}
 	var hpNames, beNames []string
 	for i, c := range w.HP {
 		hpNames = append(hpNames, c.Name)
@@ -231,7 +234,10 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 			return nil, devErr(fmt.Sprintf("CopyToDevice (zeroing the flag relay of BE client %d)", i), err)
 		}
 	}
-	if err := d.initGraphs(hpCtx); err != nil {
+	if err := d.initGraphs(); err != nil {
+		return nil, err
+	}
+	if err := d.initBEGraphs(); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -310,19 +316,25 @@ func (d *driver) poll() (int, error) {
 	for _, s := range d.qorder {
 		q := d.queues[s]
 		n := 0
+		// The kernels of a BE chunk share its event: one answer serves all.
+		var doneEv gpu.Event
+		var doneAt time.Duration
 		for ; n < len(q); n++ {
 			f := q[n]
-			d.trace.Host.Queries++
-			ok, err := d.dev.Query(f.ev)
-			if err != nil {
-				return 0, devErr(fmt.Sprintf("Query (event of L%d %s k%d)", f.l.ID, f.l.Client, f.l.Kernel), err)
-			}
-			if !ok {
-				break
-			}
-			t, err := d.dev.Time(f.ev)
-			if err != nil {
-				return 0, devErr(fmt.Sprintf("Time (event of L%d)", f.l.ID), err)
+			t := doneAt
+			if !f.graphEv || f.ev != doneEv {
+				d.trace.Host.Queries++
+				ok, err := d.dev.Query(f.ev)
+				if err != nil {
+					return 0, devErr(fmt.Sprintf("Query (event of L%d %s k%d)", f.l.ID, f.l.Client, f.l.Kernel), err)
+				}
+				if !ok {
+					break
+				}
+				if t, err = d.dev.Time(f.ev); err != nil {
+					return 0, devErr(fmt.Sprintf("Time (event of L%d)", f.l.ID), err)
+				}
+				doneEv, doneAt = f.ev, t
 			}
 			ev := Event{Kind: EvComplete, Time: t, Launch: f.l.ID}
 			if f.l.Client.Class == BE && f.l.Stream.Class == BE {

@@ -39,7 +39,6 @@ type hpGraph struct {
 // hpGraphs are one HP client's instances (per pass variant), and its
 // launches held until an instance is free.
 type hpGraphs struct {
-	ctx  gpu.Context
 	free [][]*hpGraph // per variant (Launch.Variant)
 	held []heldLaunch
 }
@@ -66,7 +65,7 @@ func (h heldLaunch) decision(i int) Decision {
 // initGraphs makes the first instances of every HP client when the device
 // records graphs and the options allow them. A device without graphs
 // (errors.ErrUnsupported) leaves them off; any other failure is the run's.
-func (d *driver) initGraphs(hpCtx []gpu.Context) error {
+func (d *driver) initGraphs() error {
 	g, ok := d.dev.(gpu.Grapher)
 	if !ok || d.opt.NoHPGraphs {
 		d.trace.HPGraphs = "off"
@@ -76,9 +75,8 @@ func (d *driver) initGraphs(hpCtx []gpu.Context) error {
 		return nil
 	}
 	d.grapher = g
-	d.graphs = make([]hpGraphs, len(hpCtx))
-	for c := range hpCtx {
-		d.graphs[c].ctx = hpCtx[c]
+	d.graphs = make([]hpGraphs, len(d.hpS))
+	for c := range d.hpS {
 		d.graphs[c].free = make([][]*hpGraph, len(d.core.State().HP()[c].vars))
 		for v := range d.graphs[c].free {
 			for range hpGraphsPerClient {
@@ -121,7 +119,7 @@ func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 		steps[k] = gpu.GraphStep{Launch: &gl, Event: e}
 		hg.events[k] = e
 	}
-	g, err := d.grapher.NewGraph(d.graphs[c].ctx, steps)
+	g, err := d.grapher.NewGraph(d.hpS[c], steps)
 	if err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return nil, err
@@ -137,7 +135,7 @@ func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 // request of an HP client in Plain form (its kernels 0..n-1 in order), or
 // 0.
 func (d *driver) wholeRequest(decs []Decision) int {
-	if d.grapher == nil || len(decs) == 0 {
+	if d.graphs == nil || len(decs) == 0 {
 		return 0
 	}
 	l := decs[0].Launch
@@ -164,7 +162,14 @@ func (d *driver) wholeRequest(decs []Decision) int {
 func (d *driver) applyAll(decs []Decision, apply func(Decision) error) error {
 	for i := 0; i < len(decs); i++ {
 		dec := decs[i]
-		if d.grapher != nil && dec.Kind == DecLaunch && dec.Launch.Client.Class == HP {
+		if ch := d.wholeChunk(decs[i:]); ch != nil {
+			if err := d.launchChunk(ch, decs[i:i+ch.n]); err != nil {
+				return err
+			}
+			i += ch.n - 1
+			continue
+		}
+		if d.graphs != nil && dec.Kind == DecLaunch && dec.Launch.Client.Class == HP {
 			gs := &d.graphs[dec.Launch.Client.Index]
 			n := d.wholeRequest(decs[i:])
 			if len(gs.held) > 0 || (n > 0 && len(gs.free[dec.Launch.Variant]) == 0) {
@@ -269,6 +274,9 @@ func (d *driver) launchGraph(h heldLaunch) error {
 // to its client's free list once the kernel has completed; the poll then
 // submits what was held for it (submitHeld).
 func (d *driver) graphDone(f *dflight) {
+	if f.chunk != nil {
+		f.chunk.busy = false
+	}
 	if f.graph != nil {
 		gs := &d.graphs[f.l.Client.Index]
 		gs.free[f.l.Variant] = append(gs.free[f.l.Variant], f.graph)

@@ -49,7 +49,9 @@ func TestHPLaunchesBeforeBERefills(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: dur, Warmup: dur / 10, DecisionOrder: decisionOrder})
+		// BE kernel by kernel: a refill per completion (chunks would make
+		// them rarer; TestBEChunkGraphs).
+		tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: dur, Warmup: dur / 10, DecisionOrder: decisionOrder, NoBEGraphs: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -618,7 +618,8 @@ func (l *loop) holdBE(decs []Decision) error {
 	return d.applyAll(rest, l.apply)
 }
 
-// flushBE sends the BE launches held back, in order. With forHP it stops
+// flushBE sends the BE launches held back, in order (a whole BE chunk as
+// one graph, begraphs.go). With forHP it stops
 // early, keeping the rest held for the next round, when an HP arrival has
 // come due meanwhile (each launch takes the host microseconds), so that
 // the arrival goes first.
@@ -627,12 +628,21 @@ func (l *loop) flushBE(forHP bool) error {
 	defer func() {
 		l.beHeld = l.beHeld[:copy(l.beHeld, l.beHeld[n:])]
 	}()
-	for ; n < len(l.beHeld); n++ {
+	for n < len(l.beHeld) {
 		if forHP && l.hpDue() {
 			return nil
 		}
-		if err := l.apply(l.beHeld[n]); err != nil {
-			n++
+		if ch := l.d.wholeChunk(l.beHeld[n:]); ch != nil {
+			err := l.d.launchChunk(ch, l.beHeld[n:n+ch.n])
+			n += ch.n
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		err := l.apply(l.beHeld[n])
+		n++
+		if err != nil {
 			return err
 		}
 	}

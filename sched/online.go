@@ -115,6 +115,8 @@ type OnlineConfig struct {
 	OnDecision func(Decision)
 	// NoHPGraphs launches HP requests kernel by kernel (Options.NoHPGraphs).
 	NoHPGraphs bool
+	// NoBEGraphs launches BE kernels one by one (Options.NoBEGraphs).
+	NoBEGraphs bool
 }
 
 // OnlineResult is a finished (or failed) HP request. Times are on the
@@ -418,7 +420,7 @@ func (o *Online) setup() (*loop, gpu.Device, error) {
 		return nil, nil, fmt.Errorf("%w: the opener returned no device", ErrConfig)
 	}
 	w := o.cfg.Workload()
-	opt := Options{Policy: o.cfg.Policy, Duration: forever, Stall: o.cfg.Stall, OnDecision: o.cfg.OnDecision, NoHPGraphs: o.cfg.NoHPGraphs}
+	opt := Options{Policy: o.cfg.Policy, Duration: forever, Stall: o.cfg.Stall, OnDecision: o.cfg.OnDecision, NoHPGraphs: o.cfg.NoHPGraphs, NoBEGraphs: o.cfg.NoBEGraphs}
 	if o.cfg.Bind != nil {
 		b, err := o.cfg.Bind(dev)
 		if err != nil {

@@ -80,6 +80,11 @@ type Options struct {
 	// kernels are all launched at once, in Plain form, is submitted as one
 	// graph (sched/graphs.go), one host call instead of one per kernel.
 	NoHPGraphs bool
+	// NoBEGraphs launches BE kernels one by one even where the device
+	// records graphs: by default the core cuts each BE iteration into
+	// chunks (Config.BEChunks) and a chunk launched whole is submitted as
+	// one graph (sched/begraphs.go).
+	NoBEGraphs bool
 	// DecisionOrder sends each round's launches to the device in the order
 	// the core decided them. By default a round's HP launches go before
 	// its BE launches, and the BE launches stop for an HP arrival that
@@ -121,6 +126,13 @@ type Trace struct {
 	// "off", or "off: " and why).
 	GraphLaunches int
 	HPGraphs      string
+	// BEGraphs says whether BE chunks were recorded as graphs ("on",
+	// "off", or "off: " and why; Options.NoBEGraphs), BEChunks how many
+	// (per BE client, chunks of two kernels or more), and
+	// BEChunkLaunches how many replays of them were submitted.
+	BEGraphs        string
+	BEChunks        int
+	BEChunkLaunches int
 	// GraphWaits are HP requests held in the driver until one of their
 	// client's graph instances completed (sched/graphs.go).
 	GraphWaits int
@@ -167,8 +179,8 @@ type HostTime struct {
 	// word) per completion; Queries counts the Query calls.
 	Poll    time.Duration
 	Queries int
-	// GraphBuild is the time spent recording HP graphs before the run
-	// (Options.NoHPGraphs).
+	// GraphBuild is the time spent recording HP graphs and BE chunk
+	// graphs before the run (Options.NoHPGraphs, NoBEGraphs).
 	GraphBuild time.Duration
 	// Round is the time in the loop's rounds: everything the driver's
 	// thread does between its waits for the device — the polls and

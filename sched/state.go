@@ -52,6 +52,9 @@ type flight struct {
 	req  int // HP: request id of the HP body
 	gen  int // BE own-stream launches: the client's generation at launch
 	inst int // BE resumable/pad: the body instance
+	// callEnd marks a BE launch that ends a device submission: a launch
+	// of its own, or the last of a chunk (BEClient.Calls).
+	callEnd bool
 }
 
 // Stats are the core's running counters.
@@ -200,6 +203,10 @@ type BEClient struct {
 	nPads     int           // pads in flight (all on padStream)
 	padStream ClientID
 	opens     []*openPreemption
+	// chunkEnd is, per kernel, the end of its chunk (chunks.go); nil
+	// when chunks are off. calls counts device submissions in flight.
+	chunkEnd []int
+	calls    int
 }
 
 type openPreemption struct {
@@ -464,6 +471,17 @@ func (s *State) CanLaunchBE(b *BEClient, form gpu.Form) bool {
 // iteration is in flight, a Reset or Resumable launch would meet a raised
 // flag, or the launch would break one-instance-in-flight.
 func (s *State) LaunchBE(b *BEClient, form gpu.Form) (LaunchID, bool) {
+	id, ok := s.launchBE(b, form)
+	if ok {
+		s.flights[id].callEnd = true
+		b.calls++
+	}
+	return id, ok
+}
+
+// launchBE is LaunchBE without counting a device call (LaunchBEChunk
+// counts its chunk once).
+func (s *State) launchBE(b *BEClient, form gpu.Form) (LaunchID, bool) {
 	if !s.CanLaunchBE(b, form) {
 		return 0, false
 	}
@@ -647,6 +665,9 @@ func (s *State) completeBE(f *flight, t time.Duration, o Outcome) {
 		b = s.be[f.l.Client.Index]
 	}
 	b.inflight = dropID(b.inflight, f.l.ID)
+	if f.callEnd {
+		b.calls--
+	}
 	if f.l.Form != gpu.Padded {
 		b.queued -= b.prof.Kernels[f.l.Kernel].Duration()
 	}

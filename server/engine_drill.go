@@ -14,7 +14,9 @@ import (
 // counted over every job from the engine's start, runs kernels.Fault in
 // place of the kernel the scheduler asked for. On a GPU that leaves the
 // CUDA context's sticky error, as a faulting kernel of a user's job would;
-// the simulator models the same. It fires once per engine. For drills only:
+// the simulator models the same. It fires once per engine, and turns BE
+// chunk graphs off (sched.OnlineConfig.NoBEGraphs) so that binds are
+// launches. For drills only:
 // off unless configured (fault_drill in the daemon's configuration),
 // unreachable through the API.
 type FaultDrill struct {

@@ -316,7 +316,10 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 	e := &engineImpl{backend: cfg.Backend, byName: map[string]*engModel{}, maxJobs: cfg.MaxJobs, maxActive: cfg.MaxActiveJobs, maxDelay: cfg.MaxQueueDelay, noWait: cfg.NoWaitOnFailure,
 		abort: make(chan struct{})}
 	e.jmu.byID = map[string]*engJob{}
-	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain, NoHPGraphs: cfg.NoHPGraphs}
+	// A fault drill counts BE launches as the driver binds them, one by
+	// one: BE chunk graphs would bind every kernel before the first job.
+	ocfg := sched.OnlineConfig{Policy: pol, Pace: cfg.Backend == "sim" && !cfg.Virtual, Drain: cfg.Drain, NoHPGraphs: cfg.NoHPGraphs,
+		NoBEGraphs: cfg.FaultDrill.BELaunch > 0}
 	// Served models: an HP client each, and a BE client for BE-class
 	// requests (one iteration per request).
 	for i, mc := range cfg.Models {

@@ -3,7 +3,6 @@ package streams
 import (
 	"time"
 
-	"atoll/gpu"
 	"atoll/sched"
 )
 
@@ -62,7 +61,9 @@ const BEWindow = 128
 
 // Schedule launches every HP kernel of every arrived request at once, and
 // (unless dedicated) every remaining kernel of each BE client's current
-// iteration in Plain form, up to BEWindow in flight per client; the next
+// iteration in Plain form, a chunk at a time (State.LaunchBEChunk: a
+// framework replaying its step as CUDA graphs), up to BEWindow in flight
+// per client; the next
 // iteration starts when the last kernel of this one completes (a closed
 // loop that synchronises per iteration).
 func (p *Policy) Schedule(st *sched.State, _ time.Duration) {
@@ -71,8 +72,9 @@ func (p *Policy) Schedule(st *sched.State, _ time.Duration) {
 		return
 	}
 	for _, b := range st.BE() {
-		for b.InFlight() < BEWindow {
-			if _, ok := st.LaunchBE(b, gpu.Plain); !ok {
+		for {
+			_, k := b.Next()
+			if k < 0 || b.InFlight()+b.ChunkEnd()-k > BEWindow || st.LaunchBEChunk(b) == 0 {
 				break
 			}
 		}

@@ -115,12 +115,12 @@ func (s sharedDevice) grapher() (gpu.Grapher, error) {
 	return g, nil
 }
 
-func (s sharedDevice) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, error) {
+func (s sharedDevice) NewGraph(st gpu.Stream, steps []gpu.GraphStep) (gpu.Graph, error) {
 	g, err := s.grapher()
 	if err != nil {
 		return 0, err
 	}
-	return g.NewGraph(ctx, steps)
+	return g.NewGraph(st, steps)
 }
 
 func (s sharedDevice) LaunchGraph(h gpu.Graph, st gpu.Stream) error {

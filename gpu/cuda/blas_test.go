@@ -179,7 +179,7 @@ func inGraph(t *testing.T, d *Device, s gpu.Stream) func(*gpu.Launch) {
 	e, err := d.NewEvent()
 	must(t, err)
 	return func(l *gpu.Launch) {
-		g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: l, Event: e}})
+		g, err := d.NewGraph(s, []gpu.GraphStep{{Launch: l, Event: e}})
 		must(t, err)
 		must(t, d.LaunchGraph(g, s))
 		must(t, d.Synchronize())

@@ -57,45 +57,48 @@ func (g *graphDriver) load(opt func(*uintptr, string)) {
 type graphRec struct {
 	exec   uintptr // CUgraphExec
 	ctx    int32
+	stream gpu.Stream // the stream it replays on; its products use that stream's workspace
 	events []gpu.Event
 	live   bool
-	ws     workspace // the workspaces its products and convolutions use
 }
 
 var _ gpu.Grapher = (*Device)(nil)
 
 // NewGraph implements gpu.Grapher with stream capture: on a private stream
-// of the context, each step's launch goes through cuLaunchKernel and its
+// of s's context, each step's launch goes through cuLaunchKernel and its
 // event through cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL), which
 // capture turns into kernel and event-record nodes; the graph is then
 // instantiated once (cuGraphInstantiateWithFlags). Every launch is checked
-// as Launch checks it before capture starts.
-func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, error) {
+// as Launch checks it before capture starts. Products and convolutions are
+// captured with s's workspace: s runs its graphs and its launches in
+// order, so none of them overlaps another's use of it.
+func (d *Device) NewGraph(s gpu.Stream, steps []gpu.GraphStep) (gpu.Graph, error) {
 	if err := d.live(); err != nil {
 		return 0, err
 	}
 	if m := d.drv.graph.missing(); len(m) > 0 {
 		return 0, fmt.Errorf("%w: cuda: the driver lacks %s (CUDA graphs need a CUDA 11.4 or newer driver)", errors.ErrUnsupported, strings.Join(m, ", "))
 	}
-	c, err := d.context(ctx)
+	st, err := d.stream(s)
 	if err != nil {
 		return 0, err
 	}
+	c := st.ctx
 	if len(steps) == 0 {
 		return 0, fmt.Errorf("%w: cuda: a graph needs at least one step", gpu.ErrInvalidLaunch)
 	}
 	var evs []gpu.Event
-	for i, s := range steps {
-		if s.Launch != nil && s.Launch.Form != gpu.Plain {
-			return 0, fmt.Errorf("%w: cuda: graph step %d: kernel %q in form %s: a graph records Plain launches only", gpu.ErrInvalidLaunch, i, s.Launch.Name, s.Launch.Form)
+	for i, step := range steps {
+		if step.Launch != nil && step.Launch.Form != gpu.Plain {
+			return 0, fmt.Errorf("%w: cuda: graph step %d: kernel %q in form %s: a graph records Plain launches only", gpu.ErrInvalidLaunch, i, step.Launch.Name, step.Launch.Form)
 		}
-		if _, err := d.checkLaunch(s.Launch); err != nil {
+		if _, err := d.checkLaunch(step.Launch); err != nil {
 			return 0, fmt.Errorf("graph step %d: %w", i, err)
 		}
-		if s.Event == 0 {
+		if step.Event == 0 {
 			continue
 		}
-		ev, err := d.event(s.Event)
+		ev, err := d.event(step.Event)
 		if err != nil {
 			return 0, fmt.Errorf("graph step %d: %w", i, err)
 		}
@@ -104,7 +107,7 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 				return 0, err
 			}
 		}
-		evs = append(evs, s.Event)
+		evs = append(evs, step.Event)
 	}
 	cr := &d.ctxs[c]
 	if err := d.use(c); err != nil {
@@ -116,16 +119,10 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 			return 0, err
 		}
 	}
-	g := d.drv.graph
-	if err := check("cuStreamBeginCapture_v2", d.fast(g.cuStreamBeginCapture, cr.capStr, captureModeRelaxed)); err != nil {
-		return 0, err
-	}
-	// Products get a workspace of their own graph: replays of different
-	// graphs run concurrently on different streams.
-	var ws workspace
-	defer func() { _ = d.freeWorkspace(&ws) }() // unless handed to a graph
-	for _, s := range steps {
-		f := &d.funcs[s.Launch.Func]
+	// The workspaces are made before capture: an allocation is no node.
+	ws := &st.ws
+	for _, step := range steps {
+		f := &d.funcs[step.Launch.Func]
 		if f.matmul != nil || f.conv != nil {
 			if _, err := d.blasWS(&ws.blas); err != nil {
 				return 0, err
@@ -137,16 +134,20 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 			}
 		}
 	}
+	g := d.drv.graph
+	if err := check("cuStreamBeginCapture_v2", d.fast(g.cuStreamBeginCapture, cr.capStr, captureModeRelaxed)); err != nil {
+		return 0, err
+	}
 	var capErr error
-	for i, s := range steps {
-		if capErr = d.launchOn(c, cr.capStr, &ws, s.Launch); capErr != nil {
+	for i, step := range steps {
+		if capErr = d.launchOn(c, cr.capStr, ws, step.Launch); capErr != nil {
 			capErr = fmt.Errorf("graph step %d: %w", i, capErr)
 			break
 		}
-		if s.Event == 0 {
+		if step.Event == 0 {
 			continue
 		}
-		if capErr = check("cuEventRecordWithFlags", d.fast(g.cuEventRecordWithFlags, d.events[s.Event].native[c], cr.capStr, eventRecordExternal)); capErr != nil {
+		if capErr = check("cuEventRecordWithFlags", d.fast(g.cuEventRecordWithFlags, d.events[step.Event].native[c], cr.capStr, eventRecordExternal)); capErr != nil {
 			capErr = fmt.Errorf("graph step %d: %w", i, capErr)
 			break
 		}
@@ -161,8 +162,7 @@ func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 		var exec uintptr
 		capErr = check("cuGraphInstantiateWithFlags", d.drv.call(g.cuGraphInstantiateWithFlags, uintptr(unsafe.Pointer(&exec)), graph, 0))
 		if capErr == nil {
-			d.graphs = append(d.graphs, graphRec{exec: exec, ctx: c, events: evs, live: true, ws: ws})
-			ws = workspace{}
+			d.graphs = append(d.graphs, graphRec{exec: exec, ctx: c, stream: s, events: evs, live: true})
 		}
 	}
 	if graph != 0 {
@@ -197,8 +197,8 @@ func (d *Device) LaunchGraph(g gpu.Graph, s gpu.Stream) error {
 	if err != nil {
 		return err
 	}
-	if st.ctx != gr.ctx {
-		return fmt.Errorf("%w: cuda: graph %d was made for context %d, stream %d belongs to context %d", gpu.ErrInvalidHandle, g, gr.ctx, s, st.ctx)
+	if s != gr.stream {
+		return fmt.Errorf("%w: cuda: graph %d was made for stream %d, not %d", gpu.ErrInvalidHandle, g, gr.stream, s)
 	}
 	for _, e := range gr.events {
 		if _, err := d.event(e); err != nil {
@@ -227,9 +227,5 @@ func (d *Device) DestroyGraph(g gpu.Graph) error {
 	if err := d.use(gr.ctx); err != nil {
 		return err
 	}
-	err = check("cuGraphExecDestroy", d.fast(d.drv.graph.cuGraphExecDestroy, gr.exec))
-	if ferr := d.freeWorkspace(&gr.ws); err == nil {
-		err = ferr
-	}
-	return err
+	return check("cuGraphExecDestroy", d.fast(d.drv.graph.cuGraphExecDestroy, gr.exec))
 }

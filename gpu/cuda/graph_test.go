@@ -32,7 +32,7 @@ func TestGPUGraph(t *testing.T) {
 		must(t, err)
 		steps = append(steps, gpu.GraphStep{Launch: spinLaunch(k, 20_000), Event: e2})
 	}
-	g, err := d.NewGraph(0, steps)
+	g, err := d.NewGraph(s, steps)
 	must(t, err)
 	steps[0].Launch.Args.Reset()
 	steps[0].Launch.Args.Ptr(0).U32(0).I32(0) // would fault if the graph used it
@@ -62,16 +62,16 @@ func TestGPUGraph(t *testing.T) {
 	}
 	reset := *steps[1].Launch
 	reset.Form = gpu.Reset
-	if _, err := d.NewGraph(0, []gpu.GraphStep{{Launch: &reset, Event: steps[1].Event}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
+	if _, err := d.NewGraph(s, []gpu.GraphStep{{Launch: &reset, Event: steps[1].Event}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
 		t.Errorf("a Reset launch in a graph: %v, want ErrInvalidLaunch", err)
 	}
 	big := *steps[1].Launch
 	big.Block = gpu.D1(4096)
-	if _, err := d.NewGraph(0, []gpu.GraphStep{steps[0], {Launch: &big, Event: steps[1].Event}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
+	if _, err := d.NewGraph(s, []gpu.GraphStep{steps[0], {Launch: &big, Event: steps[1].Event}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
 		t.Errorf("a launch of 4096 threads per block in a graph: %v, want ErrInvalidLaunch", err)
 	}
 	// The capture stream is usable again after a refused graph.
-	if _, err := d.NewGraph(0, steps[:2]); err != nil {
+	if _, err := d.NewGraph(s, steps[:2]); err != nil {
 		t.Errorf("a graph after a refused one: %v", err)
 	}
 	must(t, d.DestroyGraph(g))
@@ -119,7 +119,7 @@ func TestGPUGraphHostCost(t *testing.T) {
 					vs[i].Event = 0
 				}
 			}
-			g, err := d.NewGraph(0, vs)
+			g, err := d.NewGraph(s, vs)
 			must(t, err)
 			var graph time.Duration
 			for range reps {
@@ -189,7 +189,7 @@ func TestGPUGraphQueueDepth(t *testing.T) {
 			must(t, err)
 			steps[i] = gpu.GraphStep{Launch: spinLaunch(k, 20_000), Event: e}
 		}
-		g, err := d.NewGraph(0, steps)
+		g, err := d.NewGraph(s, steps)
 		must(t, err)
 		gs = append(gs, g)
 	}
@@ -217,7 +217,7 @@ func TestGPUGraphEventSemantics(t *testing.T) {
 	must(t, err)
 	e2, err := d.NewEvent()
 	must(t, err)
-	g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: spinLaunch(k, 2_000_000), Event: e1}, {Launch: spinLaunch(k, 2_000_000), Event: e2}})
+	g, err := d.NewGraph(s, []gpu.GraphStep{{Launch: spinLaunch(k, 2_000_000), Event: e1}, {Launch: spinLaunch(k, 2_000_000), Event: e2}})
 	must(t, err)
 	var prev time.Duration
 	for rep := range 3 {
@@ -257,7 +257,7 @@ func TestGPUGraphQueuedEvents(t *testing.T) {
 			evs[i], err = d.NewEvent()
 			must(t, err)
 		}
-		g, err := d.NewGraph(0, []gpu.GraphStep{{Launch: spinLaunch(k, 1_000_000), Event: evs[0]}, {Launch: spinLaunch(k, 1_000_000), Event: evs[1]}})
+		g, err := d.NewGraph(s, []gpu.GraphStep{{Launch: spinLaunch(k, 1_000_000), Event: evs[0]}, {Launch: spinLaunch(k, 1_000_000), Event: evs[1]}})
 		must(t, err)
 		return g, evs
 	}

@@ -12,7 +12,7 @@ var _ gpu.Grapher = (*Device)(nil)
 // NewGraph forwards to the wrapped device when it is a gpu.Grapher and
 // answers errors.ErrUnsupported otherwise. The wrapper keeps the graph's
 // launches, so LaunchGraph applies the FailLaunch and Poison rules to each.
-func (f *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, error) {
+func (f *Device) NewGraph(s gpu.Stream, steps []gpu.GraphStep) (gpu.Graph, error) {
 	if err := f.enter("NewGraph"); err != nil {
 		return 0, err
 	}
@@ -20,7 +20,7 @@ func (f *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, er
 	if !ok {
 		return 0, fmt.Errorf("%w: faulty: the wrapped device (%s) records no graphs", errors.ErrUnsupported, f.inner.Info().Backend)
 	}
-	h, err := g.NewGraph(ctx, steps)
+	h, err := g.NewGraph(s, steps)
 	if err != nil {
 		return 0, err
 	}

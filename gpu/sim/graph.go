@@ -9,31 +9,31 @@ import (
 )
 
 // simGraph is a recorded launch sequence: deep copies of the launches, the
-// events recorded after them, and the context whose streams may replay it.
+// events recorded after them, and the stream that replays it.
 type simGraph struct {
-	ctx   gpu.Context
-	steps []gpu.GraphStep
-	live  bool
+	stream gpu.Stream
+	steps  []gpu.GraphStep
+	live   bool
 }
 
 var _ gpu.Grapher = (*Device)(nil)
 
 // NewGraph implements gpu.Grapher. Each launch is checked as Launch checks
 // it and copied; only Plain launches are accepted.
-func (d *Device) NewGraph(ctx gpu.Context, steps []gpu.GraphStep) (gpu.Graph, error) {
+func (d *Device) NewGraph(s gpu.Stream, steps []gpu.GraphStep) (gpu.Graph, error) {
 	if d.fault != nil {
 		return 0, d.fault
 	}
 	if d.closed {
 		return 0, errClosed
 	}
-	if ctx < 0 || int(ctx) >= len(d.ctxs) {
-		return 0, fmt.Errorf("%w: context %d (make one with NewContext or NewPartition; 0 is the primary context)", gpu.ErrInvalidHandle, ctx)
+	if _, err := d.stream(s); err != nil {
+		return 0, err
 	}
 	if len(steps) == 0 {
 		return 0, fmt.Errorf("%w: a graph needs at least one step", gpu.ErrInvalidLaunch)
 	}
-	g := simGraph{ctx: ctx, live: true, steps: make([]gpu.GraphStep, len(steps))}
+	g := simGraph{stream: s, live: true, steps: make([]gpu.GraphStep, len(steps))}
 	for i, s := range steps {
 		if s.Launch == nil {
 			return 0, fmt.Errorf("%w: graph step %d: nil *Launch", gpu.ErrInvalidLaunch, i)
@@ -68,7 +68,7 @@ func (d *Device) graph(g gpu.Graph) (*simGraph, error) {
 }
 
 // LaunchGraph implements gpu.Grapher: every step's launch and event record
-// in turn on s, as Launch and Record would enqueue them, with the host cost
+// in turn on s (the stream g was made for), as Launch and Record would enqueue them, with the host cost
 // of one launch (Config.HostLaunchCost) for the whole graph plus
 // Config.HostGraphEventCost per event it records.
 func (d *Device) LaunchGraph(g gpu.Graph, s gpu.Stream) error {
@@ -83,8 +83,8 @@ func (d *Device) LaunchGraph(g gpu.Graph, s gpu.Stream) error {
 	if err != nil {
 		return err
 	}
-	if st.ctx != gr.ctx {
-		return fmt.Errorf("%w: graph %d was made for context %d, stream %d belongs to context %d", gpu.ErrInvalidHandle, g, gr.ctx, s, st.ctx)
+	if s != gr.stream {
+		return fmt.Errorf("%w: graph %d was made for stream %d, not %d", gpu.ErrInvalidHandle, g, gr.stream, s)
 	}
 	for _, step := range gr.steps {
 		if step.Event == 0 {

@@ -62,7 +62,7 @@ func TestGraphReplaysLaunches(t *testing.T) {
 	r := newRig(t, Config{HostLaunchCost: cost})
 	s := r.stream(0)
 	steps := graphSteps(t, r, 4)
-	g, err := r.d.NewGraph(0, steps)
+	g, err := r.d.NewGraph(s, steps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,19 +100,19 @@ func TestGraphErrors(t *testing.T) {
 	noFunc := *steps[1].Launch
 	noFunc.Func = 99
 	for _, tc := range []struct {
-		name  string
-		ctx   gpu.Context
-		steps []gpu.GraphStep
-		want  error
+		name   string
+		stream gpu.Stream
+		steps  []gpu.GraphStep
+		want   error
 	}{
-		{"no steps", 0, nil, gpu.ErrInvalidLaunch},
-		{"unknown context", 7, steps, gpu.ErrInvalidHandle},
-		{"nil launch", 0, []gpu.GraphStep{{Event: steps[0].Event}}, gpu.ErrInvalidLaunch},
-		{"reset form", 0, []gpu.GraphStep{steps[0], {Launch: &reset, Event: steps[1].Event}}, gpu.ErrInvalidLaunch},
-		{"unknown function", 0, []gpu.GraphStep{{Launch: &noFunc, Event: steps[1].Event}}, gpu.ErrInvalidHandle},
-		{"unknown event", 0, []gpu.GraphStep{{Launch: steps[0].Launch, Event: 99}}, gpu.ErrInvalidHandle},
+		{"no steps", s, nil, gpu.ErrInvalidLaunch},
+		{"unknown stream", 77, steps, gpu.ErrInvalidHandle},
+		{"nil launch", s, []gpu.GraphStep{{Event: steps[0].Event}}, gpu.ErrInvalidLaunch},
+		{"reset form", s, []gpu.GraphStep{steps[0], {Launch: &reset, Event: steps[1].Event}}, gpu.ErrInvalidLaunch},
+		{"unknown function", s, []gpu.GraphStep{{Launch: &noFunc, Event: steps[1].Event}}, gpu.ErrInvalidHandle},
+		{"unknown event", s, []gpu.GraphStep{{Launch: steps[0].Launch, Event: 99}}, gpu.ErrInvalidHandle},
 	} {
-		if _, err := r.d.NewGraph(tc.ctx, tc.steps); !errors.Is(err, tc.want) {
+		if _, err := r.d.NewGraph(tc.stream, tc.steps); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -120,18 +120,18 @@ func TestGraphErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := r.d.NewGraph(part, steps)
+	ps, err := r.d.NewStream(gpu.StreamOptions{Context: part})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := r.d.NewGraph(ps, steps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := r.d.LaunchGraph(g, s); !errors.Is(err, gpu.ErrInvalidHandle) {
-		t.Errorf("a partition's graph on a primary-context stream: %v, want ErrInvalidHandle", err)
+		t.Errorf("a graph launched on another stream than its own: %v, want ErrInvalidHandle", err)
 	}
 	if err := r.d.DestroyEvent(steps[0].Event); err != nil {
-		t.Fatal(err)
-	}
-	ps, err := r.d.NewStream(gpu.StreamOptions{Context: part})
-	if err != nil {
 		t.Fatal(err)
 	}
 	if err := r.d.LaunchGraph(g, ps); !errors.Is(err, gpu.ErrInvalidHandle) {
