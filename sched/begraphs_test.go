@@ -2,12 +2,14 @@ package sched_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"atoll/gpu"
+	"atoll/gpu/faulty"
 	"atoll/gpu/sim"
 	"atoll/policies"
 	"atoll/profiles"
@@ -146,3 +148,27 @@ func (idlePolicy) Name() string                         { return "idle" }
 func (idlePolicy) Streams() sched.StreamPlan            { return sched.PriorityPlan }
 func (idlePolicy) Start(*sched.State) error             { return nil }
 func (idlePolicy) Schedule(*sched.State, time.Duration) {}
+
+// A chunk graph the device fails to record or to launch fails the run with
+// the driver's error, naming the call and the chunk.
+func TestBEChunkGraphFailures(t *testing.T) {
+	const dur = 5 * time.Millisecond
+	w := sched.Workload{BE: []sched.BEWorkload{shortBE(t, 40)}}
+	pol, err := policies.ByName("streams")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ method, want string }{
+		{"NewGraph", "NewGraph (BE client 0, kernels 0..15)"},
+		{"LaunchGraph", "LaunchGraph (BE client 0, kernels 0..15)"},
+	} {
+		fd := faulty.New(newSim(t))
+		if err := fd.FailMethod(tc.method, 1); err != nil {
+			t.Fatal(err)
+		}
+		_, err := sched.Run(context.Background(), fd, w, sched.Options{Policy: pol, Duration: dur})
+		if !errors.Is(err, sched.ErrDevice) || !errors.Is(err, faulty.ErrInjected) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s failing: %v, want ErrDevice wrapping the injected failure, naming %q", tc.method, err, tc.want)
+		}
+	}
+}

@@ -91,8 +91,15 @@ func RunScript(t *testing.T, path string, f Factory) {
 						}
 					}
 				}
+				if v, ok := args["chunks"]; ok {
+					on, err := strconv.ParseBool(v)
+					if err != nil {
+						return "", fmt.Errorf("init: chunks: %w", err)
+					}
+					cfg.BEChunks = on
+				}
 				rest := maps.Clone(args)
-				for _, k := range []string{"policy", "hp", "be"} {
+				for _, k := range []string{"policy", "hp", "be", "chunks"} {
 					delete(rest, k)
 				}
 				pol, err := f(args["policy"], rest)
