@@ -156,16 +156,9 @@ func (d *driver) launchChunk(ch *beChunk, decs []Decision) error {
 	}
 	fs[ch.n-1].chunk = ch
 	d.queues[s] = q
-	if from := d.beEmptyFrom[c]; from >= 0 {
-		d.beEmpty(c, from, at)
-		d.beEmptyFrom[c] = -1
-	}
+	d.beEnqueued(c, at)
 	d.trace.Launches += ch.n
 	d.trace.BEChunkLaunches++
-	end := time.Now()
-	d.trace.LaunchHost += end.Sub(t0)
-	d.trace.Host.Bind += tLaunch.Sub(t0)
-	d.trace.Host.Launch += tRecord.Sub(tLaunch)
-	d.trace.Host.Record += end.Sub(tRecord)
+	d.hostSpent(t0, tLaunch, tRecord, time.Now())
 	return nil
 }

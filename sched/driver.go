@@ -84,6 +84,25 @@ func (d *driver) beEmpty(c int, from, to time.Duration) {
 	}
 }
 
+// beEnqueued records that BE client c's own stream got work at at (device
+// clock), closing the span it had none (beEmptyFrom).
+func (d *driver) beEnqueued(c int, at time.Duration) {
+	if from := d.beEmptyFrom[c]; from >= 0 {
+		d.beEmpty(c, from, at)
+		d.beEmptyFrom[c] = -1
+	}
+}
+
+// hostSpent adds one submission's host time to the trace: binding from t0
+// to tLaunch, the device's launch call to tRecord, the event record and
+// bookkeeping to end.
+func (d *driver) hostSpent(t0, tLaunch, tRecord, end time.Time) {
+	d.trace.LaunchHost += end.Sub(t0)
+	d.trace.Host.Bind += tLaunch.Sub(t0)
+	d.trace.Host.Launch += tRecord.Sub(tLaunch)
+	d.trace.Host.Record += end.Sub(tRecord)
+}
+
 func devErr(call string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrDevice, call, err)
 }
@@ -452,12 +471,11 @@ func (d *driver) launch(l Launch) error {
 	var tLaunch, tRecord time.Time // the device's Launch call starts, returns
 	defer func() {
 		end := time.Now()
-		d.trace.LaunchHost += end.Sub(t0)
-		if !tRecord.IsZero() {
-			d.trace.Host.Bind += tLaunch.Sub(t0)
-			d.trace.Host.Launch += tRecord.Sub(tLaunch)
-			d.trace.Host.Record += end.Sub(tRecord)
+		if tRecord.IsZero() {
+			d.trace.LaunchHost += end.Sub(t0)
+			return
 		}
+		d.hostSpent(t0, tLaunch, tRecord, end)
 	}()
 	f := &dflight{l: l, stream: d.stream(l.Stream), raisedAt: -1}
 	req := BindRequest{Client: l.Client, Kernel: l.Kernel, Variant: l.Variant, Form: l.Form}
@@ -520,10 +538,7 @@ func (d *driver) launch(l Launch) error {
 	d.attribute(l, f, submitted)
 	if l.Client.Class == BE && l.Stream.Class == BE {
 		f.at = d.dev.Now()
-		if from := d.beEmptyFrom[l.Client.Index]; from >= 0 {
-			d.beEmpty(l.Client.Index, from, f.at)
-			d.beEmptyFrom[l.Client.Index] = -1
-		}
+		d.beEnqueued(l.Client.Index, f.at)
 	}
 	q, ok := d.queues[f.stream]
 	if !ok {

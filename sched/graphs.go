@@ -262,11 +262,7 @@ func (d *driver) launchGraph(h heldLaunch) error {
 	d.queues[s] = q
 	d.trace.Launches += h.n
 	d.trace.GraphLaunches++
-	end := time.Now()
-	d.trace.LaunchHost += end.Sub(t0)
-	d.trace.Host.Bind += tLaunch.Sub(t0)
-	d.trace.Host.Launch += tRecord.Sub(tLaunch)
-	d.trace.Host.Record += end.Sub(tRecord)
+	d.hostSpent(t0, tLaunch, tRecord, time.Now())
 	return nil
 }
 
