@@ -435,15 +435,37 @@ func (p *Atoll) launchFree(st *sched.State, b *sched.BEClient) {
 			form = Form(st.Spec(), k, p.PlainBound)
 		}
 		if st.LaunchForm(b, form) == gpu.Plain {
-			if b.Calls() >= p.BEWindow || p.BEQueue > 0 && b.Queued() >= p.BEQueue || st.LaunchBEChunk(b) == 0 {
+			if b.Calls() >= p.BEWindow || p.BEQueue > 0 && b.Queued() >= p.BEQueue {
 				return
 			}
-			continue
+			if p.chunkPlain(st, b) {
+				if st.LaunchBEChunk(b) == 0 {
+					return
+				}
+				continue
+			}
 		}
 		if _, ok := st.LaunchBE(b, form); !ok {
 			return
 		}
 	}
+}
+
+// chunkPlain reports whether every kernel of b's chunk from its next one
+// takes the Plain form: with Preempt a chunk may hold a kernel Form makes
+// Resumable, and then b's kernels go one by one.
+func (p *Atoll) chunkPlain(st *sched.State, b *sched.BEClient) bool {
+	if !p.Preempt {
+		return true
+	}
+	_, k := b.Next()
+	ks := b.Profile().Kernels
+	for end := b.ChunkEnd(); k < end; k++ {
+		if Form(st.Spec(), &ks[k], p.PlainBound) != gpu.Plain {
+			return false
+		}
+	}
+	return true
 }
 
 // admit launches, beside the running HP kernel, the BE head kernels
