@@ -29,6 +29,14 @@ type Policy struct {
 	// DurFraction is used when DurThreshold is zero; zero means
 	// DefaultDurFraction.
 	DurFraction float64
+	// Chunks launches BE a whole chunk at a time while no HP request is in
+	// flight (sched.State.LaunchBEChunk: one graph per chunk where the
+	// driver records them), under the duration cap like single kernels.
+	// Beside busy HP, admission stays per kernel. Not Orion as published
+	// (it intercepts a framework's launches one by one): a variant that
+	// gives Orion atoll's launch path, so that the two compare on
+	// scheduling alone (orion:chunks=true).
+	Chunks bool
 
 	Cap Cap
 	rr  int
@@ -164,11 +172,19 @@ func (p *Policy) Schedule(st *sched.State, _ time.Duration) {
 				return
 			}
 			b := be[(p.rr+i)%len(be)]
-			k, _ := b.Next()
+			k, ki := b.Next()
 			if k == nil || !st.CanLaunchBE(b, gpu.Plain) || st.LaunchForm(b, gpu.Plain) != gpu.Plain {
 				continue
 			}
 			if !Admit(st.Spec(), k, st.HPBusy(), st.RunningHP(), p.SMThreshold) || !p.Cap.Fits(k.Duration(), st.HPBusy()) {
+				continue
+			}
+			if p.Chunks && !st.HPBusy() {
+				n := st.LaunchBEChunk(b)
+				for _, lk := range b.Profile().Kernels[ki : ki+n] {
+					p.Cap.Add(lk.Duration())
+				}
+				progress = progress || n > 0
 				continue
 			}
 			st.LaunchBE(b, gpu.Plain)

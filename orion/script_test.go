@@ -25,6 +25,9 @@ func factory(name string, m map[string]string) (sched.Policy, error) {
 	if p.DurFraction, err = a.Float("dur-fraction"); err != nil {
 		return nil, err
 	}
+	if p.Chunks, err = a.Bool("orion-chunks"); err != nil { // chunks= is the core's (schedtest)
+		return nil, err
+	}
 	return p, a.Unused()
 }
 

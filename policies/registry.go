@@ -3,6 +3,7 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"atoll/orion"
@@ -58,7 +59,9 @@ func Names() []string {
 // parameters, or "atoll:key=value,..." with some of atoll's parameters set
 // (hp-window, be-window, be-queue, reserve, plain-bound, resume-after,
 // padding, preempt, split, admission; see Atoll), for experiments that
-// compare parameter settings on the same workload.
+// compare parameter settings on the same workload; "orion:chunks=true" is
+// Orion launching BE a chunk at a time while HP is idle
+// (orion.Policy.Chunks).
 func ByName(name string) (sched.Policy, error) {
 	n := strings.ToLower(strings.TrimSpace(name))
 	base, params, hasParams := strings.Cut(n, ":")
@@ -69,8 +72,11 @@ func ByName(name string) (sched.Policy, error) {
 		if !hasParams {
 			return r.make(), nil
 		}
+		if base == "orion" {
+			return orionWith(params)
+		}
 		if base != "atoll" {
-			return nil, fmt.Errorf("%w: policy %q takes no parameters (only atoll does)", ErrConfig, base)
+			return nil, fmt.Errorf("%w: policy %q takes no parameters (only atoll and orion do)", ErrConfig, base)
 		}
 		p := New()
 		if err := p.set(params); err != nil {
@@ -79,6 +85,24 @@ func ByName(name string) (sched.Policy, error) {
 		return p, nil
 	}
 	return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+}
+
+// orionWith is Orion with "key=value,..." parameters: chunks=true|false
+// (orion.Policy.Chunks).
+func orionWith(params string) (sched.Policy, error) {
+	p := orion.New()
+	for _, kv := range strings.Split(params, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k != "chunks" {
+			return nil, fmt.Errorf("%w: unknown orion parameter %q (chunks=true|false)", ErrConfig, kv)
+		}
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: orion parameter chunks: %v", ErrConfig, err)
+		}
+		p.Chunks = on
+	}
+	return p, nil
 }
 
 // SplitList splits a comma-separated list of policies, keeping each

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"atoll/orion"
 )
 
 func TestByNameParameters(t *testing.T) {
@@ -32,12 +34,15 @@ func TestByNameParameters(t *testing.T) {
 	if p, err := ByName("atoll:split=true,reserve=68"); err != nil || !p.(*Atoll).Split || p.(*Atoll).Reserve != 68 {
 		t.Errorf("atoll:split=true,reserve=68: %+v, %v", p, err)
 	}
+	if p, err := ByName("orion:chunks=true"); err != nil || !p.(*orion.Policy).Chunks {
+		t.Errorf("orion:chunks=true: %+v, %v", p, err)
+	}
 	for params, want := range map[string]time.Duration{"atoll:be-queue=50us": 50 * time.Microsecond, "atoll:be-queue=off": -1} {
 		if p, err := ByName(params); err != nil || p.(*Atoll).BEQueue != want {
 			t.Errorf("%s: %+v, %v; want BEQueue %v", params, p, err, want)
 		}
 	}
-	for _, bad := range []string{"atoll:split=maybe", "atoll:be-queue=0s", "atoll:be-queue=-5us", "atoll:be-queue=soon", "atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:admission=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3"} {
+	for _, bad := range []string{"atoll:split=maybe", "atoll:be-queue=0s", "atoll:be-queue=-5us", "atoll:be-queue=soon", "atoll:hp-window", "atoll:window=3", "atoll:hp-window=-1", "atoll:padding=maybe", "atoll:admission=maybe", "atoll:reserve=-8", "atoll:reserve=x", "orion:hp-window=3", "orion:chunks=maybe", "reef:chunks=true"} {
 		if _, err := ByName(bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("%q: %v, want ErrConfig", bad, err)
 		}
