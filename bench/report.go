@@ -469,7 +469,12 @@ type HostSplit struct {
 	// BusyShare is the share of the run's wall time the driver's thread
 	// spent in its rounds rather than waiting for the device.
 	BusyShare float64 `json:"busyShare"`
-	// GraphBuildMs is the run's time spent recording HP graphs, in ms
-	// (not per launch), before the run starts.
+	// GraphBuildMs is the run's time spent recording HP graphs and BE
+	// chunk graphs, in ms (not per launch), before the run starts.
 	GraphBuildMs float64 `json:"graphBuildMs,omitempty"`
+	// SlowLaunches are the run's device launch calls that took
+	// sched.SlowLaunch or more (a full launch queue blocks the call), and
+	// SlowLaunchMs their time in ms (not per launch).
+	SlowLaunches int     `json:"slowLaunches,omitempty"`
+	SlowLaunchMs float64 `json:"slowLaunchMs,omitempty"`
 }

@@ -417,7 +417,8 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		h := tr.Host
 		r.HostPerLaunch = &HostSplit{BindUs: us(h.Bind), LaunchUs: us(h.Launch), RecordUs: us(h.Record), PollUs: us(h.Poll),
 			Queries: round3(float64(h.Queries) / n), GraphBuildMs: round3(h.GraphBuild.Seconds() * 1e3),
-			DecideUs: us(max(h.Round-h.Bind-h.Launch-h.Record-h.Poll, 0))}
+			DecideUs:     us(max(h.Round-h.Bind-h.Launch-h.Record-h.Poll, 0)),
+			SlowLaunches: h.SlowLaunches, SlowLaunchMs: round3(h.SlowLaunchTime.Seconds() * 1e3)}
 		if h.Wall > 0 {
 			r.HostPerLaunch.BusyShare = round3(float64(h.Round) / float64(h.Wall))
 		}

@@ -172,3 +172,34 @@ func TestBEChunkGraphFailures(t *testing.T) {
 		}
 	}
 }
+
+// slowDevice makes its every tenth Launch call take 200 µs of wall time, as
+// a call blocked by a full launch queue does.
+type slowDevice struct {
+	gpu.Device
+	calls int
+}
+
+func (s *slowDevice) Launch(st gpu.Stream, l *gpu.Launch) error {
+	if s.calls++; s.calls%10 == 0 {
+		time.Sleep(200 * time.Microsecond)
+	}
+	return s.Device.Launch(st, l)
+}
+
+// The driver counts the launch calls that held its thread SlowLaunch or
+// more (every slowed one; an unslowed one only if the machine stalled it).
+func TestSlowLaunchesCounted(t *testing.T) {
+	const dur = 2 * time.Millisecond
+	w := sched.Workload{BE: []sched.BEWorkload{shortBE(t, 40)}}
+	dev := &slowDevice{Device: plainDevice{newSim(t)}}
+	tr := runBE(t, dev, "streams", w, dur, true)
+	h := tr.Host
+	// A loaded machine may stall an unslowed call too: a little slack above.
+	if want := dev.calls / 10; want == 0 || h.SlowLaunches < want || h.SlowLaunches > want+want/4+2 {
+		t.Errorf("%d slow launches counted of %d calls, %d of them slowed", h.SlowLaunches, dev.calls, want)
+	}
+	if h.SlowLaunchTime < time.Duration(h.SlowLaunches)*200*time.Microsecond {
+		t.Errorf("slow launches took %v in all, less than their %d × 200 µs", h.SlowLaunchTime, h.SlowLaunches)
+	}
+}

@@ -97,10 +97,16 @@ func (d *driver) beEnqueued(c int, at time.Duration) {
 // to tLaunch, the device's launch call to tRecord, the event record and
 // bookkeeping to end.
 func (d *driver) hostSpent(t0, tLaunch, tRecord, end time.Time) {
+	h := &d.trace.Host
+	call := tRecord.Sub(tLaunch)
 	d.trace.LaunchHost += end.Sub(t0)
-	d.trace.Host.Bind += tLaunch.Sub(t0)
-	d.trace.Host.Launch += tRecord.Sub(tLaunch)
-	d.trace.Host.Record += end.Sub(tRecord)
+	h.Bind += tLaunch.Sub(t0)
+	h.Launch += call
+	h.Record += end.Sub(tRecord)
+	if call >= SlowLaunch {
+		h.SlowLaunches++
+		h.SlowLaunchTime += call
+	}
 }
 
 func devErr(call string, err error) error {

@@ -174,6 +174,12 @@ type HostTime struct {
 	Bind   time.Duration
 	Launch time.Duration
 	Record time.Duration
+	// SlowLaunches counts the device's launch calls (Launch, LaunchGraph)
+	// that took SlowLaunch or more, SlowLaunchTime their time: a stream's
+	// full launch queue blocks the call (gpu/cuda TestGPULaunchQueueDepth,
+	// TestGPUGraphQueueDepth), holding the one driver thread.
+	SlowLaunches   int
+	SlowLaunchTime time.Duration
 	// Poll is the time in polls for completions: an event Query per
 	// launch in flight at the head of its stream, and Time (and the done
 	// word) per completion; Queries counts the Query calls.
@@ -189,6 +195,11 @@ type HostTime struct {
 	// it waited (on a GPU, spinning on the events).
 	Round, Wall time.Duration
 }
+
+// SlowLaunch is the length of a device launch call that HostTime counts as
+// slow: ten times the slowest kind measured unblocked (a convolution's
+// 15.8 µs on an H200, results/hostcost-h200).
+const SlowLaunch = 150 * time.Microsecond
 
 // Window is the measured interval, Duration − Warmup.
 func (t *Trace) Window() time.Duration { return t.Duration - t.Warmup }
