@@ -45,6 +45,13 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 		if len(mc.Reports) > 0 && mc.Reports[0].HPGraphs != "" {
 			ew.printf(" HP graphs: %s.", mc.Reports[0].HPGraphs)
 		}
+		if rr := mc.Result.Rerun; len(rr) > 0 {
+			var runs []string
+			for _, r := range rr {
+				runs = append(runs, fmt.Sprintf("%s (%d stalls, %.1f ms)", r.Run, r.Stalls, r.StallMs))
+			}
+			ew.printf(" Run again for the host's stalls, the first time: %s.", strings.Join(runs, ", "))
+		}
 		for _, r := range mc.Reports {
 			if r.BEChunks > 0 || strings.HasPrefix(r.BEGraphs, "off:") {
 				ew.printf(" BE chunk graphs: %s (%d chunks).", r.BEGraphs, r.BEChunks)
@@ -166,6 +173,16 @@ func stallTouched(r *Report) float64 {
 		return 0
 	}
 	return (float64(s.Count) + s.TotalMs/1e3*r.Workload.RatePerSec) / float64(r.HPCompleted)
+}
+
+// stallTouchedTrace is stallTouched for a run's trace at the offered rate
+// (per second).
+func stallTouchedTrace(tr *sched.Trace, rate float64) float64 {
+	s := tr.HostStalls
+	if s.Count == 0 || len(tr.Requests) == 0 {
+		return 0
+	}
+	return (float64(s.Count) + s.Total.Seconds()*rate) / float64(len(tr.Requests))
 }
 
 // stallSuspect is the fraction of requests touched by stalls at which a

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,84 @@ func TestReadMatrixDirGzipped(t *testing.T) {
 		if len(got[i].Reports) != len(want[i].Reports) || got[i].Reports[0].HP != want[i].Reports[0].HP || got[i].Reports[0].HPSamples != want[i].Reports[0].HPSamples {
 			t.Errorf("cell %s: gzipped reports differ from the plain ones", want[i].Result.Cell.Name)
 		}
+	}
+}
+
+// stallingSim is a simulator whose host stalls 40 times for 5 ms in every
+// run (TakeHostStalls: nothing before the run, then the stalls).
+type stallingSim struct {
+	gpu.Device
+	takes int
+}
+
+func (s *stallingSim) TakeHostStalls() gpu.HostStalls {
+	var h gpu.HostStalls
+	if s.takes++; s.takes > 1 {
+		for range 40 {
+			h.Add(5 * time.Millisecond)
+		}
+	}
+	return h
+}
+
+// A measured run whose host stalls reach its HP p99 runs once more on the
+// same arrivals, and only once: cell.json lists each with the first run's
+// stalls, and the table says so.
+func TestRunMatrixRerunsStalledRuns(t *testing.T) {
+	spec := `name: t
+policies: [atoll]
+minRequests: 150
+warmup: 20ms
+beAlone: 200ms
+warmupRun: 50ms
+soloRepeats: 2
+cells:
+  - {name: mobilenet, hp: mobilenetv2, be: vgg19, load: 0.5}
+`
+	m, err := ReadMatrix(strings.NewReader(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	env := simMatrixEnv(t, &n)
+	inner := env.Config
+	env.Config = func(c CellSpec) (*Config, func(), error) {
+		cfg, done, err := inner(c)
+		if err == nil {
+			cfg.NewDevice = func() (gpu.Device, error) {
+				d, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1})
+				return &stallingSim{Device: d}, err
+			}
+		}
+		return cfg, done, err
+	}
+	dir := t.TempDir()
+	if err := RunMatrix(context.Background(), m, env, dir); err != nil {
+		t.Fatal(err)
+	}
+	cells, err := ReadMatrixDir(dir)
+	if err != nil || len(cells) != 1 {
+		t.Fatalf("%d cells read back: %v", len(cells), err)
+	}
+	mc := cells[0]
+	var rerun []string
+	for _, r := range mc.Result.Rerun {
+		rerun = append(rerun, r.Run)
+		if r.Stalls != 40 || r.StallMs != 200 || r.Touched < stallSuspect {
+			t.Errorf("%s: rerun record %+v, want 40 stalls of 200 ms in all", r.Run, r)
+		}
+	}
+	if want := []string{"dedicated-1", "atoll", "dedicated-2"}; !slices.Equal(rerun, want) {
+		t.Errorf("runs run again: %v, want %v (each measured run once)", rerun, want)
+	}
+	if len(mc.Reports) != 3 {
+		t.Errorf("%d reports, want one per measured run", len(mc.Reports))
+	}
+	var b strings.Builder
+	if err := MatrixTables(&b, cells); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Run again for the host's stalls, the first time: dedicated-1 (40 stalls, 200.0 ms)") {
+		t.Errorf("the table does not say which runs ran again:\n%s", b.String())
 	}
 }

@@ -24,7 +24,8 @@ every policy it names, with one protocol for all:
      is refused, not measured;
   3. BE alone, then the dedicated baseline several times, interleaved with
      the policies, all on the same arrival sequence; every run long enough
-     for the matrix's minRequests HP requests.
+     for the matrix's minRequests HP requests; a run whose host stalled
+     long enough to reach its HP p99 (GPU only) runs once more, once.
 
 Each report keeps every request's latency, so p99s and p99 overheads come
 with 95 % bootstrap CIs; policies are measured against the dedicated runs
