@@ -406,7 +406,7 @@ func (d *Device) convKernels(b *blasState) error {
 
 // launchConv enqueues r's steps on stream sh of context c with the launch's
 // operands: for each step the gather and the product, or the product and
-// the scatter, through the stream's (or graph's) patch workspace.
+// the scatter, through the stream's patch workspace (a graph's is its stream's).
 func (d *Device) launchConv(c int32, sh uintptr, ws *workspace, r *convRec, l *gpu.Launch) error {
 	args := l.Args.Bytes()
 	if len(args) != gpu.MatmulArgBytes {
@@ -524,7 +524,7 @@ func (d *Device) colWS(ws *gpu.Ptr) (gpu.Ptr, error) {
 	return d.lazyAlloc(ws, colWorkspace, "convolution")
 }
 
-// workspace is the memory a stream's (or a graph's) vendor products use:
+// workspace is the memory a stream's vendor products use (and those of the graphs made for it):
 // cuBLASLt's, and the convolutions' patches. Each is made on first use.
 type workspace struct{ blas, col gpu.Ptr }
 
