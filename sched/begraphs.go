@@ -44,6 +44,7 @@ func (d *driver) initBEGraphs() error {
 	}
 	t0 := time.Now()
 	defer func() { d.trace.Host.GraphBuild += time.Since(t0) }()
+	d.grapher = g // release destroys what is made, whatever happens below
 	chunks := make([][]*beChunk, len(d.beS))
 	for c, b := range d.core.State().BE() {
 		n := len(b.Profile().Kernels)
@@ -55,7 +56,7 @@ func (d *driver) initBEGraphs() error {
 			}
 			ch, err := d.newBEChunk(g, c, start, end)
 			if errors.Is(err, errors.ErrUnsupported) {
-				d.trace.BEGraphs = "off: " + err.Error()
+				d.trace.BEGraphs, d.trace.BEChunks = "off: "+err.Error(), 0
 				return nil
 			}
 			if err != nil {
@@ -65,7 +66,7 @@ func (d *driver) initBEGraphs() error {
 			d.trace.BEChunks++
 		}
 	}
-	d.grapher, d.beChunks = g, chunks
+	d.beChunks = chunks
 	d.trace.BEGraphs = "on"
 	return nil
 }

@@ -203,3 +203,51 @@ func TestSlowLaunchesCounted(t *testing.T) {
 		t.Errorf("slow launches took %v in all, less than their %d × 200 µs", h.SlowLaunchTime, h.SlowLaunches)
 	}
 }
+
+// graphsRunOut records graphs until its n-th NewGraph, then answers
+// errors.ErrUnsupported, as a device that cannot record more would.
+type graphsRunOut struct {
+	*sim.Device
+	n, calls int
+}
+
+func (g *graphsRunOut) NewGraph(s gpu.Stream, steps []gpu.GraphStep) (gpu.Graph, error) {
+	if g.calls++; g.calls > g.n {
+		return 0, fmt.Errorf("%w: no more graphs", errors.ErrUnsupported)
+	}
+	return g.Device.NewGraph(s, steps)
+}
+
+// Graphs that run out part way (HP's or BE's) leave that kind off and the
+// run whole; the graphs already made are released with the run.
+func TestGraphsRunningOutPartWay(t *testing.T) {
+	const dur = 5 * time.Millisecond
+	w := smallWorkload(t, time.Millisecond, dur)
+	w.BE = []sched.BEWorkload{shortBE(t, 40)}
+	pol, err := policies.ByName("atoll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		n              int
+		noHP, noBE     bool
+		hpWant, beWant string
+	}{
+		{n: 1, noBE: true, hpWant: "no more graphs", beWant: "off"}, // HP's second instance, BE kernel by kernel
+		{n: 1, hpWant: "no more graphs", beWant: "no more graphs"},  // HP's second instance
+		{n: 2, noHP: true, hpWant: "off", beWant: "no more graphs"}, // BE's third chunk
+	} {
+		d, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := sched.Run(context.Background(), &graphsRunOut{Device: d, n: tc.n}, w, sched.Options{Policy: pol, Duration: dur, NoHPGraphs: tc.noHP, NoBEGraphs: tc.noBE})
+		d.Close()
+		if err != nil {
+			t.Fatalf("graphs running out after %d: %v", tc.n, err)
+		}
+		if !strings.HasPrefix(tr.HPGraphs, "off") || !strings.Contains(tr.HPGraphs, tc.hpWant) || !strings.Contains(tr.BEGraphs, tc.beWant) || tr.BEChunks != 0 || tr.BEChunkLaunches != 0 || len(tr.Requests) == 0 || tr.BEWork == 0 {
+			t.Errorf("after %d graphs: HP graphs %q, BE graphs %q (%d chunks), %d requests, BE work %v", tc.n, tr.HPGraphs, tr.BEGraphs, tr.BEChunks, len(tr.Requests), tr.BEWork)
+		}
+	}
+}

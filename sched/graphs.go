@@ -82,7 +82,7 @@ func (d *driver) initGraphs() error {
 			for range hpGraphsPerClient {
 				hg, err := d.newHPGraph(c, v)
 				if errors.Is(err, errors.ErrUnsupported) {
-					d.grapher, d.graphs = nil, nil
+					d.graphs = nil // d.grapher stays: release destroys what was made
 					d.trace.HPGraphs = "off: " + err.Error()
 					return nil
 				}
