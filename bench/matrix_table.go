@@ -97,6 +97,9 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 		if st := stallLine(mc.Reports); st != "" {
 			ew.printf("\nHost stalls (the driver's thread kept 1 ms or more from its wait for the GPU; HP requests then wait for the host, whatever the policy): %s.\n", st)
 		}
+		if sl := slowLaunchLine(mc.Reports); sl != "" {
+			ew.printf("\nLaunch calls of 150 µs or more (a stream's full launch queue blocks the call, and the driver's thread with it): %s.\n", sl)
+		}
 		if len(mc.Torch) > 0 {
 			t := mc.Torch[0]
 			ew.printf("\nPyTorch %s (%s, CUDA graphs: %v): HP %s solo %.0f µs; BE %s. %s\n", t.Torch, t.Device, t.Graphs, t.HPModel, t.SoloUs, t.BEModel, t.Note)
@@ -208,6 +211,18 @@ func stallLine(rs []*Report) string {
 	}
 	if !watched {
 		return ""
+	}
+	return strings.Join(parts, "; ")
+}
+
+// slowLaunchLine lists the runs whose launch calls were slow
+// (HostSplit.SlowLaunches), "" when none was.
+func slowLaunchLine(rs []*Report) string {
+	var parts []string
+	for _, r := range rs {
+		if h := r.HostPerLaunch; h != nil && h.SlowLaunches > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d, %.1f ms in all", r.Policy, h.SlowLaunches, h.SlowLaunchMs))
+		}
 	}
 	return strings.Join(parts, "; ")
 }

@@ -21,6 +21,13 @@ func TestStallLine(t *testing.T) {
 	if s := stallLine(rs[2:]); s != "" {
 		t.Errorf("no report watched, stallLine = %q, want empty", s)
 	}
+	slow := []*Report{{Policy: "priority", HostPerLaunch: &HostSplit{SlowLaunches: 12, SlowLaunchMs: 9.25}}, {Policy: "atoll", HostPerLaunch: &HostSplit{}}, {Policy: "old"}}
+	if got, want := slowLaunchLine(slow), "priority 12, 9.2 ms in all"; got != want {
+		t.Errorf("slowLaunchLine = %q, want %q", got, want)
+	}
+	if got := slowLaunchLine(slow[1:]); got != "" {
+		t.Errorf("no slow launch, slowLaunchLine = %q", got)
+	}
 	if h := Describe(rs[0]); !strings.Contains(h, "the host stalled 3 times in the dedicated-1 run") {
 		t.Errorf("header lacks the stalls:\n%s", h)
 	}
