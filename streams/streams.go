@@ -63,9 +63,8 @@ const BEWindow = 128
 // (unless dedicated) every remaining kernel of each BE client's current
 // iteration in Plain form, a chunk at a time (State.LaunchBEChunk: a
 // framework replaying its step as CUDA graphs), up to BEWindow in flight
-// per client; the next
-// iteration starts when the last kernel of this one completes (a closed
-// loop that synchronises per iteration).
+// per client; the next iteration starts when the last kernel of this one
+// completes (a closed loop that synchronises per iteration).
 func (p *Policy) Schedule(st *sched.State, _ time.Duration) {
 	LaunchAllHP(st)
 	if !p.be {
