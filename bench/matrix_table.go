@@ -172,20 +172,26 @@ func stallsSeen(rs []*Report) (watched, stalled bool) {
 // have delayed: one per stall, and those arriving during them.
 func stallTouched(r *Report) float64 {
 	s := r.HostStalls
-	if s == nil || s.Count == 0 || r.HPCompleted == 0 {
+	if s == nil {
 		return 0
 	}
-	return (float64(s.Count) + s.TotalMs/1e3*r.Workload.RatePerSec) / float64(r.HPCompleted)
+	return touchedBy(s.Count, s.TotalMs/1e3, r.Workload.RatePerSec, r.HPCompleted)
 }
 
 // stallTouchedTrace is stallTouched for a run's trace at the offered rate
 // (per second).
 func stallTouchedTrace(tr *sched.Trace, rate float64) float64 {
-	s := tr.HostStalls
-	if s.Count == 0 || len(tr.Requests) == 0 {
+	return touchedBy(tr.HostStalls.Count, tr.HostStalls.Total.Seconds(), rate, len(tr.Requests))
+}
+
+// touchedBy is the share of a run's requests (arriving at rate per
+// second) that n host stalls, sec seconds in all, may have delayed: one
+// per stall, and those arriving during them.
+func touchedBy(n int, sec, rate float64, requests int) float64 {
+	if n == 0 || requests == 0 {
 		return 0
 	}
-	return (float64(s.Count) + s.Total.Seconds()*rate) / float64(len(tr.Requests))
+	return (float64(n) + sec*rate) / float64(requests)
 }
 
 // stallSuspect is the fraction of requests touched by stalls at which a

@@ -27,6 +27,10 @@ type beChunk struct {
 	ev   gpu.Event // recorded after its last kernel
 	n    int       // kernels
 	busy bool      // a replay is in flight
+	// flights are the in-flight records of its kernels, made once: a
+	// replay's stay queued until its last kernel completes, and the next
+	// replay waits for that (busy), so launching one allocates nothing.
+	flights []dflight
 }
 
 // initBEGraphs records the chunks of every BE client where the core cuts
@@ -97,7 +101,7 @@ func (d *driver) newBEChunk(g gpu.Grapher, c, start, end int) (*beChunk, error) 
 		return nil, devErr(fmt.Sprintf("NewGraph (BE client %d, kernels %d..%d)", c, start, end-1), err)
 	}
 	d.allGraphs = append(d.allGraphs, h)
-	return &beChunk{g: h, ev: ev, n: end - start}, nil
+	return &beChunk{g: h, ev: ev, n: end - start, flights: make([]dflight, end-start)}, nil
 }
 
 // wholeChunk returns the recorded chunk that decs launch from their first
@@ -148,7 +152,7 @@ func (d *driver) launchChunk(ch *beChunk, decs []Decision) error {
 	if !ok {
 		d.qorder = append(d.qorder, s)
 	}
-	fs := make([]dflight, ch.n)
+	fs := ch.flights
 	for k, dec := range decs {
 		f := &fs[k]
 		*f = dflight{l: dec.Launch, stream: s, ev: ch.ev, raisedAt: -1, graphEv: true, at: at}

@@ -49,12 +49,7 @@ func chunkEnds(p *profiles.Profile) []int {
 
 // ChunkEnd is the end (exclusive) of the chunk that holds b's next kernel:
 // the kernel after it when chunks are off.
-func (b *BEClient) ChunkEnd() int {
-	if b.chunkEnd == nil || b.issued >= len(b.chunkEnd) {
-		return b.issued + 1
-	}
-	return b.chunkEnd[b.issued]
-}
+func (b *BEClient) ChunkEnd() int { return b.ChunkEndOf(b.issued) }
 
 // ChunkEndOf is the end (exclusive) of the chunk whose first kernel is k,
 // or k+1 when chunks are off: what the driver records as one graph.
