@@ -43,7 +43,11 @@ func MatrixTables(w io.Writer, cells []*MatrixCell) error {
 			}
 		}
 		if len(mc.Reports) > 0 && mc.Reports[0].HPGraphs != "" {
-			ew.printf(" HP graphs: %s.", mc.Reports[0].HPGraphs)
+			ew.printf(" HP graphs: %s", mc.Reports[0].HPGraphs)
+			if n := mc.Reports[0].HPGraphEvents; n > 0 {
+				ew.printf(" (%d events each)", n)
+			}
+			ew.printf(".")
 		}
 		if rr := mc.Result.Rerun; len(rr) > 0 {
 			var runs []string

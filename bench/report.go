@@ -137,6 +137,10 @@ type Report struct {
 	// sched.Options.NoHPGraphs).
 	GraphLaunches int    `json:"graphLaunches,omitempty"`
 	HPGraphs      string `json:"hpGraphs,omitempty"`
+	// HPGraphEvents is the events an HP graph records per pass (one per
+	// chunk of its kernels, or one per kernel with
+	// sched.Options.HPKernelEvents).
+	HPGraphEvents int `json:"hpGraphEvents,omitempty"`
 	// BEGraphs says whether BE chunks went as graphs ("on", "off", "off:
 	// why"; sched.Options.NoBEGraphs), BEChunks how many chunks were
 	// recorded and BEChunkLaunches how many replays were submitted.
@@ -368,6 +372,9 @@ func Describe(r *Report) string {
 	switch {
 	case r.HPGraphs == "on":
 		fmt.Fprintf(&b, "\nHP passes launched whole go as one graph each (--hp-graphs): %d in the %s run, %d of them waited for a free instance", r.GraphLaunches, r.Policy, r.GraphWaits)
+		if r.HPGraphEvents > 0 {
+			fmt.Fprintf(&b, ", each recording %d events (--hp-kernel-events)", r.HPGraphEvents)
+		}
 	case r.HPGraphs != "":
 		fmt.Fprintf(&b, "\nHP kernels launched one by one (graphs %s)", r.HPGraphs)
 	}

@@ -60,6 +60,9 @@ type Config struct {
 	// NoBEGraphs launches BE kernels one by one instead of a chunk per
 	// graph (sched.Options.NoBEGraphs).
 	NoBEGraphs bool
+	// HPKernelEvents records an event after every kernel of an HP graph,
+	// not one per chunk (sched.Options.HPKernelEvents).
+	HPKernelEvents bool
 	// DecisionOrder sends each round's launches in decision order, not HP
 	// first (sched.Options.DecisionOrder).
 	DecisionOrder bool
@@ -215,7 +218,7 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	if withBE && c.BE != nil {
 		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
 	}
-	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs, NoBEGraphs: c.NoBEGraphs, DecisionOrder: c.DecisionOrder}
+	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs, NoBEGraphs: c.NoBEGraphs, HPKernelEvents: c.HPKernelEvents, DecisionOrder: c.DecisionOrder}
 	if c.KernelSolo != nil {
 		for range w.HP {
 			opt.KernelSolo = append(opt.KernelSolo, c.KernelSolo)
@@ -393,7 +396,7 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	r.PreemptLatency = Summarize(pl)
 	r.Padded = tr.PaddedLaunches
 	r.Launches = tr.Launches
-	r.GraphLaunches, r.HPGraphs, r.Streams = tr.GraphLaunches, tr.HPGraphs, tr.Streams
+	r.GraphLaunches, r.HPGraphs, r.HPGraphEvents, r.Streams = tr.GraphLaunches, tr.HPGraphs, tr.HPGraphEvents, tr.Streams
 	r.BEGraphs, r.BEChunks, r.BEChunkLaunches = tr.BEGraphs, tr.BEChunks, tr.BEChunkLaunches
 	r.LaunchOrder = "hp-first"
 	if c.DecisionOrder {

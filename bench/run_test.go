@@ -53,8 +53,9 @@ func TestSuiteRunsEveryPolicy(t *testing.T) {
 			t.Errorf("%s: %d launches, host time per launch %v µs: the driver's launch cost went unmeasured", r.Policy, r.Launches, r.HostUsPerLaunch)
 		}
 		// The parts of a launch add up to the whole (up to rounding), and
-		// every launch's event was queried at least once.
-		if h := r.HostPerLaunch; h == nil || h.LaunchUs <= 0 || h.PollUs <= 0 || h.Queries < 1 ||
+		// events were queried (the kernels of a graph's chunk share one:
+		// fewer queries than launches).
+		if h := r.HostPerLaunch; h == nil || h.LaunchUs <= 0 || h.PollUs <= 0 || h.Queries <= 0 ||
 			math.Abs(h.BindUs+h.LaunchUs+h.RecordUs-r.HostUsPerLaunch) > 0.005 {
 			t.Errorf("%s: host time by part %+v, per launch %v µs: want parts that add up and every event queried", r.Policy, h, r.HostUsPerLaunch)
 		}

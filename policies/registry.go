@@ -31,7 +31,7 @@ var registry = []struct {
 		func() sched.Policy { return orion.New() }},
 	{"reef", "REEF: reset preemption with 2 BE kernels in flight, plus dynamic kernel padding",
 		func() sched.Policy { return preempt.New() }},
-	{"atoll", "BE in an SM partition leaving HP a reserve, its queued work bounded, priorities, Orion admission beside HP (preemption, padding: atoll:preempt=true,padding=true; HP partitioned too: atoll:split=true)",
+	{"atoll", "priorities, BE's queued work bounded, Orion admission beside HP (BE in an SM partition leaving HP a reserve: atoll:reserve=auto; preemption, padding: atoll:preempt=true,padding=true; HP partitioned too: atoll:split=true)",
 		func() sched.Policy { return New() }},
 }
 

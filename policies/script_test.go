@@ -53,6 +53,8 @@ func factory(name string, m map[string]string) (sched.Policy, error) {
 	set(e)
 	p.Reserve, e = a.Int("reserve")
 	set(e)
+	p.AutoReserve, e = a.Bool("auto-reserve")
+	set(e)
 	p.SMThreshold, e = a.Int("sm-threshold")
 	set(e)
 	p.DurThreshold, e = a.Duration("dur-threshold")

@@ -241,9 +241,17 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 	prev := a.lastEnd[c]
 	var cs Causes
 	var solo time.Duration
-	for i := range ks {
-		k := &ks[i]
-		end := max(k.end, t)
+	// Kernels that completed at one time (an HP graph's chunk shares one
+	// event: Options.HPKernelEvents) are split as one: their span against
+	// the sum of their solo times, blamed on the first of them with a BE
+	// launch beside it.
+	for i := 0; i < len(ks); {
+		j := i + 1
+		for j < len(ks) && ks[j].end == ks[i].end {
+			j++
+		}
+		g := ks[i:j]
+		end := max(g[0].end, t)
 		add := func(cause Cause, until time.Duration) {
 			until = min(until, end)
 			if until > t {
@@ -254,16 +262,28 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 		if i == 0 {
 			add(CauseHPQueue, prev)
 		}
-		add(CausePolicy, k.decided)
-		add(CauseHost, k.submitted)
-		solo += k.solo
+		add(CausePolicy, g[0].decided)
+		add(CauseHost, g[0].submitted)
+		var gsolo time.Duration
+		var k *hpKernel // the kernel whose cause the group's excess takes
+		for m := range g {
+			gsolo += g[m].solo
+			if k == nil && (g[m].padded || g[m].blamed) {
+				k = &g[m]
+			}
+		}
+		solo += gsolo
 		if measured && a.spans != nil && v == 0 {
 			a.spans[c][i] = append(a.spans[c][i], end-t)
+			for m := i + 1; m < j; m++ {
+				a.spans[c][m] = append(a.spans[c][m], 0)
+			}
 		}
-		excess := end - t - k.solo
+		excess := end - t - gsolo
 		t = end
 		cause := CauseVariance
 		switch {
+		case k == nil:
 		case k.padded:
 			cause = CausePadded
 		case k.drain && k.blamed:
@@ -275,6 +295,7 @@ func (a *attributor) request(r *RequestRecord, measured bool) {
 		if measured && cause != CauseVariance && excess > 0 && k.blamed {
 			a.byKernel[k.blame] += excess
 		}
+		i = j
 	}
 	// The record's End is the last kernel's completion; keep the sum exact
 	// even if the core's End differs (it cannot with a consistent driver).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"atoll/gpu"
+	"atoll/profiles"
 )
 
 // HP graphs. A request of an HP client launched whole in one step — its
@@ -13,9 +14,12 @@ import (
 // that never hold HP back decide them on arrival — needs no decision
 // between its kernels, so the driver submits it as one recorded graph
 // (gpu.Grapher, a CUDA graph on the GPU): one host call per request instead
-// of a launch and an event record per kernel. Each kernel still has its
-// own event, recorded by the graph, so the core sees every completion as
-// before and attribution is unchanged. A graph's events can be in flight
+// of a launch and an event record per kernel. The graph records one event
+// per chunk of the request's kernels (at most BEChunkWork of profiled work
+// together, as BE iterations are cut), after the chunk's last kernel, and
+// the chunk's kernels share it: the core sees them complete together, and
+// attribution splits a request by chunks (Options.HPKernelEvents: an
+// event per kernel). A graph's events can be in flight
 // for one replay only, so each client keeps a few instances and takes a
 // free one per request; with none free (more requests queued than
 // instances) the request waits in the driver until one completes, which
@@ -33,7 +37,7 @@ const hpGraphsPerClient = 4
 // hpGraph is one instance of an HP client's recorded kernel sequence.
 type hpGraph struct {
 	g      gpu.Graph
-	events []gpu.Event // the event recorded after each kernel
+	events []gpu.Event // per kernel, the event recorded after its chunk
 }
 
 // hpGraphs are one HP client's instances (per pass variant), and its
@@ -101,9 +105,13 @@ func (d *driver) initGraphs() error {
 func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 	t0 := time.Now()
 	defer func() { d.trace.Host.GraphBuild += time.Since(t0) }()
-	n := len(d.core.State().HP()[c].Variant(v).Kernels)
+	prof := d.core.State().HP()[c].Variant(v)
+	n := len(prof.Kernels)
 	steps := make([]gpu.GraphStep, n)
 	hg := &hpGraph{events: make([]gpu.Event, n)}
+	ends := hpEventEnds(prof, d.opt.HPKernelEvents)
+	var ev gpu.Event
+	events := 0
 	for k := range n {
 		l, err := d.binder.Bind(BindRequest{Client: HPClientID(c), Kernel: k, Variant: v, Form: gpu.Plain})
 		if err != nil {
@@ -111,13 +119,21 @@ func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 		}
 		gl := *l
 		gl.Form = gpu.Plain
-		e, err := d.dev.NewEvent()
-		if err != nil {
-			return nil, devErr("NewEvent (HP graph)", err)
+		if k == 0 || ends[k-1] == k { // k starts a chunk: its event
+			if ev, err = d.dev.NewEvent(); err != nil {
+				return nil, devErr("NewEvent (HP graph)", err)
+			}
+			d.allEv = append(d.allEv, ev)
+			events++
 		}
-		d.allEv = append(d.allEv, e)
-		steps[k] = gpu.GraphStep{Launch: &gl, Event: e}
-		hg.events[k] = e
+		steps[k].Launch = &gl
+		if ends[k] == k+1 {
+			steps[k].Event = ev
+		}
+		hg.events[k] = ev
+	}
+	if c == 0 && v == 0 {
+		d.trace.HPGraphEvents = events
 	}
 	g, err := d.grapher.NewGraph(d.hpS[c], steps)
 	if err != nil {
@@ -129,6 +145,20 @@ func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 	hg.g = g
 	d.allGraphs = append(d.allGraphs, g)
 	return hg, nil
+}
+
+// hpEventEnds is, per kernel of an HP pass p, the end (exclusive) of the
+// kernels whose completions one event of its graph records: the kernel
+// after it with perKernel, else its chunk's (chunkEnds).
+func hpEventEnds(p *profiles.Profile, perKernel bool) []int {
+	if !perKernel {
+		return chunkEnds(p)
+	}
+	ends := make([]int, len(p.Kernels))
+	for k := range ends {
+		ends[k] = k + 1
+	}
+	return ends
 }
 
 // wholeRequest reports how many of decs, from the first, launch one whole

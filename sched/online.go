@@ -117,6 +117,9 @@ type OnlineConfig struct {
 	NoHPGraphs bool
 	// NoBEGraphs launches BE kernels one by one (Options.NoBEGraphs).
 	NoBEGraphs bool
+	// HPKernelEvents records an event after every kernel of an HP graph
+	// (Options.HPKernelEvents).
+	HPKernelEvents bool
 }
 
 // OnlineResult is a finished (or failed) HP request. Times are on the
@@ -420,7 +423,7 @@ func (o *Online) setup() (*loop, gpu.Device, error) {
 		return nil, nil, fmt.Errorf("%w: the opener returned no device", ErrConfig)
 	}
 	w := o.cfg.Workload()
-	opt := Options{Policy: o.cfg.Policy, Duration: forever, Stall: o.cfg.Stall, OnDecision: o.cfg.OnDecision, NoHPGraphs: o.cfg.NoHPGraphs, NoBEGraphs: o.cfg.NoBEGraphs}
+	opt := Options{Policy: o.cfg.Policy, Duration: forever, Stall: o.cfg.Stall, OnDecision: o.cfg.OnDecision, NoHPGraphs: o.cfg.NoHPGraphs, NoBEGraphs: o.cfg.NoBEGraphs, HPKernelEvents: o.cfg.HPKernelEvents}
 	if o.cfg.Bind != nil {
 		b, err := o.cfg.Bind(dev)
 		if err != nil {

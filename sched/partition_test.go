@@ -35,7 +35,7 @@ long dur=2ms grid=200 block=1024 class=compute
 		BE: []sched.BEWorkload{{Name: "wave", Profile: be}, {Name: "wave2", Profile: be}},
 	}
 	offP99, offWork, offPart := runNamed(t, "atoll:reserve=off", w, dur)
-	onP99, onWork, onPart := runNamed(t, "atoll", w, dur)
+	onP99, onWork, onPart := runNamed(t, "atoll:reserve=auto", w, dur)
 	t.Logf("no partition: p99 %v, BE work %v; partition of %d SMs: p99 %v, BE work %v", offP99, offWork, onPart, onP99, onWork)
 	if offPart != 0 || onPart != 120 {
 		t.Fatalf("partitions %d and %d SMs, want none and 120 (HP needs 8 SMs: 132-8 rounded down to a multiple of 8)", offPart, onPart)

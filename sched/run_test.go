@@ -216,7 +216,12 @@ func TestRunHPBusySplit(t *testing.T) {
 			start, end = a, e
 		}
 		flush()
-		if d := tr.HPBusy - busy; d < -20*time.Microsecond || d > 20*time.Microsecond {
+		// HPBusy is the core's view: a request's arrival the host feeds
+		// before it has seen the previous request's completion (the
+		// device's time of which is earlier) bridges the gap between the
+		// two, which the records' union keeps; a few such gaps of the
+		// host's notice latency separate the two figures.
+		if d := tr.HPBusy - busy; d < -50*time.Microsecond || d > 50*time.Microsecond {
 			t.Errorf("period %v: HPBusy %v, the requests' union in the window %v", period, tr.HPBusy, busy)
 		}
 		if tr.BEWorkHPBusy < 0 || tr.BEWorkHPBusy > tr.BEWork || tr.BEWork == 0 {

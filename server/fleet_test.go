@@ -456,46 +456,6 @@ func TestFleetBrokenWhenEveryGPUIs(t *testing.T) {
 	}
 }
 
-// TestFleetRoutesAroundBE: two simulated GPUs paced to the wall clock, HP
-// (a small ResNet) through device instances, so no outputs are computed on
-// the CPU and the GPU's contention is what a request sees. One GPU runs a
-// best-effort MobileNetV2 job under plain streams, where each HP kernel
-// waits behind the BE kernels launched before it; the fleet sends most
-// requests to the other. (Without the job the first replica gets most.)
-func TestFleetRoutesAroundBE(t *testing.T) {
-	if testing.Short() {
-		t.Skip("paced simulator")
-	}
-	leakCheck(t)
-	tiny := tinyResNet(t)
-	engine := func() *slowEngine {
-		return &slowEngine{Engine: newTestEngine(t, func(c *server.EngineConfig) {
-			c.Virtual, c.Instances, c.Policy = false, true, "streams"
-			c.Models = []server.EngineModel{{Name: "tiny", Zoo: "resnet50", Model: &tiny, MaxQueue: 64}}
-			c.Jobs = []server.EngineJobModel{{Zoo: "mobilenetv2", Batch: 1}}
-		})}
-	}
-	busy, idle := engine(), engine()
-	job, err := busy.SubmitJob(server.JobSpec{Model: "mobilenetv2", Batch: 1, Iterations: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.CancelJob(job.ID) //nolint:errcheck // ends with the engine anyway
-	// The job must be running before the requests start: they take about
-	// a tenth of a second, less than a job can take to start.
-	waitJob(t, busy, job.ID, func(s server.JobStatus) bool { return s.Done >= 1 })
-	f := newFleet(t, busy, idle)
-	req, _ := request(t, tiny, modelInfo(t, f, "tiny"), 1)
-	if n := clients(t, f, req, 4, 15); n != 0 {
-		t.Fatalf("%d requests failed", n)
-	}
-	nb, ni := busy.n.Load(), idle.n.Load()
-	t.Logf("requests: GPU with the BE job %d, idle GPU %d", nb, ni)
-	if nb+ni != 60 || ni <= nb {
-		t.Errorf("the GPU with the BE job got %d requests, the idle one %d: want most on the idle one", nb, ni)
-	}
-}
-
 // TestFleetFourGPUs: four simulated GPUs. tinybert placed on GPUs 1 and 3
 // only runs there; the replicated model spreads over all four; with two
 // GPUs failed for good, every request is answered by the other two.

@@ -67,6 +67,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	order := fs.String("launch-order", "hp-first", launchOrderHelp)
 	graphs := fs.Bool("hp-graphs", true, hpGraphsHelp)
 	beGraphs := fs.Bool("be-graphs", true, beGraphsHelp)
+	hpEvents := fs.Bool("hp-kernel-events", false, hpKernelEventsHelp)
 	var files []string
 	for rest := args; ; {
 		if err := parse(fs, rest); err != nil {
@@ -105,7 +106,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, notice: *notice, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs}
+			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, notice: *notice, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

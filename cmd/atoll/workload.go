@@ -42,6 +42,7 @@ type workloadFlags struct {
 	order     string
 	graphs    bool
 	beGraphs  bool
+	hpEvents  bool
 	streams   int
 	maxBatch  int
 }
@@ -69,6 +70,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.BoolVar(&w.beGraphs, "be-graphs", true, beGraphsHelp)
+	fs.BoolVar(&w.hpEvents, "hp-kernel-events", false, hpKernelEventsHelp)
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
 	fs.IntVar(&w.maxBatch, "hp-max-batch", 1, hpMaxBatchHelp)
 }
@@ -76,6 +78,8 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 const hpMaxBatchHelp = "serve the HP requests waiting when the model's stream empties together, in one pass of the largest batch of 2, 4, 8, ... up to this many requests that does not exceed them (a queue is then served faster than one request after another; each size needs the model's profile at that batch, 'atoll profile --model M --batch B'; 1: one request per pass)"
 
 const hpStreamsHelp = "serve HP with this many clients of the model, each its own stream and buffers (on a GPU, its own copy of the model's activations and weights), each arrival going to the one with the fewest requests unfinished: up to this many requests run at once (1: one after another; more raises the rate HP alone sustains where one request leaves the GPU partly idle, and lowers it where one request fills the GPU — measure per model, docs/kernels.md — at the memory of a copy each)"
+
+const hpKernelEventsHelp = "record an event after every kernel of an HP request's graph, so the scheduler sees each HP kernel complete (per-kernel timing and attribution); by default a graph records one event per chunk of its kernels (up to 50 µs of profiled work together), which costs the host far less per request (each recorded event adds about a quarter of a launch to the graph's launch call)"
 
 const beGraphsHelp = "submit each chunk of a BE iteration launched whole (consecutive kernels of up to 50 µs profiled work together) as one recorded graph with one event: one host call and one poll per chunk instead of per kernel (a CUDA graph on the GPU); false launches BE kernel by kernel"
 
@@ -250,6 +254,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	}
 	c.NoHPGraphs = !w.graphs
 	c.NoBEGraphs = !w.beGraphs
+	c.HPKernelEvents = w.hpEvents
 	switch w.order {
 	case "hp-first", "":
 	case "decision":
