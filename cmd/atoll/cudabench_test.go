@@ -89,6 +89,7 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 	for flag, set := range map[string]func(*workloadFlags){
 		"--sim-launch-cost": func(w *workloadFlags) { w.hostCost = launchCosts{time.Microsecond, time.Microsecond, time.Microsecond} },
 		"--sim-query-cost":  func(w *workloadFlags) { w.queryCost = time.Microsecond },
+		"--sim-event-cost":  func(w *workloadFlags) { w.eventCost = time.Microsecond },
 		"--sim-notice":      func(w *workloadFlags) { w.notice = time.Microsecond },
 	} {
 		w = base

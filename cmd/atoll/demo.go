@@ -40,18 +40,19 @@ Examples:
 // the GPU's on the committed matrices (TestSimulatedNoteMatchesResults
 // recomputes its figures from results/).
 const simulatedNote = `note: these co-location figures are simulated. With this build's simulator,
-beside the latest GPU series (results/matrix-h200-g8-chunks: an H200, the
+beside the latest GPU series (results/matrix-h200-g8-events: an H200, the
 committed 8-cell matrix under priority, orion, reef and atoll; nothing in the
-simulator set from it), its HP p99 was within 10 % in 14 of 32 policy runs
-(median error 12 %), its HP p50 off by a median 11 % and its BE throughput by a
-median 18 %, and it ranked the policies as the GPU did in 8 of 8 cells by HP
-p99 and 6 of 8 by BE throughput. Per policy, HP p99 within 10 %: priority 3 of
-8 (median error 25 %), orion 6 of 8 (median error 7 %), reef 0 of 8 (median
-error 89 %), atoll 5 of 8 (median error 7 %). It under-predicts what the GPU's
+simulator set from it), its HP p99 was within 10 % in 10 of 32 policy runs
+(median error 30 %), its HP p50 off by a median 21 % and its BE throughput by a
+median 8 %, and it ranked the policies as the GPU did in 8 of 8 cells by HP
+p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %: priority 0 of
+8 (median error 55 %), orion 5 of 8 (median error 10 %), reef 0 of 8 (median
+error 53 %), atoll 5 of 8 (median error 10 %). It under-predicts what the GPU's
 host and memory system add: REEF's kernel-by-kernel HP launches outran the
-host there, and every training kernel beside batch-1 HP slowed it 1.3-1.45x
-(atoll corun, docs/physics.md). docs/fidelity.md has every comparison.
-Run 'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
+host there, and BE kernels beside batch-1 HP slowed it 1.3-1.7x (atoll corun,
+docs/physics.md), which priority streams let happen unchecked. docs/fidelity.md
+has every comparison. Run 'atoll demo --backend cuda' or 'atoll matrix
+--backend cuda' on a GPU.`
 
 func init() {
 	register(command{name: "demo", summary: "run the co-location demo under every policy (simulated GPU)", run: runDemo})

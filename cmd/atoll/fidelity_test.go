@@ -16,11 +16,11 @@ import (
 // TestSimulatedNoteMatchesResults: the figures the simulated demo prints
 // are those of the committed GPU and simulated matrix runs.
 func TestSimulatedNoteMatchesResults(t *testing.T) {
-	gpu, err := bench.ReadMatrixDir("../../results/matrix-h200-g8-chunks")
+	gpu, err := bench.ReadMatrixDir("../../results/matrix-h200-g8-events")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := bench.ReadMatrixDir("../../results/matrix-sim-h200-g8-chunks")
+	sim, err := bench.ReadMatrixDir("../../results/matrix-sim-h200-g8-events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 		seen++
 	}
 	if seen != 4 {
-		t.Errorf("results/matrix-h200-g8-chunks has %d policies, want priority, orion, reef and atoll", seen)
+		t.Errorf("results/matrix-h200-g8-events has %d policies, want priority, orion, reef and atoll", seen)
 	}
 	note := strings.Join(strings.Fields(simulatedNote), " ")
 	for _, w := range want {

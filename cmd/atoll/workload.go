@@ -37,6 +37,7 @@ type workloadFlags struct {
 	quiet     bool
 	hostCost  launchCosts
 	queryCost time.Duration
+	eventCost time.Duration
 	notice    time.Duration
 	corun     coRunFlag
 	order     string
@@ -65,6 +66,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	w.hostCost = defaultSimLaunchCost
 	fs.Var(&w.hostCost, "sim-launch-cost", simLaunchCostHelp)
 	fs.DurationVar(&w.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
+	fs.DurationVar(&w.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
 	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
@@ -174,6 +176,11 @@ func (f *coRunFlag) Set(v string) error {
 
 const simCoRunHelp = "simulator: co-run interference — off, measured (fitted to atoll corun on an H100) or DEVICE,SM: a block's rate is divided by 1 + DEVICE × (share of the SMs other kernels hold) + SM × (share of its SM's warp slots other kernels hold); off by default: it over-predicts the GPU matrix cells (docs/simulator.md, \"Co-run interference\")"
 
+// defaultSimEventCost is the measured figure (sim.MeasuredEventCost).
+const defaultSimEventCost = sim.MeasuredEventCost
+
+const simEventCostHelp = "simulator: GPU time each recorded event holds its stream; a profiled kernel duration holds one, so a request as a graph with fewer events than kernels runs faster than its profiled sum, as on the GPU (the default is measured, docs/simulator.md; 0 turns it off)"
+
 // defaultSimQueryCost is the measured figure (sim.MeasuredHostQueryCost).
 const defaultSimQueryCost = sim.MeasuredHostQueryCost
 
@@ -227,7 +234,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	coDev, coSM := w.corun.values()
 	switch w.backend {
 	case "sim":
-		sc := sim.Config{Spec: spec, Seed: w.seed, HostQueryCost: w.queryCost, NoticeLatency: w.notice, CoRunDevice: coDev, CoRunSM: coSM}
+		sc := sim.Config{Spec: spec, Seed: w.seed, HostQueryCost: w.queryCost, EventCost: w.eventCost, NoticeLatency: w.notice, CoRunDevice: coDev, CoRunSM: coSM}
 		w.hostCost.apply(&sc)
 		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
 	case "cuda":
@@ -239,6 +246,9 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		}
 		if w.queryCost != 0 && w.queryCost != defaultSimQueryCost {
 			return nil, fmt.Errorf("--sim-query-cost is a simulator parameter; on --backend cuda polls cost what they cost (reports show hostPerLaunch)")
+		}
+		if w.eventCost != 0 && w.eventCost != defaultSimEventCost {
+			return nil, fmt.Errorf("--sim-event-cost is a simulator parameter; on --backend cuda events cost the GPU what they cost (results/hpevents-h200 measures it)")
 		}
 		if w.notice != 0 && w.notice != defaultSimNotice {
 			return nil, fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")

@@ -48,6 +48,16 @@ type Config struct {
 	// cuda-graph.log): about a quarter of a launch per event. Zero means
 	// HostLaunchCost/4.
 	HostGraphEventCost time.Duration
+	// EventCost is the GPU time an event record holds its stream: the op
+	// after it starts EventCost after the event completes. A profiled
+	// kernel duration holds one (the profiler records an event after
+	// every kernel and times kernel i from event i to event i+1), so a
+	// kernel runs its Cost.Duration less EventCost (at most half of it):
+	// launched one by one, each with its record, a pass takes its
+	// profiled sum; as a graph with fewer events, less. Zero (the default)
+	// leaves both out; bench, demo and matrix set MeasuredEventCost
+	// (--sim-event-cost).
+	EventCost time.Duration
 	// NoticeLatency is the time from an event's completion on the device
 	// until the host sees it: Query answers true and Wait returns only
 	// then (Time still gives the completion time). It stands for the
@@ -168,6 +178,15 @@ const (
 	// results/host-split-h200 (1.9-3.7 µs: dedicated lowest, confined
 	// highest).
 	MeasuredHostQueryCost = 2500 * time.Nanosecond
+	// MeasuredEventCost is the GPU time per event recorded between two
+	// kernels: BERT-base bs1's request alone took 1,158–1,168 µs as a
+	// graph with an event after each of its 137 kernels and 873–880 µs
+	// with one after each of its 26 chunks, interleaved on one H200
+	// (results/hpevents-h200): (1,163 − 876.5) / 111 = 2.6 µs. The two
+	// matrix series on two H200s give 1.8–3.0 µs for the four HP models
+	// (results/matrix-h200-g8-chunks, matrix-h200-g8-events, cell.json's
+	// solo latencies).
+	MeasuredEventCost = 2500 * time.Nanosecond
 )
 
 // The co-run interference (Config.CoRunDevice, CoRunSM; --sim-corun
@@ -225,7 +244,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"NoticeLatency", c.NoticeLatency}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"NoticeLatency", c.NoticeLatency}, {"EventCost", c.EventCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

@@ -188,3 +188,51 @@ func TestBusyStreamStaysSmall(t *testing.T) {
 		last = at
 	}
 }
+
+// A recorded event holds its stream for EventCost, and a profiled duration
+// holds one: kernels each followed by a record take their profiled sum;
+// the same kernels with one event at the end take EventCost less per
+// event left out.
+func TestEventCost(t *testing.T) {
+	const ec = 2 * us
+	span := func(perKernel bool) time.Duration {
+		r := newRig(t, Config{EventCost: ec})
+		s := r.stream(0)
+		steps := graphSteps(t, r, 4) // 10, 20, 30, 40 µs profiled
+		if !perKernel {
+			for i := range steps[:3] {
+				steps[i].Event = 0
+			}
+		}
+		start, err := r.d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.d.Record(start, s); err != nil {
+			t.Fatal(err)
+		}
+		g, err := r.d.NewGraph(s, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.d.LaunchGraph(g, s); err != nil {
+			t.Fatal(err)
+		}
+		end := eventTimes(t, r, steps[3:])[0]
+		t0, err := r.d.Time(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return end - t0
+	}
+	// From the start event: the launch latency (longer than the start
+	// record's hold), then the kernels; the last event's own hold comes
+	// after it, so each pass ends EventCost short of its profiled sum.
+	lat := gpu.H100SXM.LaunchLatency
+	if got, want := span(true), 100*us-ec+lat; got != want {
+		t.Errorf("an event after each kernel: the pass took %v, want %v (its profiled sum, less the last record's hold, plus the %v launch latency)", got, want, lat)
+	}
+	if got, want := span(false), 100*us-4*ec+lat; got != want {
+		t.Errorf("one event at the end: the pass took %v, want %v (EventCost less per event left out)", got, want)
+	}
+}

@@ -316,6 +316,10 @@ func (d *Device) timing(c gpu.Cost, n, bpsm, sms int) (tb, cs, ms float64) {
 			total, spread = float64(on), sms
 		}
 	}
+	if ec := float64(d.cfg.EventCost); ec > 0 && total > 0 {
+		// A profiled duration holds one event record (Config.EventCost).
+		total -= min(ec, total/2)
+	}
 	perWave := spread * bpsm
 	waves := (n + perWave - 1) / perWave
 	if total == 0 { // roofline

@@ -94,6 +94,8 @@ func (d *Device) pump() {
 				if ev := &d.events[o.ev-1]; ev.live && ev.gen == o.gen {
 					d.completeEvent(ev, t)
 				}
+				// The record holds the stream (Config.EventCost).
+				t += float64(d.cfg.EventCost)
 			case opKernel:
 				if !o.k.eligible {
 					o.k.eligible, o.k.elig = true, t
