@@ -56,7 +56,7 @@ func ProbePolicy(name string) (sched.Policy, error) {
 	case "reef-relay":
 		return preempt.New(), nil // the binder adds the relay (ProbeBinder.ResetRelay)
 	case "atoll-ptb":
-		return &policies.Atoll{Preempt: true, NoAdmission: true, Reserve: -1}, nil
+		return &policies.Atoll{Preempt: true, Reserve: -1}, nil
 	case "atoll":
 		return &policies.Atoll{Preempt: true, Padding: true, Reserve: -1}, nil
 	}

@@ -31,7 +31,7 @@ var registry = []struct {
 		func() sched.Policy { return orion.New() }},
 	{"reef", "REEF: reset preemption with 2 BE kernels in flight, plus dynamic kernel padding",
 		func() sched.Policy { return preempt.New() }},
-	{"atoll", "priorities, BE's queued work bounded, Orion admission beside HP (BE in an SM partition leaving HP a reserve: atoll:reserve=auto; preemption, padding: atoll:preempt=true,padding=true; HP partitioned too: atoll:split=true)",
+	{"atoll", "priorities, BE from HP's idle time in chunk graphs, its queued work bounded (Orion's admission beside busy HP: atoll:admission=true; BE in an SM partition leaving HP a reserve: atoll:reserve=auto; preemption, padding: atoll:preempt=true,padding=true; HP partitioned too: atoll:split=true)",
 		func() sched.Policy { return New() }},
 }
 

@@ -14,21 +14,23 @@ func TestByNameParameters(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := p.(*Atoll)
-	if a.HPWindow != 16 || a.PlainBound != 50*time.Microsecond || !a.Padding || !a.Preempt || a.NoAdmission || a.Reserve != 24 {
+	if a.HPWindow != 16 || a.PlainBound != 50*time.Microsecond || !a.Padding || !a.Preempt || a.Admission || a.Reserve != 24 {
 		t.Errorf("parameters not applied: %+v", a)
 	}
-	for params, want := range map[string][2]bool{ // NoAdmission, Confined
-		"atoll:admission=confined":                 {false, true},
-		"atoll:admission=false":                    {true, false},
-		"atoll:admission=confined,admission=true":  {false, false},
-		"atoll:admission=false,admission=confined": {false, true},
+	for params, want := range map[string][2]bool{ // Admission, Confined
+		"atoll":                    {false, false},
+		"atoll:admission=confined": {false, true},
+		"atoll:admission=true":     {true, false},
+		"atoll:admission=confined,admission=true": {true, false},
+		"atoll:admission=true,admission=confined": {false, true},
+		"atoll:admission=true,admission=false":    {false, false},
 	} {
 		p, err := ByName(params)
 		if err != nil {
 			t.Fatalf("%s: %v", params, err)
 		}
-		if a := p.(*Atoll); a.NoAdmission != want[0] || a.Confined != want[1] {
-			t.Errorf("%s: NoAdmission %v Confined %v, want %v", params, a.NoAdmission, a.Confined, want)
+		if a := p.(*Atoll); a.Admission != want[0] || a.Confined != want[1] {
+			t.Errorf("%s: Admission %v Confined %v, want %v", params, a.Admission, a.Confined, want)
 		}
 	}
 	if p, err := ByName("atoll:split=true,reserve=68"); err != nil || !p.(*Atoll).Split || p.(*Atoll).Reserve != 68 {

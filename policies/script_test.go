@@ -43,8 +43,10 @@ func factory(name string, m map[string]string) (sched.Policy, error) {
 	noPreempt, e := a.Bool("no-preempt")
 	set(e)
 	p.Padding, p.Preempt = !noPad, !noPreempt
-	p.NoAdmission, e = a.Bool("no-admission")
+	// Admission beside HP is on unless a script turns it off.
+	noAdmission, e := a.Bool("no-admission")
 	set(e)
+	p.Admission = !noAdmission
 	p.Confined, e = a.Bool("confined")
 	set(e)
 	p.PadAnyClass, e = a.Bool("pad-any-class")
