@@ -59,18 +59,17 @@ const DefaultHPWindow = 1024
 //     padding selector finds a class-compatible BE head kernel that fits
 //     beside it);
 //   - while no HP request is in flight (and HP has been idle ResumeAfter),
-//     BE runs freely (in its partition, if any), Plain launches per client while
-//     its queued work is under BEQueue, at most BEWindow (with Preempt,
-//     each kernel in the form Form chooses from its profile: one
-//     Resumable launch or such Plain ones);
+//     BE runs freely (in its partition, if any), Plain launches per
+//     client while its queued work is under BEQueue, at most BEWindow
+//     (with Preempt, each kernel in the form Form chooses from its
+//     profile: one Resumable launch or such Plain ones);
 //   - while HP is busy no BE launches (with Admission, the BE kernels
 //     Orion's rule admits beside the HP kernel running — class-compatible,
 //     SM need <= SMThreshold, under the duration cap — launch, in Plain
 //     form, one per client); the BE launches in flight when HP arrived
-//     run out (with Preempt, Resumable
-//     ones are preempted instead: flag raised, the launch exits between
-//     logical blocks with its progress kept, and resumes once HP has been
-//     idle ResumeAfter).
+//     run out (with Preempt, Resumable ones are preempted instead: flag
+//     raised, the launch exits between logical blocks with its progress
+//     kept, and resumes once HP has been idle ResumeAfter).
 //
 // Preemption and padding are off by default: a preempted kernel's
 // continuation cannot be admitted beside HP, so its client idles for the
