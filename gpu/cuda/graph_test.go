@@ -291,3 +291,70 @@ func TestGPUGraphQueuedEvents(t *testing.T) {
 	}
 	t.Logf("stale answers turned away: %d", d.StaleGraphEvents())
 }
+
+// TestGPUGraphEventGPUCost measures the GPU time an event recorded between
+// two kernels of a graph costs (the simulator's sim.Config.EventCost): a
+// graph of n kernels with an event after each against the same graph with
+// one event at the end, each replay timed on the GPU between an event
+// recorded before it and one after, the median of reps replays; for an
+// empty one-block kernel and for a 5 µs kernel with a block on every SM.
+func TestGPUGraphEventGPUCost(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	start, err := d.NewEvent()
+	must(t, err)
+	end, err := d.NewEvent()
+	must(t, err)
+	const n, reps = 64, 31
+	sms := d.Info().Spec.SMs
+	for _, kind := range []struct {
+		name string
+		l    func() *gpu.Launch
+	}{
+		{"empty, 1 block", func() *gpu.Launch {
+			return &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
+		}},
+		{"5 µs, a block per SM", func() *gpu.Launch {
+			l := &gpu.Launch{Name: "spin", Func: k.spin, Grid: gpu.D1(sms), Block: gpu.D1(32)}
+			l.Args.U64(5000)
+			return l
+		}},
+	} {
+		span := func(every bool) time.Duration {
+			steps := make([]gpu.GraphStep, n)
+			for i := range steps {
+				steps[i].Launch = kind.l()
+				if every || i == n-1 {
+					e, err := d.NewEvent()
+					must(t, err)
+					steps[i].Event = e
+				}
+			}
+			g, err := d.NewGraph(s, steps)
+			must(t, err)
+			defer func() { must(t, d.DestroyGraph(g)) }()
+			var spans []time.Duration
+			for range reps {
+				must(t, d.Record(start, s))
+				must(t, d.LaunchGraph(g, s))
+				must(t, d.Record(end, s))
+				must(t, d.Synchronize())
+				a, err := d.Time(start)
+				must(t, err)
+				b, err := d.Time(end)
+				must(t, err)
+				spans = append(spans, b-a)
+			}
+			slices.Sort(spans)
+			return spans[reps/2]
+		}
+		last, every := span(false), span(true)
+		per := (every - last) / (n - 1)
+		t.Logf("%s: %d kernels, one event at the end %v, an event after each %v: %.2f µs of GPU time per event",
+			kind.name, n, last, every, float64(per.Nanoseconds())/1e3)
+		if per < 0 || per > 20*time.Microsecond {
+			t.Errorf("%s: %v per event: outside [0, 20 µs]", kind.name, per)
+		}
+	}
+}
