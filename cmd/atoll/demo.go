@@ -42,12 +42,12 @@ Examples:
 const simulatedNote = `note: these co-location figures are simulated. With this build's simulator,
 beside the latest GPU series (results/matrix-h200-g8-events: an H200, the
 committed 8-cell matrix under priority, orion, reef and atoll; nothing in the
-simulator set from it), its HP p99 was within 10 % in 10 of 32 policy runs
-(median error 30 %), its HP p50 off by a median 21 % and its BE throughput by a
-median 8 %, and it ranked the policies as the GPU did in 8 of 8 cells by HP
+simulator set from it), its HP p99 was within 10 % in 8 of 32 policy runs
+(median error 29 %), its HP p50 off by a median 20 % and its BE throughput by a
+median 7 %, and it ranked the policies as the GPU did in 8 of 8 cells by HP
 p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %: priority 0 of
-8 (median error 55 %), orion 5 of 8 (median error 10 %), reef 0 of 8 (median
-error 53 %), atoll 5 of 8 (median error 10 %). It under-predicts what the GPU's
+8 (median error 54 %), orion 3 of 8 (median error 12 %), reef 1 of 8 (median
+error 68 %), atoll 4 of 8 (median error 12 %). It under-predicts what the GPU's
 host and memory system add: REEF's kernel-by-kernel HP launches outran the
 host there, and BE kernels beside batch-1 HP slowed it 1.3-1.7x (atoll corun,
 docs/physics.md), which priority streams let happen unchecked. docs/fidelity.md

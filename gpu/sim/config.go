@@ -179,14 +179,15 @@ const (
 	// highest).
 	MeasuredHostQueryCost = 2500 * time.Nanosecond
 	// MeasuredEventCost is the GPU time per event recorded between two
-	// kernels: BERT-base bs1's request alone took 1,158–1,168 µs as a
+	// kernels of a graph, measured on an H200 with 64 kernels and an
+	// event after each against one at the end (gpu/cuda
+	// TestGPUGraphEventGPUCost, results/hpevents-h200/
+	// cuda-graph-event-cost.log): 2.39 µs between empty one-block
+	// kernels, 2.17 µs between 5 µs kernels with a block on every SM.
+	// Whole requests agree: BERT-base bs1 alone took 1,158–1,168 µs as a
 	// graph with an event after each of its 137 kernels and 873–880 µs
-	// with one after each of its 26 chunks, interleaved on one H200
-	// (results/hpevents-h200): (1,163 − 876.5) / 111 = 2.6 µs. The two
-	// matrix series on two H200s give 1.8–3.0 µs for the four HP models
-	// (results/matrix-h200-g8-chunks, matrix-h200-g8-events, cell.json's
-	// solo latencies).
-	MeasuredEventCost = 2500 * time.Nanosecond
+	// with one per chunk (26), interleaved on one H200, 2.6 µs per event.
+	MeasuredEventCost = 2300 * time.Nanosecond
 )
 
 // The co-run interference (Config.CoRunDevice, CoRunSM; --sim-corun
