@@ -26,7 +26,8 @@ const (
 )
 
 // chunkEnds returns, for each kernel of p, the end (exclusive) of the chunk
-// that holds it.
+// that holds it. HP graphs record one event per chunk cut the same way
+// (graphs.go, hpEventEnds).
 func chunkEnds(p *profiles.Profile) []int {
 	ends := make([]int, len(p.Kernels))
 	for start := 0; start < len(p.Kernels); {

@@ -257,3 +257,72 @@ func TestHostStallsPerRun(t *testing.T) {
 		t.Errorf("HostStalls %+v after %d calls, want %+v after 2 (one before the run, one after)", tr.HostStalls, dev.calls, want)
 	}
 }
+
+// An HP graph records one event per chunk of its kernels: the core sees a
+// chunk's kernels complete together, and a request ends when its last
+// kernel does either way. Events that cost nothing change no request;
+// events that cost the GPU time (sim.Config.EventCost) make a request
+// with fewer of them shorter by that much per event left out.
+func TestHPGraphEventsPerChunk(t *testing.T) {
+	hp := mustProfile(t, "tiny", `
+a dur=10us grid=132 block=256 class=compute
+b dur=10us grid=132 block=256 class=memory
+c dur=10us grid=132 block=256 class=compute
+d dur=10us grid=132 block=256 class=memory
+e dur=10us grid=132 block=256 class=compute
+f dur=10us grid=132 block=256 class=memory
+g dur=10us grid=132 block=256 class=compute
+h dur=10us grid=132 block=256 class=memory
+`)
+	const dur = 20 * time.Millisecond
+	var arr []time.Duration
+	for a := time.Millisecond; a < dur; a += time.Millisecond { // one at a time
+		arr = append(arr, a)
+	}
+	w := sched.Workload{HP: []sched.HPWorkload{{Name: "tiny", Profile: hp, Arrivals: arr}}}
+	run := func(eventCost time.Duration, perKernel bool) *sched.Trace {
+		t.Helper()
+		pol, err := policies.ByName("dedicated")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, EventCost: eventCost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: dur, HPKernelEvents: perKernel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	chunk, kernel := run(0, false), run(0, true)
+	if chunk.HPGraphEvents != 2 || kernel.HPGraphEvents != 8 {
+		t.Errorf("events per request: %d per chunk (want 2: 5 + 3 kernels of 10 µs), %d per kernel (want 8)", chunk.HPGraphEvents, kernel.HPGraphEvents)
+	}
+	if !reflect.DeepEqual(chunk.Requests, kernel.Requests) {
+		t.Errorf("with events free, requests differ between an event per chunk and one per kernel")
+	}
+	const ec = 2 * time.Microsecond
+	chunk, kernel = run(ec, false), run(ec, true)
+	if len(chunk.Requests) != len(arr) || len(kernel.Requests) != len(arr) {
+		t.Fatalf("%d and %d requests, want %d", len(chunk.Requests), len(kernel.Requests), len(arr))
+	}
+	for i, r := range chunk.Requests {
+		// Attribution splits the request by the kernels that completed
+		// together: its parts still add up to its latency.
+		sum := r.Solo
+		for _, d := range r.Causes {
+			sum += d
+		}
+		if sum != r.End-r.Arrival {
+			t.Errorf("request %d: solo %v + causes %v = %v, latency %v", i, r.Solo, r.Causes, sum, r.End-r.Arrival)
+		}
+		c := chunk.Requests[i].End - chunk.Requests[i].Arrival
+		k := kernel.Requests[i].End - kernel.Requests[i].Arrival
+		if k-c != 6*ec {
+			t.Errorf("request %d: %v with an event per chunk, %v per kernel: want %v shorter (6 events left out)", i, c, k, 6*ec)
+		}
+	}
+}
