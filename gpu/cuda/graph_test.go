@@ -358,3 +358,62 @@ func TestGPUGraphEventGPUCost(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUGraphStartLatency measures when a graph's first kernel ends,
+// counted from the start of the cuGraphLaunch call (the device clock is the
+// host's), as the graph records more events: n empty kernels with an event
+// after the first and the last, and with one after every kernel; a single
+// launch and record for reference. The median of reps replays, the stream
+// idle before each.
+func TestGPUGraphStartLatency(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	const reps = 41
+	median := func(xs []time.Duration) time.Duration { slices.Sort(xs); return xs[len(xs)/2] }
+	first, err := d.NewEvent()
+	must(t, err)
+	var one []time.Duration
+	for range reps {
+		t0 := d.Now()
+		must(t, d.Launch(s, &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}))
+		must(t, d.Record(first, s))
+		must(t, d.Synchronize())
+		at, err := d.Time(first)
+		must(t, err)
+		one = append(one, at-t0)
+	}
+	t.Logf("one launch and record: its kernel ends %v after the call starts", median(one))
+	for _, n := range []int{13, 26, 57} {
+		for _, every := range []bool{false, true} {
+			steps := make([]gpu.GraphStep, n)
+			for i := range steps {
+				steps[i].Launch = &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
+				if every || i == 0 || i == n-1 {
+					e, err := d.NewEvent()
+					must(t, err)
+					steps[i].Event = e
+				}
+			}
+			g, err := d.NewGraph(s, steps)
+			must(t, err)
+			var starts, calls []time.Duration
+			for range reps {
+				t0, h0 := d.Now(), time.Now()
+				must(t, d.LaunchGraph(g, s))
+				calls = append(calls, time.Since(h0))
+				must(t, d.Synchronize())
+				at, err := d.Time(steps[0].Event)
+				must(t, err)
+				starts = append(starts, at-t0)
+			}
+			events := 2
+			if every {
+				events = n
+			}
+			t.Logf("%2d kernels, %2d events: the first kernel ends %v after the call starts; the call takes %v",
+				n, events, median(starts), median(calls))
+			must(t, d.DestroyGraph(g))
+		}
+	}
+}
