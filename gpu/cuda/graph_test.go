@@ -384,6 +384,9 @@ func TestGPUGraphStartLatency(t *testing.T) {
 		one = append(one, at-t0)
 	}
 	t.Logf("one launch and record: its kernel ends %v after the call starts", median(one))
+	if m := median(one); m <= 0 {
+		t.Errorf("a kernel ended %v after its launch call started: event times are not on the host's clock", m)
+	}
 	for _, n := range []int{13, 26, 57} {
 		for _, every := range []bool{false, true} {
 			steps := make([]gpu.GraphStep, n)
@@ -413,6 +416,9 @@ func TestGPUGraphStartLatency(t *testing.T) {
 			}
 			t.Logf("%2d kernels, %2d events: the first kernel ends %v after the call starts; the call takes %v",
 				n, events, median(starts), median(calls))
+			if m := median(starts); m <= 0 {
+				t.Errorf("%d kernels, %d events: the first kernel ended %v after the call started: event times are not on the host's clock", n, events, m)
+			}
 			must(t, d.DestroyGraph(g))
 		}
 	}
