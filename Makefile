@@ -30,7 +30,9 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Binaries for the GPU machine (no Go there): the GPU test binaries and the
-# CLI, stripped (the device tool carries at most 64 MiB).
+# CLI, stripped (the device tool carries at most 64 MiB of working tree and
+# binaries together: `tools/gpu/aside.sh size` says how much would travel,
+# `out` / `in` set the raw archives no device command reads aside and back).
 gpu-build:
 	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/cuda.test ./gpu/cuda
 	GOOS=linux GOARCH=amd64 $(GO) test -c -o bin/kernels.test ./kernels

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The device tool sends the working tree (tracked files present on disk,
+# untracked ones git does not ignore, carried paths) and refuses more than
+# 64 MiB. With the xz'd binaries in bin/ the tree can pass that; the raw
+# archives no device command reads can step aside for the call:
+#
+#   tools/gpu/aside.sh size   # MiB that would travel (files present + bin/)
+#   tools/gpu/aside.sh out    # move them to ~/.atoll-aside (git shows them deleted)
+#   tools/gpu/aside.sh in     # move them back (do this before committing)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+store=${ATOLL_ASIDE:-$HOME/.atoll-aside}
+paths=(results/standby-h200.tgz results/ab-h100-loop.tgz results/jobstart-h200.tgz results/jobstart-h100.tgz results/batching-h200)
+case ${1:-size} in
+size)
+	{ git ls-files -z | xargs -0 stat -c %s 2>/dev/null; find bin -type f -exec stat -c %s {} + 2>/dev/null; } |
+		awk '{s += $1} END {printf "%.1f MiB would travel (limit 64)\n", s / 1048576}'
+	;;
+out)
+	mkdir -p "$store"
+	for p in "${paths[@]}"; do
+		[ -e "$p" ] || continue
+		mkdir -p "$store/$(dirname "$p")"
+		mv "$p" "$store/$p"
+	done
+	"$0" size
+	;;
+in)
+	for p in "${paths[@]}"; do
+		[ -e "$store/$p" ] || continue
+		mkdir -p "$(dirname "$p")"
+		mv "$store/$p" "$p"
+	done
+	git status --short -- "${paths[@]}"
+	;;
+*)
+	echo "usage: tools/gpu/aside.sh size|out|in" >&2
+	exit 2
+	;;
+esac
