@@ -324,27 +324,34 @@ func (p *Atoll) Start(st *sched.State) error {
 			return fmt.Errorf("%w: split needs an SM partition (reserve off, or %s cannot partition its SMs)", ErrConfig, spec.Name)
 		}
 	}
-	if p.Reserve > 0 || p.Reserve == 0 && (p.AutoReserve || p.Split || p.Confined) {
-		reserve := p.Reserve
-		if reserve == 0 {
-			var hp []*profiles.Profile
-			for _, c := range st.HP() {
-				hp = append(hp, c.Profile())
-			}
-			if p.Split {
-				reserve = SplitReserve(spec, hp)
-			} else {
-				reserve = ReserveSMs(spec, hp)
-			}
-		}
-		if spec.PartitionStep > 0 {
-			p.part = gpu.PartitionFloor(spec, spec.SMs-reserve)
-		}
+	if reserve := p.reserveSMs(st); reserve > 0 && spec.PartitionStep > 0 {
+		p.part = gpu.PartitionFloor(spec, spec.SMs-reserve)
 	}
 	if p.Split && p.part == 0 {
 		return fmt.Errorf("%w: split with a reserve of %d SMs leaves BE no partition on %s", ErrConfig, p.Reserve, spec.Name)
 	}
 	return nil
+}
+
+// reserveSMs is the reserve Start leaves HP: Reserve when positive; with
+// AutoReserve, Split or Confined (which need a partition) and no Reserve,
+// the one the HP profiles give (SplitReserve with Split, else
+// ReserveSMs); otherwise 0, no partition.
+func (p *Atoll) reserveSMs(st *sched.State) int {
+	switch {
+	case p.Reserve != 0:
+		return max(p.Reserve, 0)
+	case !p.AutoReserve && !p.Split && !p.Confined:
+		return 0
+	}
+	var hp []*profiles.Profile
+	for _, c := range st.HP() {
+		hp = append(hp, c.Profile())
+	}
+	if p.Split {
+		return SplitReserve(st.Spec(), hp)
+	}
+	return ReserveSMs(st.Spec(), hp)
 }
 
 // Form is atoll's per-kernel choice for a fresh BE kernel instance:

@@ -98,6 +98,13 @@ func (d *driver) initGraphs() error {
 		}
 	}
 	d.trace.HPGraphs = "on"
+	if hp := d.core.State().HP(); len(hp) > 0 {
+		for k, end := range hpEventEnds(hp[0].Variant(0), d.opt.HPKernelEvents) {
+			if end == k+1 { // an event after kernel k
+				d.trace.HPGraphEvents++
+			}
+		}
+	}
 	return nil
 }
 
@@ -111,7 +118,6 @@ func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 	hg := &hpGraph{events: make([]gpu.Event, n)}
 	ends := hpEventEnds(prof, d.opt.HPKernelEvents)
 	var ev gpu.Event
-	events := 0
 	for k := range n {
 		l, err := d.binder.Bind(BindRequest{Client: HPClientID(c), Kernel: k, Variant: v, Form: gpu.Plain})
 		if err != nil {
@@ -124,16 +130,12 @@ func (d *driver) newHPGraph(c, v int) (*hpGraph, error) {
 				return nil, devErr("NewEvent (HP graph)", err)
 			}
 			d.allEv = append(d.allEv, ev)
-			events++
 		}
 		steps[k].Launch = &gl
 		if ends[k] == k+1 {
 			steps[k].Event = ev
 		}
 		hg.events[k] = ev
-	}
-	if c == 0 && v == 0 {
-		d.trace.HPGraphEvents = events
 	}
 	g, err := d.grapher.NewGraph(d.hpS[c], steps)
 	if err != nil {

@@ -340,14 +340,9 @@ func TestGPUGraphEventGPUCost(t *testing.T) {
 				must(t, d.LaunchGraph(g, s))
 				must(t, d.Record(end, s))
 				must(t, d.Synchronize())
-				a, err := d.Time(start)
-				must(t, err)
-				b, err := d.Time(end)
-				must(t, err)
-				spans = append(spans, b-a)
+				spans = append(spans, waitEvent(t, d, end)-waitEvent(t, d, start))
 			}
-			slices.Sort(spans)
-			return spans[reps/2]
+			return median(spans)
 		}
 		last, every := span(false), span(true)
 		per := (every - last) / (n - 1)
@@ -370,7 +365,6 @@ func TestGPUGraphStartLatency(t *testing.T) {
 	s, err := d.NewStream(gpu.StreamOptions{})
 	must(t, err)
 	const reps = 41
-	median := func(xs []time.Duration) time.Duration { slices.Sort(xs); return xs[len(xs)/2] }
 	first, err := d.NewEvent()
 	must(t, err)
 	var one []time.Duration
@@ -379,9 +373,7 @@ func TestGPUGraphStartLatency(t *testing.T) {
 		must(t, d.Launch(s, &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}))
 		must(t, d.Record(first, s))
 		must(t, d.Synchronize())
-		at, err := d.Time(first)
-		must(t, err)
-		one = append(one, at-t0)
+		one = append(one, waitEvent(t, d, first)-t0)
 	}
 	t.Logf("one launch and record: its kernel ends %v after the call starts", median(one))
 	if m := median(one); m <= 0 {
@@ -406,9 +398,7 @@ func TestGPUGraphStartLatency(t *testing.T) {
 				must(t, d.LaunchGraph(g, s))
 				calls = append(calls, time.Since(h0))
 				must(t, d.Synchronize())
-				at, err := d.Time(steps[0].Event)
-				must(t, err)
-				starts = append(starts, at-t0)
+				starts = append(starts, waitEvent(t, d, steps[0].Event)-t0)
 			}
 			events := 2
 			if every {
@@ -422,4 +412,10 @@ func TestGPUGraphStartLatency(t *testing.T) {
 			must(t, d.DestroyGraph(g))
 		}
 	}
+}
+
+// median is the middle of xs (sorted in place).
+func median(xs []time.Duration) time.Duration {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
