@@ -90,7 +90,7 @@ func ReadTrace(r io.Reader) ([]time.Duration, error) {
 			if math.IsNaN(f) || math.IsInf(f, 0) {
 				return nil, fmt.Errorf("%w: trace line %d: %q is not a time", ErrArrivals, line, s)
 			}
-			d = time.Duration(f * float64(time.Microsecond))
+			d = time.Duration(math.Round(f * float64(time.Microsecond)))
 		} else if d, err = time.ParseDuration(s); err != nil {
 			return nil, fmt.Errorf("%w: trace line %d: %q is neither a duration (\"1.5ms\") nor microseconds", ErrArrivals, line, s)
 		}

@@ -88,11 +88,13 @@ func TestArrivalsBadInput(t *testing.T) {
 }
 
 func TestReadTrace(t *testing.T) {
-	got, err := ReadTrace(strings.NewReader("# arrivals\n0\n250\n1.5ms\n\n2ms\n"))
+	// Microseconds with three decimals (what a matrix writes) come back
+	// to the nanosecond.
+	got, err := ReadTrace(strings.NewReader("# arrivals\n0\n250\n1.5ms\n\n2ms\n2750.278\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []time.Duration{0, 250 * time.Microsecond, 1500 * time.Microsecond, 2 * time.Millisecond}
+	want := []time.Duration{0, 250 * time.Microsecond, 1500 * time.Microsecond, 2 * time.Millisecond, 2750278 * time.Nanosecond}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}

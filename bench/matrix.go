@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,8 +34,10 @@ var ErrMatrix = errors.New("bench: matrix")
 // MatrixSpec is a committed set of co-location cells, each run under the
 // same policies on the same arrivals with the same protocol.
 type MatrixSpec struct {
-	Name     string   `yaml:"name"`
-	Policies []string `yaml:"policies"` // besides dedicated, in run order
+	Name string `yaml:"name"`
+	// Policies besides dedicated, in run order; "POLICY as NAME" names
+	// a run's report NAME instead of after its policy.
+	Policies []string `yaml:"policies"`
 	// DedicatedRuns (≥ 2) dedicated runs per cell, interleaved with the
 	// policies; policies are measured against all of them pooled, and
 	// each re-run against the first is the noise floor.
@@ -149,13 +152,22 @@ func ReadMatrix(r io.Reader) (*MatrixSpec, error) {
 	case len(m.Cells) == 0:
 		return nil, bad("no cells")
 	}
-	for _, p := range m.Policies {
-		if p == "dedicated" {
+	names := map[string]bool{}
+	for _, e := range m.Policies {
+		p, name := PolicyEntry(e)
+		if p == "dedicated" || name == "dedicated" {
 			return nil, bad("policies: dedicated runs anyway (dedicatedRuns); leave it out")
 		}
 		if _, err := policies.ByName(p); err != nil {
 			return nil, bad("policies: %v", err)
 		}
+		if name == "" || fileName(name) != name {
+			return nil, bad("policies: %q: the name after \" as \" must be lower-case letters, digits, '.', '_' or '-'", e)
+		}
+		if names[name] {
+			return nil, bad("policies: two entries run as %q; give one another name (\"POLICY as NAME\")", name)
+		}
+		names[name] = true
 	}
 	seen := map[string]bool{}
 	for i := range m.Cells {
@@ -230,8 +242,11 @@ type CellResult struct {
 	// HP p99 (stallSuspect) and that were therefore run once more on the
 	// same arrivals: the report is the second run's; each entry keeps the
 	// first run's stalls.
-	Rerun   []RerunRecord `json:"rerun,omitempty"`
-	WallSec float64       `json:"wallSec"`
+	Rerun []RerunRecord `json:"rerun,omitempty"`
+	// Replayed is the matrix directory whose rate, window and arrivals
+	// the cell replayed (MatrixEnv.Replay); empty when it drew its own.
+	Replayed string  `json:"replayed,omitempty"`
+	WallSec  float64 `json:"wallSec"`
 }
 
 // RerunRecord is a run repeated for its host stalls (CellResult.Rerun).
@@ -252,6 +267,14 @@ type MatrixEnv struct {
 	Budget   time.Duration
 	Progress func(msg string)
 	Command  string
+	// Replay, when set, is an earlier matrix directory (a GPU series)
+	// whose cells this run replays: each cell takes that series' offered
+	// rate, measured window and arrival times (its cell.json and
+	// arrivals.txt) instead of deriving them from its own solo latency,
+	// so that a simulated run sees exactly the requests the GPU saw
+	// (atoll fidelity). The cell must be the same (hp, be, batches, load,
+	// arrival process, seed).
+	Replay string
 }
 
 // ErrBudget: the matrix stopped before its end to stay within its budget;
@@ -362,6 +385,16 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 	if res.SustainedPerSec, err = sustained(ctx, c); err != nil {
 		return fmt.Errorf("sustained rate: %w", err)
 	}
+	var arr []time.Duration
+	var win time.Duration
+	if env.Replay != "" {
+		var rate float64
+		if arr, rate, win, err = replayed(env.Replay, cell); err != nil {
+			return err
+		}
+		res.RatePerSec, res.Replayed = rate, env.Replay
+		say("replaying %s: %.1f req/s, %d arrivals", env.Replay, rate, len(arr))
+	}
 	if os.MkdirAll(dir, 0o755) != nil {
 		return fmt.Errorf("cannot create %s", dir)
 	}
@@ -372,13 +405,14 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 		res.WallSec = time.Since(t0).Seconds()
 		return writeJSON(filepath.Join(dir, "cell.json"), res)
 	}
-	win := m.window(res.RatePerSec)
+	if env.Replay == "" {
+		win = m.window(res.RatePerSec)
+		if arr, err = Arrivals(cell.Arrival, res.RatePerSec, m.Warmup+win, cell.Seed, cell.Sigma); err != nil {
+			return err
+		}
+	}
 	c.Duration = win
 	res.WindowSec = win.Seconds()
-	arr, err := Arrivals(cell.Arrival, res.RatePerSec, m.Warmup+win, cell.Seed, cell.Sigma)
-	if err != nil {
-		return err
-	}
 	if err := writeArrivals(filepath.Join(dir, "arrivals.txt"), arr); err != nil {
 		return err
 	}
@@ -401,12 +435,14 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 	for d := 1; d <= m.DedicatedRuns; d++ {
 		order = append(order, slot{"dedicated", fmt.Sprintf("dedicated-%d", d)})
 		for n := 0; n < per && pi < len(m.Policies); n++ {
-			order = append(order, slot{m.Policies[pi], fileName(m.Policies[pi])})
+			p, name := PolicyEntry(m.Policies[pi])
+			order = append(order, slot{p, name})
 			pi++
 		}
 	}
 	for ; pi < len(m.Policies); pi++ {
-		order = append(order, slot{m.Policies[pi], fileName(m.Policies[pi])})
+		p, name := PolicyEntry(m.Policies[pi])
+		order = append(order, slot{p, name})
 	}
 	traces := map[string]*sched.Trace{}
 	walls := map[string]float64{}
@@ -478,7 +514,8 @@ func (m *MatrixSpec) warmPolicies(ctx context.Context, c *Config, rate float64, 
 	}
 	for round := 0; round < 2; round++ {
 		unpadded := 0
-		for _, p := range m.Policies {
+		for _, e := range m.Policies {
+			p, _ := PolicyEntry(e)
 			tr, err := wc.run(ctx, p, arr, true)
 			if err != nil {
 				return fmt.Errorf("warm-up run of %s: %w", p, err)
@@ -515,6 +552,17 @@ func sustained(ctx context.Context, c *Config) (float64, error) {
 		first, last = min(first, r.End), max(last, r.End)
 	}
 	return float64(len(tr.Requests)-1) / (last - first).Seconds(), nil
+}
+
+// PolicyEntry splits an entry of a matrix's policies: "POLICY as NAME"
+// runs POLICY and names its report NAME (to set a run beside an earlier
+// series' run of that name whose policy has since changed defaults);
+// otherwise the report is named after the policy (fileName).
+func PolicyEntry(e string) (policy, name string) {
+	if p, n, ok := strings.Cut(e, " as "); ok {
+		return strings.TrimSpace(p), strings.TrimSpace(n)
+	}
+	return e, fileName(e)
 }
 
 // fileName is a policy name ("atoll:hp-window=16") as a file name
@@ -657,6 +705,48 @@ func ReadMatrixDir(dir string) ([]*MatrixCell, error) {
 		out = append(out, mc)
 	}
 	return out, nil
+}
+
+// replayed reads cell's offered rate, measured window and arrivals from
+// an earlier matrix directory (MatrixEnv.Replay).
+func replayed(dir string, cell CellSpec) (arr []time.Duration, rate float64, win time.Duration, err error) {
+	cdir := filepath.Join(dir, cell.Name)
+	data, err := os.ReadFile(filepath.Join(cdir, "cell.json"))
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("%w: replay: cell %s: %v (run the matrix being replayed first, or drop --replay)", ErrMatrix, cell.Name, err)
+	}
+	var res CellResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, 0, 0, fmt.Errorf("%w: replay: %s: %v", ErrMatrix, filepath.Join(cdir, "cell.json"), err)
+	}
+	if res.Refused != "" {
+		return nil, 0, 0, fmt.Errorf("%w: replay: cell %s was refused in %s (%s): nothing to replay", ErrMatrix, cell.Name, dir, res.Refused)
+	}
+	if a, b := res.Cell, cell; a.HP != b.HP || a.BE != b.BE || a.Load != b.Load || a.Arrival != b.Arrival || a.Seed != b.Seed ||
+		a.Sigma != b.Sigma || max(a.HPBatch, 1) != max(b.HPBatch, 1) || max(a.BEBatch, 1) != max(b.BEBatch, 1) || a.HPMaxBatch != b.HPMaxBatch {
+		return nil, 0, 0, fmt.Errorf("%w: replay: cell %s differs from the one in %s (%+v there, %+v here)", ErrMatrix, cell.Name, dir, a, b)
+	}
+	var r io.Reader
+	f, err := os.Open(filepath.Join(cdir, "arrivals.txt"))
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = os.Open(filepath.Join(cdir, "arrivals.txt.gz"))
+	}
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("%w: replay: cell %s: %v", ErrMatrix, cell.Name, err)
+	}
+	defer f.Close()
+	if r = f; strings.HasSuffix(f.Name(), ".gz") {
+		if r, err = gzip.NewReader(f); err != nil {
+			return nil, 0, 0, fmt.Errorf("%w: replay: %s: %v", ErrMatrix, f.Name(), err)
+		}
+	}
+	if arr, err = ReadTrace(r); err != nil {
+		return nil, 0, 0, fmt.Errorf("replay: %s: %w", filepath.Join(cdir, "arrivals.txt"), err)
+	}
+	if !(res.RatePerSec > 0) || !(res.WindowSec > 0) {
+		return nil, 0, 0, fmt.Errorf("%w: replay: %s has no rate or window", ErrMatrix, filepath.Join(cdir, "cell.json"))
+	}
+	return arr, res.RatePerSec, time.Duration(res.WindowSec * float64(time.Second)), nil
 }
 
 // HostJitter measures how late the host wakes the measuring goroutine:

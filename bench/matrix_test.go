@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -36,6 +37,10 @@ func TestReadMatrixRefuses(t *testing.T) {
 		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5, hpMaxBatch: -2}\n", "hpMaxBatch -2"},
 		{"name: m\npolicies: [atoll]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5, hpMaxBatch: 100000}\n", "hpMaxBatch 100000"},
 		{"name: [\n", "bench: matrix"},
+		{"name: m\npolicies: [\"atoll as Atoll/x\"]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "lower-case"},
+		{"name: m\npolicies: [atoll, \"atoll:admission=true as atoll\"]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "two entries run as \"atoll\""},
+		{"name: m\npolicies: [\"orion as dedicated\"]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "leave it out"},
+		{"name: m\npolicies: [\"nope as x\"]\ncells:\n  - {name: a, hp: x, be: y, load: 0.5}\n", "nope"},
 	} {
 		_, err := ReadMatrix(strings.NewReader(tc.text))
 		if err == nil || !errors.Is(err, ErrMatrix) || !strings.Contains(err.Error(), tc.want) {
@@ -338,5 +343,128 @@ cells:
 	}
 	if !strings.Contains(b.String(), "Run again for the host's stalls, the first time: dedicated-1 (40 stalls, 200.0 ms)") {
 		t.Errorf("the table does not say which runs ran again:\n%s", b.String())
+	}
+}
+
+// TestRunMatrixReplays: a matrix run with Replay takes the earlier
+// directory's rate, window and arrivals (gzipped or not) whatever its own
+// solo latency says, names a "POLICY as NAME" run's report NAME, and
+// refuses a replay of a different cell or a missing one.
+func TestRunMatrixReplays(t *testing.T) {
+	spec := `name: t
+policies: [priority]
+minRequests: 150
+warmup: 20ms
+beAlone: 100ms
+warmupRun: 30ms
+soloRepeats: 1
+cells:
+  - {name: c, hp: mobilenetv2, be: vgg19, load: 0.4}
+`
+	m, err := ReadMatrix(strings.NewReader(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	first := filepath.Join(t.TempDir(), "first")
+	if err := RunMatrix(context.Background(), m, simMatrixEnv(t, &n), first); err != nil {
+		t.Fatal(err)
+	}
+	// Doctor the first series: another rate and fewer, gzipped arrivals,
+	// as a GPU series of the same cell would have.
+	cdir := filepath.Join(first, "c")
+	data, err := os.ReadFile(filepath.Join(cdir, "cell.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res CellResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	res.RatePerSec *= 0.9
+	if err := writeJSON(filepath.Join(cdir, "cell.json"), res); err != nil {
+		t.Fatal(err)
+	}
+	arr, err := Arrivals(Poisson, res.RatePerSec, time.Duration(res.WindowSec*float64(time.Second))+m.Warmup, 7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeArrivals(filepath.Join(cdir, "arrivals.txt"), arr); err != nil {
+		t.Fatal(err)
+	}
+	gz(t, filepath.Join(cdir, "arrivals.txt"))
+
+	m2, err := ReadMatrix(strings.NewReader(strings.Replace(spec, "[priority]", `["orion as priority"]`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := simMatrixEnv(t, &n)
+	env.Replay = first
+	second := filepath.Join(t.TempDir(), "second")
+	if err := RunMatrix(context.Background(), m2, env, second); err != nil {
+		t.Fatal(err)
+	}
+	cells, err := ReadMatrixDir(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cells[0].Result
+	if got.RatePerSec != res.RatePerSec || got.WindowSec != res.WindowSec || got.Replayed != first {
+		t.Errorf("replayed cell: rate %v window %v replayed %q, want %v, %v, %q", got.RatePerSec, got.WindowSec, got.Replayed, res.RatePerSec, res.WindowSec, first)
+	}
+	f, err := os.Open(filepath.Join(second, "c", "arrivals.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadTrace(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back, arr) {
+		t.Errorf("the replay wrote %d arrivals, not the %d replayed (first %v, want %v)", len(back), len(arr), back[0], arr[0])
+	}
+	if !slices.Contains(got.Runs, "priority.json") {
+		t.Errorf("runs %v: the \"orion as priority\" report is not priority.json", got.Runs)
+	}
+	for _, r := range cells[0].Reports {
+		if r.Policy == "priority" && r.BENormalized != nil && *r.BENormalized >= 0.6 {
+			t.Errorf("\"orion as priority\": BE normalized %.2f, as strict priority would give; Orion holds BE back", *r.BENormalized)
+		}
+	}
+
+	for _, tc := range []struct{ spec, replay, want string }{
+		{strings.Replace(spec, "load: 0.4", "load: 0.3", 1), first, "differs"},
+		{spec, filepath.Join(t.TempDir(), "none"), "run the matrix being replayed first"},
+	} {
+		m3, err := ReadMatrix(strings.NewReader(tc.spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Replay = tc.replay
+		err = RunMatrix(context.Background(), m3, env, filepath.Join(t.TempDir(), "x"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("replay of %s: %v, want an error naming %q", tc.replay, err, tc.want)
+		}
+	}
+}
+
+func gz(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write(data)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".gz", b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
 	}
 }

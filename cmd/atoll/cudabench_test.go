@@ -91,6 +91,8 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 		"--sim-query-cost":  func(w *workloadFlags) { w.queryCost = time.Microsecond },
 		"--sim-event-cost":  func(w *workloadFlags) { w.eventCost = time.Microsecond },
 		"--sim-notice":      func(w *workloadFlags) { w.notice = time.Microsecond },
+		"--sim-profile-gap": func(w *workloadFlags) { w.gap = time.Microsecond },
+		"--sim-wake":        func(w *workloadFlags) { w.wake = time.Microsecond },
 	} {
 		w = base
 		set(&w)

@@ -45,6 +45,12 @@ Examples:
   atoll matrix bench/matrix/ci.yaml --out /tmp/m             # simulated, about a minute
   atoll matrix --backend cuda --budget 9m --out results/matrix-h100-2 bench/matrix/gpu.yaml
   atoll compare results/matrix-h100-2
+  atoll matrix --gpu H200 --replay results/admission-h200 --out /tmp/sim bench/matrix/gpu-admission.yaml
+  atoll fidelity results/admission-h200 /tmp/sim             # the simulator against the GPU, same arrivals
+
+A policy entry "POLICY as NAME" names its reports NAME: a later build can
+replay a series whose policy has since changed its defaults under that
+series' name ("atoll:admission=true as atoll").
 `
 
 func init() {
@@ -58,11 +64,14 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	replay := fs.String("replay", "", "an earlier matrix directory (a GPU series) whose cells to replay: each cell takes that series' offered rate and arrival times instead of its own solo latency's, so the simulator sees the requests the GPU saw (atoll fidelity compares the two)")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", simLaunchCostHelp)
 	queryCost := fs.Duration("sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
 	eventCost := fs.Duration("sim-event-cost", defaultSimEventCost, simEventCostHelp)
+	gap := fs.Duration("sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
 	notice := fs.Duration("sim-notice", defaultSimNotice, simNoticeHelp)
+	wake := fs.Duration("sim-wake", defaultSimWake, simWakeHelp)
 	var corun coRunFlag
 	fs.Var(&corun, "sim-corun", simCoRunHelp)
 	order := fs.String("launch-order", "hp-first", launchOrderHelp)
@@ -95,6 +104,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	start := time.Now()
 	env := bench.MatrixEnv{
 		Budget:  *budget,
+		Replay:  *replay,
 		Command: "atoll matrix " + strings.Join(args, " "),
 		Progress: func(msg string) {
 			if !*quiet {
@@ -107,7 +117,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, eventCost: *eventCost, notice: *notice, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
+			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, eventCost: *eventCost, gap: *gap, notice: *notice, wake: *wake, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

@@ -38,7 +38,9 @@ type workloadFlags struct {
 	hostCost  launchCosts
 	queryCost time.Duration
 	eventCost time.Duration
+	gap       time.Duration
 	notice    time.Duration
+	wake      time.Duration
 	corun     coRunFlag
 	order     string
 	graphs    bool
@@ -67,7 +69,9 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Var(&w.hostCost, "sim-launch-cost", simLaunchCostHelp)
 	fs.DurationVar(&w.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
 	fs.DurationVar(&w.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
+	fs.DurationVar(&w.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
+	fs.DurationVar(&w.wake, "sim-wake", defaultSimWake, simWakeHelp)
 	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
@@ -179,7 +183,17 @@ const simCoRunHelp = "simulator: co-run interference — off, measured (fitted t
 // defaultSimEventCost is the measured figure (sim.MeasuredEventCost).
 const defaultSimEventCost = sim.MeasuredEventCost
 
-const simEventCostHelp = "simulator: GPU time each recorded event holds its stream; a profiled kernel duration holds one, so a request as a graph with fewer events than kernels runs faster than its profiled sum, as on the GPU (the default is measured, docs/simulator.md; 0 turns it off)"
+const simEventCostHelp = "simulator: GPU time each recorded event holds its stream; a kernel launched on its own runs that much less than its profiled duration, which holds its record (the default is measured, docs/simulator.md; 0 turns it off)"
+
+// defaultSimProfileGap is the measured figure (sim.MeasuredProfileGap).
+const defaultSimProfileGap = sim.MeasuredProfileGap
+
+const simProfileGapHelp = "simulator: what a profiled kernel duration holds beyond the kernel when it runs inside a graph (the profiler's launch and event record of each kernel); a kernel in a graph runs that much less, its graph's events hold the stream --sim-event-cost each, so a request as a graph runs faster than its profiled sum, as on the GPU (the default is measured, docs/simulator.md; 0: only the record, --sim-event-cost)"
+
+// defaultSimWake is the measured figure (sim.MeasuredWakeLatency).
+const defaultSimWake = sim.MeasuredWakeLatency
+
+const simWakeHelp = "simulator: how late the host's wait loop sees a deadline it waited for (an HP arrival, the next quantum): it polls in rounds (the default is measured, docs/simulator.md; 0 turns it off)"
 
 // defaultSimQueryCost is the measured figure (sim.MeasuredHostQueryCost).
 const defaultSimQueryCost = sim.MeasuredHostQueryCost
@@ -234,7 +248,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	coDev, coSM := w.corun.values()
 	switch w.backend {
 	case "sim":
-		sc := sim.Config{Spec: spec, Seed: w.seed, HostQueryCost: w.queryCost, EventCost: w.eventCost, NoticeLatency: w.notice, CoRunDevice: coDev, CoRunSM: coSM}
+		sc := sim.Config{Spec: spec, Seed: w.seed, HostQueryCost: w.queryCost, EventCost: w.eventCost, ProfileGap: w.gap, NoticeLatency: w.notice, WakeLatency: w.wake, CoRunDevice: coDev, CoRunSM: coSM}
 		w.hostCost.apply(&sc)
 		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
 	case "cuda":
@@ -249,6 +263,12 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		}
 		if w.eventCost != 0 && w.eventCost != defaultSimEventCost {
 			return nil, fmt.Errorf("--sim-event-cost is a simulator parameter; on --backend cuda events cost the GPU what they cost (results/hpevents-h200 measures it)")
+		}
+		if w.gap != 0 && w.gap != defaultSimProfileGap {
+			return nil, fmt.Errorf("--sim-profile-gap is a simulator parameter; on --backend cuda kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)")
+		}
+		if w.wake != 0 && w.wake != defaultSimWake {
+			return nil, fmt.Errorf("--sim-wake is a simulator parameter; on --backend cuda the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)")
 		}
 		if w.notice != 0 && w.notice != defaultSimNotice {
 			return nil, fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")
@@ -321,8 +341,8 @@ func (w *workloadFlags) progress(e *env, c *bench.Config, start time.Time) {
 // checkPolicies refuses, before anything runs, policies the chosen backend
 // cannot run yet.
 func (w *workloadFlags) checkPolicies(names []string) error {
-	for _, n := range names {
-		if n == "timeslice" && w.backend == "cuda" {
+	for _, e := range names {
+		if n, _ := bench.PolicyEntry(e); n == "timeslice" && w.backend == "cuda" {
 			return fmt.Errorf("policy timeslice on --backend cuda needs the BE model's buffers allocated in its own GPU context, which the model instances do not do yet; leave it out (--policies) or use --backend sim")
 		}
 	}

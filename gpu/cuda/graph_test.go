@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"slices"
@@ -418,4 +419,144 @@ func TestGPUGraphStartLatency(t *testing.T) {
 func median(xs []time.Duration) time.Duration {
 	slices.Sort(xs)
 	return xs[len(xs)/2]
+}
+
+// TestGPUProfileGap measures what a profiled kernel duration holds beyond
+// the kernel: the profiler launches a pass kernel by kernel, each followed
+// by an event record, queued behind a blocker, and times kernel i from
+// event i to event i+1 (profiler.meter.passes). The same n kernels as one
+// graph with a single event at the end, and with an event after each,
+// queued behind the same blocker, give the gap a graph leaves between
+// kernels; the difference per kernel is what a simulator must take off a
+// profiled duration to run the kernel inside a graph.
+func TestGPUProfileGap(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	const n, reps = 64, 31
+	events := make([]gpu.Event, n+1)
+	for i := range events {
+		events[i], err = d.NewEvent()
+		must(t, err)
+	}
+	sms := d.Info().Spec.SMs
+	for _, kind := range []struct {
+		name string
+		l    func() *gpu.Launch
+	}{
+		{"empty, 1 block", func() *gpu.Launch {
+			return &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
+		}},
+		{"5 µs, a block per SM", func() *gpu.Launch {
+			l := &gpu.Launch{Name: "spin", Func: k.spin, Grid: gpu.D1(sms), Block: gpu.D1(32)}
+			l.Args.U64(5000)
+			return l
+		}},
+	} {
+		// The blocker holds the stream while the host enqueues the pass.
+		blocker := spinLaunch(k, 3_000_000)
+		stream := func() time.Duration {
+			var spans []time.Duration
+			ls := make([]*gpu.Launch, n)
+			for i := range ls {
+				ls[i] = kind.l()
+			}
+			for range reps {
+				must(t, d.Launch(s, blocker))
+				must(t, d.Record(events[0], s))
+				for i, l := range ls {
+					must(t, d.Launch(s, l))
+					must(t, d.Record(events[i+1], s))
+				}
+				must(t, d.Synchronize())
+				spans = append(spans, waitEvent(t, d, events[n])-waitEvent(t, d, events[0]))
+			}
+			return median(spans)
+		}
+		graph := func(every bool) time.Duration {
+			steps := make([]gpu.GraphStep, n)
+			for i := range steps {
+				steps[i].Launch = kind.l()
+				if every || i == n-1 {
+					e, err := d.NewEvent()
+					must(t, err)
+					steps[i].Event = e
+				}
+			}
+			g, err := d.NewGraph(s, steps)
+			must(t, err)
+			defer func() { must(t, d.DestroyGraph(g)) }()
+			var spans []time.Duration
+			for range reps {
+				must(t, d.Launch(s, blocker))
+				must(t, d.Record(events[0], s))
+				must(t, d.LaunchGraph(g, s))
+				must(t, d.Synchronize())
+				spans = append(spans, waitEvent(t, d, steps[n-1].Event)-waitEvent(t, d, events[0]))
+			}
+			return median(spans)
+		}
+		st, g1, ge := stream(), graph(false), graph(true)
+		perKernel := func(a, b time.Duration) float64 { return float64((a - b).Nanoseconds()) / 1e3 / n }
+		t.Logf("%s: %d kernels queued behind a blocker: launched one by one with a record after each %v, "+
+			"as a graph with one event %v, with an event after each %v: a profiled duration holds %.2f µs "+
+			"more than the kernel in a graph without events, %.2f µs more than in one with an event after each",
+			kind.name, n, st, g1, ge, perKernel(st, g1), perKernel(st, ge))
+		if st < g1 {
+			t.Errorf("%s: kernels launched one by one (%v) ran faster than as a graph (%v)", kind.name, st, g1)
+		}
+	}
+}
+
+// TestGPUWaitLateness measures how late Wait returns after its deadline
+// with 0 to 26 events recorded and pending (behind a long kernel, so none
+// completes): the host's reaction to an arrival it waits for, while its
+// loop polls the events in flight. It also times one Query of a pending
+// event.
+func TestGPUWaitLateness(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	const reps = 41
+	evs := make([]gpu.Event, 26)
+	for i := range evs {
+		evs[i], err = d.NewEvent()
+		must(t, err)
+	}
+	for _, pending := range []int{0, 1, 13, 26} {
+		var late []time.Duration
+		for range reps {
+			if pending > 0 {
+				must(t, d.Launch(s, spinLaunch(k, 2_000_000)))
+				for _, e := range evs[:pending] {
+					must(t, d.Record(e, s))
+				}
+			}
+			until := d.Now() + 300*time.Microsecond
+			must(t, d.Wait(context.Background(), until))
+			late = append(late, d.Now()-until)
+			must(t, d.Synchronize())
+			if pending > 0 {
+				waitEvent(t, d, evs[pending-1]) // drained from the pending set
+			}
+		}
+		slices.Sort(late)
+		t.Logf("%2d events pending: Wait returned %v after its deadline (median; p10 %v, p90 %v, max %v)",
+			pending, late[len(late)/2], late[len(late)/10], late[len(late)*9/10], late[len(late)-1])
+		if late[0] < 0 {
+			t.Errorf("%d pending: Wait returned %v before its deadline", pending, -late[0])
+		}
+	}
+	must(t, d.Launch(s, spinLaunch(k, 50_000_000)))
+	must(t, d.Record(evs[0], s))
+	const q = 2000
+	t0 := time.Now()
+	for range q {
+		if ok, err := d.Query(evs[0]); err != nil || ok {
+			t.Fatalf("Query of an event behind a 50 ms kernel: %v, %v", ok, err)
+		}
+	}
+	t.Logf("one Query of a pending event: %.2f µs", float64(time.Since(t0).Nanoseconds())/1e3/q)
+	must(t, d.Synchronize())
+	waitEvent(t, d, evs[0])
 }

@@ -49,15 +49,24 @@ type Config struct {
 	// HostLaunchCost/4.
 	HostGraphEventCost time.Duration
 	// EventCost is the GPU time an event record holds its stream: the op
-	// after it starts EventCost after the event completes. A profiled
-	// kernel duration holds one (the profiler records an event after
-	// every kernel and times kernel i from event i to event i+1), so a
-	// kernel runs its Cost.Duration less EventCost (at most half of it):
-	// launched one by one, each with its record, a pass takes its
-	// profiled sum; as a graph with fewer events, less. Zero (the default)
-	// leaves both out; bench, demo and matrix set MeasuredEventCost
+	// after it starts EventCost after the event completes. A kernel
+	// launched on its own runs its Cost.Duration less EventCost (at most
+	// half of it), since the profiled duration holds its record (the
+	// profiler records an event after every kernel and times kernel i
+	// from event i to event i+1): launched one by one, each with its
+	// record, a pass takes its profiled sum. Zero (the default) leaves
+	// both out; bench, demo and matrix set MeasuredEventCost
 	// (--sim-event-cost).
 	EventCost time.Duration
+	// ProfileGap is what a profiled kernel duration holds beyond the
+	// kernel when the kernel runs inside a graph: the profiler's launch
+	// and record of each kernel cost the GPU that much more than a graph
+	// step without an event. A kernel launched in a graph runs its
+	// Cost.Duration less ProfileGap (at most half of it); the graph's
+	// events hold the stream EventCost each. Zero (the default) means
+	// EventCost: the profile held its record and nothing more; bench, demo
+	// and matrix set MeasuredProfileGap (--sim-profile-gap).
+	ProfileGap time.Duration
 	// NoticeLatency is the time from an event's completion on the device
 	// until the host sees it: Query answers true and Wait returns only
 	// then (Time still gives the completion time). It stands for the
@@ -69,6 +78,14 @@ type Config struct {
 	// the host sees a completion at once; bench, demo and matrix set the
 	// measured figure (--sim-notice).
 	NoticeLatency time.Duration
+	// WakeLatency is how late a Wait that reaches its deadline returns
+	// (the device runs on meanwhile): the host's wait loop polls the
+	// events in flight and reads the clock in rounds, so it sees the time
+	// it waited for — an HP arrival, the next quantum — only at the end
+	// of a round. A completion noticed in that time ends the Wait then.
+	// Zero (the default): at the deadline exactly; bench, demo and matrix
+	// set MeasuredWakeLatency (--sim-wake).
+	WakeLatency time.Duration
 	// CoRunDevice and CoRunSM slow every block while blocks of other
 	// kernels are resident: the interference of the memory system, L2 and
 	// the front end, which the profiles' throughput fractions (the
@@ -188,6 +205,22 @@ const (
 	// graph with an event after each of its 137 kernels and 873–880 µs
 	// with one per chunk (26), interleaved on one H200, 2.6 µs per event.
 	MeasuredEventCost = 2300 * time.Nanosecond
+	// MeasuredProfileGap is how much longer 64 kernels queued behind a
+	// blocker took launched one by one, each followed by an event record
+	// (as the profiler times them), than as one graph with a single event,
+	// per kernel, on an H200 (gpu/cuda TestGPUProfileGap,
+	// results/graphstart-h200/cuda-kernel-level.log): 2.67 µs for empty
+	// one-block kernels, 2.66 µs for 5 µs kernels with a block on every
+	// SM. A graph with an event after each kernel took 2.50 and 2.17 µs
+	// per kernel more than with one (TestGPUGraphEventGPUCost, same log).
+	MeasuredProfileGap = 2670 * time.Nanosecond
+	// MeasuredWakeLatency is how late the CUDA backend's Wait returned
+	// after a deadline 300 µs ahead on an H200 host, the median over 41
+	// waits with 0, 1, 13 and 26 events pending (7.7, 8.8, 7.9 and 9.9 µs;
+	// p10 2.0-4.0 µs, p90 12.6-14.7 µs: a round of the wait loop, seen at
+	// a uniform phase), gpu/cuda TestGPUWaitLateness,
+	// results/graphstart-h200/cuda-kernel-level.log.
+	MeasuredWakeLatency = 8 * time.Microsecond
 )
 
 // The co-run interference (Config.CoRunDevice, CoRunSM; --sim-corun
@@ -245,7 +278,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"NoticeLatency", c.NoticeLatency}, {"EventCost", c.EventCost}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

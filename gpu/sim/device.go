@@ -151,7 +151,15 @@ func (d *Device) Wait(ctx context.Context, until time.Duration) error {
 		d.unseen = false
 		return ctx.Err()
 	}
-	return d.run(ctx, float64(until))
+	if err := d.run(ctx, float64(until)); err != nil || d.observed {
+		return err
+	}
+	if w := float64(d.cfg.WakeLatency); w > 0 {
+		// The host sees the deadline at the end of its loop's round
+		// (Config.WakeLatency); a completion seen first ends the wait.
+		return d.run(ctx, float64(until)+w)
+	}
+	return nil
 }
 
 // NewContext makes a further GPU context. Streams of different contexts

@@ -236,3 +236,67 @@ func TestEventCost(t *testing.T) {
 		t.Errorf("one event at the end: the pass took %v, want %v (EventCost less per event left out)", got, want)
 	}
 }
+
+// A kernel in a graph runs its profiled duration less ProfileGap (what the
+// profiler's own launch and record of it cost beyond the kernel); one
+// launched on its own, less EventCost, which its record then holds.
+func TestProfileGap(t *testing.T) {
+	const ec, gap = 2 * us, 3 * us
+	lat := gpu.H100SXM.LaunchLatency
+	span := func(graph, perKernel bool) time.Duration {
+		r := newRig(t, Config{EventCost: ec, ProfileGap: gap})
+		s := r.stream(0)
+		steps := graphSteps(t, r, 4) // 10, 20, 30, 40 µs profiled
+		if !perKernel {
+			for i := range steps[:3] {
+				steps[i].Event = 0
+			}
+		}
+		start, err := r.d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.d.Record(start, s); err != nil {
+			t.Fatal(err)
+		}
+		if graph {
+			g, err := r.d.NewGraph(s, steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.d.LaunchGraph(g, s); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for _, st := range steps {
+				if err := r.d.Launch(s, st.Launch); err != nil {
+					t.Fatal(err)
+				}
+				if st.Event != 0 {
+					if err := r.d.Record(st.Event, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		end := eventTimes(t, r, steps[3:])[0]
+		t0, err := r.d.Time(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return end - t0
+	}
+	for _, c := range []struct {
+		name             string
+		graph, perKernel bool
+		want             time.Duration
+	}{
+		{"launched one by one, a record after each (as profiled)", false, true, 100*us - ec + lat},
+		{"a graph, an event after each kernel", true, true, 100*us - 4*gap + 3*ec + lat},
+		{"a graph, one event at the end", true, false, 100*us - 4*gap + lat},
+	} {
+		if got := span(c.graph, c.perKernel); got != c.want {
+			t.Errorf("%s: the pass took %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -205,3 +205,42 @@ func TestHostQueryCost(t *testing.T) {
 		}
 	}
 }
+
+// TestWakeLatency: a Wait that reaches its deadline returns WakeLatency
+// after it (the host's wait loop sees the time at the end of a round); a
+// completion seen before then ends the Wait at the completion.
+func TestWakeLatency(t *testing.T) {
+	const wake = 8 * us
+	ctx := context.Background()
+	r := newRig(t, Config{WakeLatency: wake})
+	d := r.d
+	if err := d.Wait(ctx, 100*us); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.Now(), 100*us+wake; got != want {
+		t.Errorf("idle Wait to 100 µs returned at %v, want %v", got, want)
+	}
+	s := r.stream(0)
+	ev, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := d.Now()
+	r.launch(s, plain("k", 1, 32, 20*us)) // ends at start + 4 µs latency + 20 µs
+	if err := d.Record(ev, s); err != nil {
+		t.Fatal(err)
+	}
+	end := start + gpu.H100SXM.LaunchLatency + 20*us
+	if err := d.Wait(ctx, end-2*us); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Now(); got != end {
+		t.Errorf("Wait to 2 µs before a completion returned at %v, want the completion at %v (within its %v lateness)", got, end, wake)
+	}
+	if err := d.Wait(ctx, d.Now()+50*us); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.Now(), end+50*us+wake; got != want {
+		t.Errorf("Wait past the completion returned at %v, want %v", got, want)
+	}
+}

@@ -77,7 +77,8 @@ type kernel struct {
 	eligible bool    // at the head of its stream, past launch latency
 	elig     float64 // when it became eligible
 	started  bool
-	occ      int // SMs its active groups hold (rates, with co-run interference)
+	inGraph  bool // a step of a graph (Device.profileHeld)
+	occ      int  // SMs its active groups hold (rates, with co-run interference)
 }
 
 func (k *kernel) pendingBlocks() int {
@@ -217,6 +218,7 @@ func (d *Device) launch(st *stream, l *gpu.Launch, hostCost bool) error {
 	k := d.newKernel()
 	d.seq++
 	k.seq, k.name, k.st = d.seq, l.Name, st
+	k.inGraph = !hostCost
 	d.setPart(k, 0, l, bpsm)
 	switch l.Form {
 	case gpu.Reset:
@@ -294,16 +296,31 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 		lo, hi := d.smRange(k.st)
 		sms = int(hi - lo)
 	}
-	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm, sms)
+	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm, sms, d.profileHeld(k.inGraph))
+}
+
+// profileHeld is the GPU time a profiled duration holds beyond its kernel
+// that this launch does not spend: launched on its own with its event
+// record, EventCost (the record then holds the stream that long, as it did
+// when profiled); inside a graph, ProfileGap, the whole of what the
+// profiler's launch-and-record paid (the graph's own events hold the
+// stream EventCost each).
+func (d *Device) profileHeld(inGraph bool) float64 {
+	if inGraph && d.cfg.ProfileGap > 0 {
+		return float64(d.cfg.ProfileGap)
+	}
+	return float64(d.cfg.EventCost)
 }
 
 // timing is the calibrated model: the solo duration of one block of a body
-// of n logical blocks at occupancy bpsm, and its compute and DRAM shares.
+// of n logical blocks at occupancy bpsm, and its compute and DRAM shares;
+// held is the GPU time the profiled duration holds beyond the kernel
+// (profileHeld), taken off it (at most half of it).
 // A kernel confined to sms < the device's SMs whose cost carries partition
 // points takes the points' duration there (gpu.Cost.PartitionDuration),
 // spread over its waves on those SMs; without points its blocks keep their
 // whole-device duration and simply take more rounds.
-func (d *Device) timing(c gpu.Cost, n, bpsm, sms int) (tb, cs, ms float64) {
+func (d *Device) timing(c gpu.Cost, n, bpsm, sms int, held float64) (tb, cs, ms float64) {
 	s := d.spec
 	spread := s.SMs // the SMs its waves are counted on
 	total := float64(c.Duration)
@@ -316,9 +333,8 @@ func (d *Device) timing(c gpu.Cost, n, bpsm, sms int) (tb, cs, ms float64) {
 			total, spread = float64(on), sms
 		}
 	}
-	if ec := float64(d.cfg.EventCost); ec > 0 && total > 0 {
-		// A profiled duration holds one event record (Config.EventCost).
-		total -= min(ec, total/2)
+	if held > 0 && total > 0 {
+		total -= min(held, total/2)
 	}
 	perWave := spread * bpsm
 	waves := (n + perWave - 1) / perWave
