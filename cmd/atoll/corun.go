@@ -78,8 +78,8 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	which := fs.String("kernels", "", "BE kernel indices to measure, e.g. 0-40,52 (default: all)")
 	out := fs.String("out", "", "write the report (JSON) here")
 	compare := fs.String("compare", "", "a report to compare with (e.g. the GPU's, when this one is simulated)")
-	corun := coRunFlag{sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM} // what the model was fitted to
-	fs.Var(&corun, "sim-corun", "--backend sim: the simulator's co-run interference: measured (fitted to this measurement on an H100, docs/simulator.md), off, or DEVICE,SM")
+	corun := measuredCoRun // what the model was fitted to
+	fs.Var(&corun, "sim-corun", "--backend sim: the simulator's co-run interference: measured (fitted to this measurement on the simulated GPU: an H200's on an H200, an H100's on others; docs/simulator.md), off, or DEVICE,SM")
 	notice := fs.Duration("sim-notice", defaultSimNotice, "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", "--backend sim: "+strings.TrimPrefix(simLaunchCostHelp, "simulator: ")+" (with --be-depth it bounds how fast the host refills BE, as on the GPU)")
@@ -159,7 +159,11 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	coDev, coSM := corun.values()
+	name := *simGPU
+	if spec, err := gpu.LookupSpec(name); err == nil {
+		name = spec.Name
+	}
+	coDev, coSM := corun.values(name)
 	// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
 	sc := sim.Config{NoticeLatency: *notice, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}
 	hostCost.apply(&sc)

@@ -77,7 +77,7 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 	if _, err := w.config(); err != nil || w.gpuName != "H200" {
 		t.Errorf("no --gpu on an H200: gpu %q, err %v; want H200's measured profiles", w.gpuName, err)
 	}
-	for _, v := range []string{"measured", "0.1,0"} {
+	for _, v := range []string{"0.1,0", "0.27,0.6"} {
 		w = base
 		if err := w.corun.Set(v); err != nil {
 			t.Fatal(err)

@@ -40,19 +40,19 @@ Examples:
 // the GPU's on the committed matrices (TestSimulatedNoteMatchesResults
 // recomputes its figures from results/).
 const simulatedNote = `note: these co-location figures are simulated. With this build's simulator,
-beside the latest GPU series (results/matrix-h200-g8-events: an H200, the
-committed 8-cell matrix under priority, orion, reef and atoll; nothing in the
-simulator set from it), its HP p99 was within 10 % in 8 of 32 policy runs
-(median error 29 %), its HP p50 off by a median 20 % and its BE throughput by a
-median 7 %, and it ranked the policies as the GPU did in 8 of 8 cells by HP
-p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %: priority 0 of
-8 (median error 54 %), orion 3 of 8 (median error 12 %), reef 1 of 8 (median
-error 68 %), atoll 4 of 8 (median error 12 %). It under-predicts what the GPU's
-host and memory system add: REEF's kernel-by-kernel HP launches outran the
-host there, and BE kernels beside batch-1 HP slowed it 1.3-1.7x (atoll corun,
-docs/physics.md), which priority streams let happen unchecked. docs/fidelity.md
-has every comparison. Run 'atoll demo --backend cuda' or 'atoll matrix
---backend cuda' on a GPU.`
+replaying the latest GPU series on its own arrivals (results/matrix-h200-g8-events:
+an H200, the committed 8-cell matrix under priority, orion, reef and atoll;
+nothing in the simulator set from it), its HP p99 was within 10 % in 12 of 32
+policy runs (median error 14 %), its HP p50 off by a median 10 % and its BE
+throughput by a median 5 %, and it ranked the policies as the GPU did in 8 of 8
+cells by HP p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %:
+priority 2 of 8 (median error 17 %), orion 5 of 8 (median error 8 %), reef 0 of
+8 (median error 49 %), atoll 5 of 8 (median error 9 %). Where it is off: REEF's
+kernel-by-kernel HP launches outran the GPU's host, which the simulator
+reproduces only in part, and HP alone ran faster on the GPU than its profile
+says where its weights fit in L2 (MobileNetV2 10 %, ResNet-50 4 %), so the
+simulated queues are the longer. docs/fidelity.md has every comparison. Run
+'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
 
 func init() {
 	register(command{name: "demo", summary: "run the co-location demo under every policy (simulated GPU)", run: runDemo})

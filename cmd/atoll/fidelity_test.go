@@ -20,7 +20,7 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := bench.ReadMatrixDir("../../results/matrix-sim-h200-g8-events")
+	sim, err := bench.ReadMatrixDir("../../results/matrix-sim-h200-g8-replay")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gap := fs.Duration("sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
 	notice := fs.Duration("sim-notice", defaultSimNotice, simNoticeHelp)
 	wake := fs.Duration("sim-wake", defaultSimWake, simWakeHelp)
-	var corun coRunFlag
+	corun := measuredCoRun
 	fs.Var(&corun, "sim-corun", simCoRunHelp)
 	order := fs.String("launch-order", "hp-first", launchOrderHelp)
 	graphs := fs.Bool("hp-graphs", true, hpGraphsHelp)

@@ -72,6 +72,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
 	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
 	fs.DurationVar(&w.wake, "sim-wake", defaultSimWake, simWakeHelp)
+	w.corun = measuredCoRun
 	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
@@ -141,20 +142,31 @@ func (c *launchCosts) Set(s string) error {
 const defaultSimNotice = sim.MeasuredNoticeLatency
 
 // coRunFlag is --sim-corun: the simulator's co-run interference
-// (sim.Config.CoRunDevice, CoRunSM): "off" (the zero value and default),
-// "measured" (sim.MeasuredCoRunDevice, MeasuredCoRunSM) or "DEVICE,SM".
+// (sim.Config.CoRunDevice, CoRunSM): "off" (the zero value), "measured"
+// (sim.MeasuredCoRun of the simulated GPU; the default of bench, demo and
+// matrix) or "DEVICE,SM".
 type coRunFlag struct {
+	measured     bool
 	device, onSM float64
 }
 
-func (f *coRunFlag) values() (device, onSM float64) { return f.device, f.onSM }
+// measuredCoRun is --sim-corun measured.
+var measuredCoRun = coRunFlag{measured: true}
+
+// values are the weights on the simulated GPU gpuName.
+func (f *coRunFlag) values(gpuName string) (device, onSM float64) {
+	if f.measured {
+		return sim.MeasuredCoRun(gpuName)
+	}
+	return f.device, f.onSM
+}
 
 func (f *coRunFlag) String() string {
 	switch {
+	case f.measured:
+		return "measured"
 	case f.device == 0 && f.onSM == 0:
 		return "off"
-	case f.device == sim.MeasuredCoRunDevice && f.onSM == sim.MeasuredCoRunSM:
-		return "measured"
 	}
 	return strconv.FormatFloat(f.device, 'g', -1, 64) + "," + strconv.FormatFloat(f.onSM, 'g', -1, 64)
 }
@@ -165,20 +177,21 @@ func (f *coRunFlag) Set(v string) error {
 		*f = coRunFlag{}
 		return nil
 	case "measured":
-		*f = coRunFlag{sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM}
+		*f = measuredCoRun
 		return nil
 	}
 	a, b, ok := strings.Cut(v, ",")
 	d, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
 	s, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
 	if !ok || err1 != nil || err2 != nil || !(d >= 0 && d <= 10) || !(s >= 0 && s <= 10) {
-		return fmt.Errorf("want off, measured (%g,%g) or DEVICE,SM: two numbers in [0, 10]", sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM)
+		return fmt.Errorf("want off, measured (%g,%g on an H200, %g,%g on other GPUs) or DEVICE,SM: two numbers in [0, 10]",
+			sim.MeasuredCoRunDeviceH200, sim.MeasuredCoRunSMH200, sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM)
 	}
-	*f = coRunFlag{d, s}
+	*f = coRunFlag{device: d, onSM: s}
 	return nil
 }
 
-const simCoRunHelp = "simulator: co-run interference — off, measured (fitted to atoll corun on an H100) or DEVICE,SM: a block's rate is divided by 1 + DEVICE × (share of the SMs other kernels hold) + SM × (share of its SM's warp slots other kernels hold); off by default: it over-predicts the GPU matrix cells (docs/simulator.md, \"Co-run interference\")"
+const simCoRunHelp = "simulator: co-run interference — measured (fitted to atoll corun on the simulated GPU: an H200's figures on an H200, an H100's on others), off, or DEVICE,SM: a block's rate is divided by 1 + DEVICE × (share of the SMs other kernels hold) + SM × (share of its SM's warp slots other kernels hold) (docs/simulator.md, \"Co-run interference\")"
 
 // defaultSimEventCost is the measured figure (sim.MeasuredEventCost).
 const defaultSimEventCost = sim.MeasuredEventCost
@@ -245,14 +258,14 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	} else if w.arrival == bench.Trace {
 		return nil, fmt.Errorf("--arrival trace needs --trace FILE")
 	}
-	coDev, coSM := w.corun.values()
+	coDev, coSM := w.corun.values(spec.Name)
 	switch w.backend {
 	case "sim":
 		sc := sim.Config{Spec: spec, Seed: w.seed, HostQueryCost: w.queryCost, EventCost: w.eventCost, ProfileGap: w.gap, NoticeLatency: w.notice, WakeLatency: w.wake, CoRunDevice: coDev, CoRunSM: coSM}
 		w.hostCost.apply(&sc)
 		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
 	case "cuda":
-		if w.corun != (coRunFlag{}) {
+		if w.corun != (coRunFlag{}) && w.corun != measuredCoRun { // set to something else on purpose
 			return nil, fmt.Errorf("--sim-corun is a simulator parameter; on --backend cuda kernels slow each other as they do (atoll corun measures it)")
 		}
 		if w.hostCost != (launchCosts{}) && w.hostCost != defaultSimLaunchCost { // set to something else on purpose

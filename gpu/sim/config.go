@@ -235,7 +235,25 @@ const (
 const (
 	MeasuredCoRunDevice = 0.4
 	MeasuredCoRunSM     = 0.5
+	// MeasuredCoRunDeviceH200 and MeasuredCoRunSMH200 are the same fit to
+	// the same measurement on an H200 (results/corun-h200): ResNet-50 bs1
+	// beside its training step 1.412× simulated against 1.39–1.43×
+	// measured on every SM, 1.162× against 1.15–1.16× on the SMs a 96-SM
+	// partition leaves; BERT-base beside its training step, held out,
+	// 1.405× against 1.29–1.32×.
+	MeasuredCoRunDeviceH200 = 0.27
+	MeasuredCoRunSMH200     = 0.65
 )
+
+// MeasuredCoRun is the co-run interference fitted on the named GPU
+// (gpu.Spec.Name): the H200's figures on an H200, the H100's on any
+// other GPU (none else is measured).
+func MeasuredCoRun(gpuName string) (device, onSM float64) {
+	if gpuName == gpu.H200.Name {
+		return MeasuredCoRunDeviceH200, MeasuredCoRunSMH200
+	}
+	return MeasuredCoRunDevice, MeasuredCoRunSM
+}
 
 // Defaults of the model parameters. They are estimates for Hopper-class
 // GPUs; docs/simulator.md says where each comes from.
