@@ -319,3 +319,44 @@ func TestMeasurePartitionsOfVendorKernels(t *testing.T) {
 		t.Fatal("no kernel ran on the simulated BLAS")
 	}
 }
+
+// countDev counts the launches made through it.
+type countDev struct {
+	gpu.Device
+	launches int
+}
+
+func (d *countDev) Launch(s gpu.Stream, l *gpu.Launch) error {
+	d.launches++
+	return d.Device.Launch(s, l)
+}
+
+// With WarmPass every pass is launched twice, the first run untimed, and
+// the notes say L2 is warm; the simulator, which has no L2, times the
+// kernels alike either way.
+func TestMeasureWarmPass(t *testing.T) {
+	measure := func(warm bool) (*profiles.Profile, int) {
+		dev := &countDev{Device: simDev(t, sim.Config{})}
+		p, err := profiler.Measure(context.Background(), dev, kernels.New(dev), "mobilenetv2", 1, profiler.MeasureOptions{
+			Substitute: true, Runs: 2, Warmup: 1, NoScaling: true, WarmPass: warm,
+			Peaks: &profiler.Peaks{FLOPS: 700e12, FP32: 60e12, Bandwidth: 3e12, Method: "given by the test"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, dev.launches
+	}
+	cold, nc := measure(false)
+	warm, nw := measure(true)
+	if n := len(cold.Kernels); nw-nc != 3*n {
+		t.Errorf("warm passes launched %d kernels more than cold ones, want %d (3 passes of %d)", nw-nc, 3*n, n)
+	}
+	if !strings.Contains(warm.Notes["method"], "untimed run of the same pass") || !strings.Contains(cold.Notes["method"], "L2 is cold") {
+		t.Errorf("methods: warm %q, cold %q", warm.Notes["method"], cold.Notes["method"])
+	}
+	for i := range cold.Kernels {
+		if a, b := cold.Kernels[i].DurationUs, warm.Kernels[i].DurationUs; a != b {
+			t.Errorf("kernel %d: %v µs cold, %v warm on the simulator", i, a, b)
+		}
+	}
+}
