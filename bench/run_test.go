@@ -238,7 +238,7 @@ func BenchmarkDemoWorkload10s(b *testing.B) {
 						HostMatmulCost: sim.MeasuredHostMatmulCost, HostConvCost: sim.MeasuredHostConvCost,
 						HostQueryCost: sim.MeasuredHostQueryCost, NoticeLatency: sim.MeasuredNoticeLatency,
 						WakeLatency: sim.MeasuredWakeLatency, EventCost: sim.MeasuredEventCost, ProfileGap: sim.MeasuredProfileGap,
-						CoRunDevice: coDev, CoRunSM: coSM})
+						CoRunDevice: coDev, CoRunSM: coSM, Coalesce: 200 * time.Nanosecond})
 				}
 				base := &Baseline{Rate: load / c.HP.Total().Seconds()}
 				var err error

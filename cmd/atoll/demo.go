@@ -46,7 +46,7 @@ nothing in the simulator set from it), its HP p99 was within 10 % in 12 of 32
 policy runs (median error 14 %), its HP p50 off by a median 10 % and its BE
 throughput by a median 5 %, and it ranked the policies as the GPU did in 8 of 8
 cells by HP p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %:
-priority 2 of 8 (median error 17 %), orion 5 of 8 (median error 8 %), reef 0 of
+priority 2 of 8 (median error 22 %), orion 5 of 8 (median error 8 %), reef 0 of
 8 (median error 49 %), atoll 5 of 8 (median error 9 %). Where it is off: REEF's
 kernel-by-kernel HP launches outran the GPU's host, which the simulator
 reproduces only in part, and HP alone ran faster on the GPU than its profile

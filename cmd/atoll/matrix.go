@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"atoll/bench"
+	"atoll/profiles"
 )
 
 const matrixHelp = `
@@ -64,6 +66,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	profileFirst := fs.Bool("profile", false, "--backend cuda: first profile every model the matrix runs on this GPU (atoll profile --force, into the profile store: set "+profiles.StoreEnv+"=OUT/profiles to keep them with the results), so that the runs and a simulated replay use this machine's kernel times")
 	replay := fs.String("replay", "", "an earlier matrix directory (a GPU series) whose cells to replay: each cell takes that series' offered rate and arrival times instead of its own solo latency's, so the simulator sees the requests the GPU saw (atoll fidelity compares the two)")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", simLaunchCostHelp)
@@ -100,6 +103,23 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("%s: %w", files[0], err)
+	}
+	if *replay != "" {
+		if st, err := os.Stat(*replay); err != nil || !st.IsDir() {
+			return fmt.Errorf("--replay %s: not a matrix directory (run the matrix being replayed first, or drop --replay)", *replay)
+		}
+	}
+	if *profileFirst {
+		if *backend != "cuda" {
+			return fmt.Errorf("--profile measures on the GPU (--backend cuda); a simulated matrix uses the profiles it finds")
+		}
+		for _, mb := range matrixModels(spec) {
+			fmt.Fprintf(e.stderr, "atoll matrix: profiling %s bs%d on this GPU\n", mb.model, mb.batch)
+			pe := &env{stdout: e.stderr, stderr: e.stderr}
+			if err := runProfile(ctx, pe, []string{"--model", mb.model, "--batch", strconv.Itoa(mb.batch), "--force", "--quiet"}); err != nil {
+				return fmt.Errorf("--profile: %s bs%d: %w", mb.model, mb.batch, err)
+			}
+		}
 	}
 	start := time.Now()
 	env := bench.MatrixEnv{
@@ -144,4 +164,26 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return bench.MatrixTables(e.stdout, cells)
+}
+
+// modelBatch is one profile a matrix needs.
+type modelBatch struct {
+	model string
+	batch int
+}
+
+// matrixModels lists the profiles spec's cells run, HP and BE, each once,
+// in the order the cells name them.
+func matrixModels(spec *bench.MatrixSpec) []modelBatch {
+	var out []modelBatch
+	seen := map[modelBatch]bool{}
+	for _, c := range spec.Cells {
+		for _, mb := range []modelBatch{{c.HP, max(c.HPBatch, 1)}, {c.BE, max(c.BEBatch, 1)}} {
+			if !seen[mb] {
+				seen[mb] = true
+				out = append(out, mb)
+			}
+		}
+	}
+	return out
 }

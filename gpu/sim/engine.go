@@ -21,6 +21,17 @@ type smClass struct {
 	groups []*group // in dispatch order
 	csum   float64  // Σ k·c over groups: compute demand on each SM
 	gone   bool     // merged away (waiting in the free list)
+	// With co-run interference (rates): the warps active groups hold on
+	// each SM, and their split by kernel.
+	wsum int
+	kw   []kernelWarps
+}
+
+// kernelWarps is the warps one kernel's active groups hold on each SM of
+// a class.
+type kernelWarps struct {
+	k     *kernel
+	warps int
 }
 
 // group is k blocks of one part on every SM of its class, dispatched at the
@@ -40,6 +51,11 @@ type group struct {
 	wait    float64
 	exit    bool // blocks that exit without work: fixed lifetime, no contention
 	mi      int  // index in machine.groups
+	// Copies of the part's figures rates reads for every group at every
+	// event (one cache line instead of three).
+	kern  *kernel
+	c, m  float64
+	warps int
 }
 
 // machine is the SM state of one GPU context. Only the active context's
@@ -218,24 +234,31 @@ func (d *Device) rates(m *machine) {
 	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0
 	if co {
 		for _, g := range m.groups {
-			g.part.k.occ = 0
+			g.kern.occ = 0
 		}
 	}
 	mem, total := 0.0, 0 // total: SMs held by active groups (co-run interference)
 	for _, g := range m.groups {
 		if !g.exit && !g.reading {
-			mem += float64(g.k*len(g.cls.ids)) * g.part.m
+			n := len(g.cls.ids)
+			mem += float64(g.k*n) * g.m
 			if co {
-				g.part.k.occ += len(g.cls.ids)
-				total += len(g.cls.ids)
+				g.kern.occ += n
+				total += n
 			}
 		}
 	}
 	for _, c := range m.classes {
 		s := 0.0
+		if co {
+			c.wsum, c.kw = 0, c.kw[:0]
+		}
 		for _, g := range c.groups {
 			if !g.exit && !g.reading {
-				s += float64(g.k) * g.part.c
+				s += float64(g.k) * g.c
+				if co {
+					c.addWarps(g.kern, g.k*g.warps)
+				}
 			}
 		}
 		c.csum = s
@@ -265,16 +288,33 @@ func (d *Device) rates(m *machine) {
 // CoRunSM): total is the SMs held by every active group, each kernel's occ
 // its own share of them.
 func (d *Device) coRun(g *group, total int) float64 {
-	k := g.part.k
+	k := g.kern
 	dev := min(1, float64(total-k.occ)/float64(d.spec.SMs))
-	warps := 0
-	for _, h := range g.cls.groups {
-		if h.part.k != k && !h.exit && !h.reading {
-			warps += h.k * h.part.res.warps
-		}
-	}
+	warps := g.cls.wsum - g.cls.warpsOf(k)
 	sm := min(1, float64(warps)*32/float64(d.spec.MaxThreadsPerSM))
 	return d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm
+}
+
+// addWarps counts w warps of kernel k's active groups on each SM of c.
+func (c *smClass) addWarps(k *kernel, w int) {
+	c.wsum += w
+	for i := range c.kw {
+		if c.kw[i].k == k {
+			c.kw[i].warps += w
+			return
+		}
+	}
+	c.kw = append(c.kw, kernelWarps{k, w})
+}
+
+// warpsOf is the warps kernel k's active groups hold on each SM of c.
+func (c *smClass) warpsOf(k *kernel) int {
+	for _, kw := range c.kw {
+		if kw.k == k {
+			return kw.warps
+		}
+	}
+	return 0
 }
 
 // dispatch places pending blocks: priority levels from the most urgent,
@@ -525,7 +565,8 @@ func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 	}
 	if !grown {
 		g := d.newGroup()
-		*g = group{part: p, cls: c, k: 1, w: p.tb, born: d.now, reading: p.hostRead, wait: wait, exit: exit, mi: len(m.groups)}
+		*g = group{part: p, cls: c, k: 1, w: p.tb, born: d.now, reading: p.hostRead, wait: wait, exit: exit, mi: len(m.groups),
+			kern: p.k, c: p.c, m: p.m, warps: p.res.warps}
 		if exit {
 			g.w = d.blkMin
 		}
