@@ -57,6 +57,14 @@ type MeasureOptions struct {
 	// model, a training job); without it the GEMM blocker before each
 	// pass leaves L2 cold.
 	WarmPass bool
+	// GraphPasses times each pass inside one graph, as the scheduler
+	// submits an HP request: the graph runs the pass twice, back to back,
+	// the first run untimed and the second with an event after every
+	// kernel, so each kernel is timed between two graph events (one
+	// event's GPU time, about 2.3 µs, instead of a launch and record's
+	// 2.67), warm from the run before it, and with no blocker. The device
+	// must record graphs (gpu.Grapher).
+	GraphPasses bool
 	// Seed of the weights and inputs (models.InitWeights, InitInputs).
 	Seed uint64
 	// Command is the exact command line, recorded in the notes.
@@ -570,6 +578,9 @@ func (mt *meter) passes(g *models.Graph) ([][]float64, error) {
 	}
 	durs := make([][]float64, n)
 	total := mt.opt.Warmup + mt.opt.Runs
+	if mt.opt.GraphPasses {
+		return mt.graphPasses(g, ls, durs, total)
+	}
 	// A guess of the host's enqueue time until the first pass measures it.
 	mt.hostUs = 10 * float64(n)
 	for r := range total {
@@ -610,6 +621,50 @@ func (mt *meter) passes(g *models.Graph) ([][]float64, error) {
 				d, err := mt.between(mt.events[i], mt.events[i+1])
 				if err != nil {
 					return nil, err
+				}
+				durs[i] = append(durs[i], d)
+			}
+		}
+		mt.progress("runs", r+1, total)
+	}
+	return durs, nil
+}
+
+// graphPasses is passes with MeasureOptions.GraphPasses.
+func (mt *meter) graphPasses(g *models.Graph, ls []*gpu.Launch, durs [][]float64, total int) ([][]float64, error) {
+	gr, ok := mt.dev.(gpu.Grapher)
+	if !ok {
+		return nil, fmt.Errorf("%w: graph passes: this device does not record graphs", ErrMeasure)
+	}
+	n := len(ls)
+	steps := make([]gpu.GraphStep, 0, 2*n)
+	for _, l := range ls {
+		steps = append(steps, gpu.GraphStep{Launch: l})
+	}
+	steps[n-1].Event = mt.events[0]
+	for i, l := range ls {
+		steps = append(steps, gpu.GraphStep{Launch: l, Event: mt.events[i+1]})
+	}
+	graph, err := gr.NewGraph(mt.stream, steps)
+	if err != nil {
+		return nil, fmt.Errorf("graph of the pass: %w", err)
+	}
+	defer gr.DestroyGraph(graph)
+	for r := range total {
+		if err := mt.ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := gr.LaunchGraph(graph, mt.stream); err != nil {
+			return nil, fmt.Errorf("LaunchGraph: %w", err)
+		}
+		if err := mt.wait(mt.events[n]); err != nil {
+			return nil, err
+		}
+		if r >= mt.opt.Warmup {
+			for i := range n {
+				d, err := mt.between(mt.events[i], mt.events[i+1])
+				if err != nil {
+					return nil, fmt.Errorf("layer %d (%s): %w", i, g.Layers[i].Name, err)
 				}
 				durs[i] = append(durs[i], d)
 			}
@@ -854,6 +909,11 @@ func (mt *meter) notes(peaks *Peaks, subs map[string]string, shares []int) map[s
 		"class":      "profiler.Classify: compute if computePct >= 60 and > memoryPct; memory if memoryPct >= 60; else unknown",
 		"smsNeeded":  "ceil(grid blocks / blocks per SM), blocks per SM from gpu.Spec.Occupancy with the registers and shared memory recorded; for kernels tagged blas, from the partition points where measured (see partition)",
 		"date":       mt.opt.Date.UTC().Format(time.RFC3339),
+	}
+	if mt.opt.GraphPasses {
+		n["method"] = fmt.Sprintf("%d warm-up then %d timed forward passes, each in one graph (as the scheduler submits an HP request) that runs the pass twice back to back: "+
+			"the first run untimed, the second with a graph event after every kernel, kernel i = event i+1 - event i (each duration holds one graph event, about 2.3 µs of GPU time, gpu/cuda TestGPUGraphEventGPUCost); "+
+			"no blocker: the GPU idles between passes, and every kernel finds L2 as the first run left it", mt.opt.Warmup, mt.opt.Runs)
 	}
 	if mt.driverAttrs {
 		n["registers"] = "registers and static shared memory from the driver (cuFuncGetAttribute) for the plain form; sharedMem adds the launch's dynamic shared memory"

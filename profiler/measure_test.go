@@ -360,3 +360,42 @@ func TestMeasureWarmPass(t *testing.T) {
 		}
 	}
 }
+
+// With GraphPasses each kernel is timed between two graph events: on a
+// simulator whose kernels in graphs run ProfileGap less than their
+// profiled time and whose events hold EventCost, each duration comes out
+// ProfileGap − EventCost below the stream-timed one. A device that does not
+// record graphs is refused.
+func TestMeasureGraphPasses(t *testing.T) {
+	const ec, gap = 2 * time.Microsecond, 3 * time.Microsecond
+	peaks := &profiler.Peaks{FLOPS: 700e12, FP32: 60e12, Bandwidth: 3e12, Method: "given by the test"}
+	measure := func(dev gpu.Device, graph bool) (*profiles.Profile, error) {
+		return profiler.Measure(context.Background(), dev, kernels.New(dev), "mobilenetv2", 1, profiler.MeasureOptions{
+			Substitute: true, Runs: 2, Warmup: 1, NoScaling: true, GraphPasses: graph, Peaks: peaks,
+		})
+	}
+	cfg := sim.Config{EventCost: ec, ProfileGap: gap}
+	stream, err := measure(simDev(t, cfg), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	graph, err := measure(simDev(t, cfg), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(graph.Notes["method"], "in one graph") {
+		t.Errorf("method %q", graph.Notes["method"])
+	}
+	want := float64(gap-ec) / 1e3
+	for i, k := range stream.Kernels {
+		if k.DurationUs < 4*float64(gap)/1e3 {
+			continue // at most half a kernel is taken off
+		}
+		if d := k.DurationUs - graph.Kernels[i].DurationUs; math.Abs(d-want) > 0.002 {
+			t.Errorf("kernel %d (%s): %.3f µs by stream, %.3f in a graph: %.3f apart, want %.3f", i, k.Name, k.DurationUs, graph.Kernels[i].DurationUs, d, want)
+		}
+	}
+	if _, err := measure(&countDev{Device: simDev(t, sim.Config{})}, true); err == nil || !strings.Contains(err.Error(), "does not record graphs") {
+		t.Errorf("graph passes on a device without graphs: %v", err)
+	}
+}

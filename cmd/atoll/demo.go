@@ -50,9 +50,9 @@ priority 2 of 8 (median error 22 %), orion 5 of 8 (median error 8 %), reef 0 of
 8 (median error 49 %), atoll 5 of 8 (median error 9 %). Where it is off: REEF's
 kernel-by-kernel HP launches outran the GPU's host, which the simulator
 reproduces only in part, and HP alone ran faster on the GPU than its profile
-says (MobileNetV2 10 %, ResNet-50 4 %: L2 warm from the previous request, and
-the GPU's own drift between machines), so the simulated queues are the
-longer. docs/fidelity.md has every comparison. Run
+says (MobileNetV2 10 %, ResNet-50 4 %: the GPU runs a request's kernels faster
+inside its graph than the profiler times them one by one), so the simulated
+queues are the longer. docs/fidelity.md has every comparison. Run
 'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
 
 func init() {
