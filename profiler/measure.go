@@ -616,18 +616,28 @@ func (mt *meter) passes(g *models.Graph) ([][]float64, error) {
 		if err := mt.wait(mt.events[n]); err != nil {
 			return nil, err
 		}
-		if r >= mt.opt.Warmup {
-			for i := range n {
-				d, err := mt.between(mt.events[i], mt.events[i+1])
-				if err != nil {
-					return nil, err
-				}
-				durs[i] = append(durs[i], d)
-			}
+		if err := mt.keep(r, durs); err != nil {
+			return nil, err
 		}
 		mt.progress("runs", r+1, total)
 	}
 	return durs, nil
+}
+
+// keep appends pass r's kernel durations, kernel i from event i to event
+// i+1, to durs once the warm-up passes are done.
+func (mt *meter) keep(r int, durs [][]float64) error {
+	if r < mt.opt.Warmup {
+		return nil
+	}
+	for i := range durs {
+		d, err := mt.between(mt.events[i], mt.events[i+1])
+		if err != nil {
+			return err
+		}
+		durs[i] = append(durs[i], d)
+	}
+	return nil
 }
 
 // graphPasses is passes with MeasureOptions.GraphPasses.
@@ -660,14 +670,8 @@ func (mt *meter) graphPasses(g *models.Graph, ls []*gpu.Launch, durs [][]float64
 		if err := mt.wait(mt.events[n]); err != nil {
 			return nil, err
 		}
-		if r >= mt.opt.Warmup {
-			for i := range n {
-				d, err := mt.between(mt.events[i], mt.events[i+1])
-				if err != nil {
-					return nil, fmt.Errorf("layer %d (%s): %w", i, g.Layers[i].Name, err)
-				}
-				durs[i] = append(durs[i], d)
-			}
+		if err := mt.keep(r, durs); err != nil {
+			return nil, err
 		}
 		mt.progress("runs", r+1, total)
 	}

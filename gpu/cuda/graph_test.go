@@ -308,30 +308,9 @@ func TestGPUGraphEventGPUCost(t *testing.T) {
 	end, err := d.NewEvent()
 	must(t, err)
 	const n, reps = 64, 31
-	sms := d.Info().Spec.SMs
-	for _, kind := range []struct {
-		name string
-		l    func() *gpu.Launch
-	}{
-		{"empty, 1 block", func() *gpu.Launch {
-			return &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
-		}},
-		{"5 µs, a block per SM", func() *gpu.Launch {
-			l := &gpu.Launch{Name: "spin", Func: k.spin, Grid: gpu.D1(sms), Block: gpu.D1(32)}
-			l.Args.U64(5000)
-			return l
-		}},
-	} {
+	for _, kind := range gapKernels(d, k) {
 		span := func(every bool) time.Duration {
-			steps := make([]gpu.GraphStep, n)
-			for i := range steps {
-				steps[i].Launch = kind.l()
-				if every || i == n-1 {
-					e, err := d.NewEvent()
-					must(t, err)
-					steps[i].Event = e
-				}
-			}
+			steps := eventSteps(t, d, n, kind.l, every)
 			g, err := d.NewGraph(s, steps)
 			must(t, err)
 			defer func() { must(t, d.DestroyGraph(g)) }()
@@ -415,6 +394,44 @@ func TestGPUGraphStartLatency(t *testing.T) {
 	}
 }
 
+// gapKernel is a kind of kernel the graph-gap tests time.
+type gapKernel struct {
+	name string
+	l    func() *gpu.Launch
+}
+
+// gapKernels are empty one-block kernels and 5 µs kernels with a block on
+// every SM.
+func gapKernels(d *Device, k kernels) []gapKernel {
+	sms := d.Info().Spec.SMs
+	return []gapKernel{
+		{"empty, 1 block", func() *gpu.Launch {
+			return &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
+		}},
+		{"5 µs, a block per SM", func() *gpu.Launch {
+			l := &gpu.Launch{Name: "spin", Func: k.spin, Grid: gpu.D1(sms), Block: gpu.D1(32)}
+			l.Args.U64(5000)
+			return l
+		}},
+	}
+}
+
+// eventSteps is n graph steps of mk's launches with an event after the
+// last, or after every one.
+func eventSteps(t *testing.T, d *Device, n int, mk func() *gpu.Launch, every bool) []gpu.GraphStep {
+	t.Helper()
+	steps := make([]gpu.GraphStep, n)
+	for i := range steps {
+		steps[i].Launch = mk()
+		if every || i == n-1 {
+			e, err := d.NewEvent()
+			must(t, err)
+			steps[i].Event = e
+		}
+	}
+	return steps
+}
+
 // median is the middle of xs (sorted in place).
 func median(xs []time.Duration) time.Duration {
 	slices.Sort(xs)
@@ -439,20 +456,7 @@ func TestGPUProfileGap(t *testing.T) {
 		events[i], err = d.NewEvent()
 		must(t, err)
 	}
-	sms := d.Info().Spec.SMs
-	for _, kind := range []struct {
-		name string
-		l    func() *gpu.Launch
-	}{
-		{"empty, 1 block", func() *gpu.Launch {
-			return &gpu.Launch{Name: "empty", Func: k.empty, Grid: gpu.D1(1), Block: gpu.D1(32)}
-		}},
-		{"5 µs, a block per SM", func() *gpu.Launch {
-			l := &gpu.Launch{Name: "spin", Func: k.spin, Grid: gpu.D1(sms), Block: gpu.D1(32)}
-			l.Args.U64(5000)
-			return l
-		}},
-	} {
+	for _, kind := range gapKernels(d, k) {
 		// The blocker holds the stream while the host enqueues the pass.
 		blocker := spinLaunch(k, 3_000_000)
 		stream := func() time.Duration {
@@ -474,15 +478,7 @@ func TestGPUProfileGap(t *testing.T) {
 			return median(spans)
 		}
 		graph := func(every bool) time.Duration {
-			steps := make([]gpu.GraphStep, n)
-			for i := range steps {
-				steps[i].Launch = kind.l()
-				if every || i == n-1 {
-					e, err := d.NewEvent()
-					must(t, err)
-					steps[i].Event = e
-				}
-			}
+			steps := eventSteps(t, d, n, kind.l, every)
 			g, err := d.NewGraph(s, steps)
 			must(t, err)
 			defer func() { must(t, d.DestroyGraph(g)) }()

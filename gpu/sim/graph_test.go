@@ -189,61 +189,14 @@ func TestBusyStreamStaysSmall(t *testing.T) {
 	}
 }
 
-// A recorded event holds its stream for EventCost, and a profiled duration
-// holds one: kernels each followed by a record take their profiled sum;
-// the same kernels with one event at the end take EventCost less per
-// event left out.
-func TestEventCost(t *testing.T) {
-	const ec = 2 * us
-	span := func(perKernel bool) time.Duration {
-		r := newRig(t, Config{EventCost: ec})
-		s := r.stream(0)
-		steps := graphSteps(t, r, 4) // 10, 20, 30, 40 µs profiled
-		if !perKernel {
-			for i := range steps[:3] {
-				steps[i].Event = 0
-			}
-		}
-		start, err := r.d.NewEvent()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.d.Record(start, s); err != nil {
-			t.Fatal(err)
-		}
-		g, err := r.d.NewGraph(s, steps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.d.LaunchGraph(g, s); err != nil {
-			t.Fatal(err)
-		}
-		end := eventTimes(t, r, steps[3:])[0]
-		t0, err := r.d.Time(start)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return end - t0
-	}
-	// From the start event: the launch latency (longer than the start
-	// record's hold), then the kernels; the last event's own hold comes
-	// after it, so each pass ends EventCost short of its profiled sum.
-	lat := gpu.H100SXM.LaunchLatency
-	if got, want := span(true), 100*us-ec+lat; got != want {
-		t.Errorf("an event after each kernel: the pass took %v, want %v (its profiled sum, less the last record's hold, plus the %v launch latency)", got, want, lat)
-	}
-	if got, want := span(false), 100*us-4*ec+lat; got != want {
-		t.Errorf("one event at the end: the pass took %v, want %v (EventCost less per event left out)", got, want)
-	}
-}
-
 // A kernel in a graph runs its profiled duration less ProfileGap (what the
-// profiler's own launch and record of it cost beyond the kernel); one
-// launched on its own, less EventCost, which its record then holds.
+// profiler's own launch and record of it cost beyond the kernel; EventCost
+// when zero); one launched on its own, less EventCost, which its record
+// then holds. An event holds its stream EventCost.
 func TestProfileGap(t *testing.T) {
 	const ec, gap = 2 * us, 3 * us
 	lat := gpu.H100SXM.LaunchLatency
-	span := func(graph, perKernel bool) time.Duration {
+	span := func(gap time.Duration, graph, perKernel bool) time.Duration {
 		r := newRig(t, Config{EventCost: ec, ProfileGap: gap})
 		s := r.stream(0)
 		steps := graphSteps(t, r, 4) // 10, 20, 30, 40 µs profiled
@@ -288,14 +241,19 @@ func TestProfileGap(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name             string
+		gap              time.Duration
 		graph, perKernel bool
 		want             time.Duration
 	}{
-		{"launched one by one, a record after each (as profiled)", false, true, 100*us - ec + lat},
-		{"a graph, an event after each kernel", true, true, 100*us - 4*gap + 3*ec + lat},
-		{"a graph, one event at the end", true, false, 100*us - 4*gap + lat},
+		{"launched one by one, a record after each (as profiled)", gap, false, true, 100*us - ec + lat},
+		{"a graph, an event after each kernel", gap, true, true, 100*us - 4*gap + 3*ec + lat},
+		{"a graph, one event at the end", gap, true, false, 100*us - 4*gap + lat},
+		// Without a ProfileGap a graph's kernel runs EventCost less: with
+		// an event after each the pass takes its profiled sum.
+		{"no gap: a graph, an event after each kernel", 0, true, true, 100*us - ec + lat},
+		{"no gap: a graph, one event at the end", 0, true, false, 100*us - 4*ec + lat},
 	} {
-		if got := span(c.graph, c.perKernel); got != c.want {
+		if got := span(c.gap, c.graph, c.perKernel); got != c.want {
 			t.Errorf("%s: the pass took %v, want %v", c.name, got, c.want)
 		}
 	}
