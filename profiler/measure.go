@@ -736,6 +736,9 @@ func (mt *meter) kernel(i int, l models.Layer, durs []float64, peaks *Peaks, spe
 	if l.InPlace() {
 		k.Tags = append(k.Tags, profiles.TagInPlace)
 	}
+	if mt.opt.GraphPasses {
+		k.Tags = append(k.Tags, profiles.TagGraphTimed)
+	}
 	if ln, err := mt.in.Launch(i, gpu.Plain, kernels.Control{}); err == nil && kernels.IsBLAS(ln) {
 		k.Tags = append(k.Tags, profiles.TagBLAS)
 		if kernels.BLASConv(op) {

@@ -386,6 +386,12 @@ func TestMeasureGraphPasses(t *testing.T) {
 	if !strings.Contains(graph.Notes["method"], "in one graph") {
 		t.Errorf("method %q", graph.Notes["method"])
 	}
+	for i := range graph.Kernels {
+		if !graph.Kernels[i].Cost().GraphTimed || stream.Kernels[i].Cost().GraphTimed {
+			t.Fatalf("kernel %d: graph-timed %v in the graph-timed profile, %v in the other; want true, false (tag %q)",
+				i, graph.Kernels[i].Cost().GraphTimed, stream.Kernels[i].Cost().GraphTimed, profiles.TagGraphTimed)
+		}
+	}
 	want := float64(gap-ec) / 1e3
 	for i, k := range stream.Kernels {
 		if k.DurationUs < 4*float64(gap)/1e3 {

@@ -98,6 +98,11 @@ const TagBLAS = "blas"
 // the host more than a product's (the simulator's HostConvCost).
 const TagBLASConv = "blas-conv"
 
+// TagGraphTimed marks a kernel timed inside a graph between two graph
+// events (atoll profile --graph-passes): its duration holds one event's GPU
+// time, not a launch and record's (gpu.Cost.GraphTimed).
+const TagGraphTimed = "graph-timed"
+
 // HasTag reports whether the kernel carries tag.
 func (k *Kernel) HasTag(tag string) bool { return slices.Contains(k.Tags, tag) }
 
@@ -121,6 +126,7 @@ func (k *Kernel) Cost() gpu.Cost {
 		Bytes:       k.Bytes,
 		ComputeFrac: k.ComputePct / 100,
 		MemoryFrac:  k.MemoryPct / 100,
+		GraphTimed:  k.HasTag(TagGraphTimed),
 	}
 	for _, p := range k.Partition {
 		c.Partition = append(c.Partition, gpu.CostPoint{SMs: p.SMs, Duration: time.Duration(p.DurationUs * float64(time.Microsecond))})

@@ -63,9 +63,11 @@ type Config struct {
 	// and record of each kernel cost the GPU that much more than a graph
 	// step without an event. A kernel launched in a graph runs its
 	// Cost.Duration less ProfileGap (at most half of it); the graph's
-	// events hold the stream EventCost each. Zero (the default) means
-	// EventCost: the profile held its record and nothing more; bench, demo
-	// and matrix set MeasuredProfileGap (--sim-profile-gap).
+	// events hold the stream EventCost each. A duration timed inside a
+	// graph (Cost.GraphTimed) holds one event instead (Device.profileHeld).
+	// Zero (the default) means EventCost: the profile held its record and
+	// nothing more; bench, demo and matrix set MeasuredProfileGap
+	// (--sim-profile-gap).
 	ProfileGap time.Duration
 	// NoticeLatency is the time from an event's completion on the device
 	// until the host sees it: Query answers true and Wait returns only

@@ -196,10 +196,13 @@ func TestBusyStreamStaysSmall(t *testing.T) {
 func TestProfileGap(t *testing.T) {
 	const ec, gap = 2 * us, 3 * us
 	lat := gpu.H100SXM.LaunchLatency
-	span := func(gap time.Duration, graph, perKernel bool) time.Duration {
+	span := func(gap time.Duration, graph, perKernel, graphTimed bool) time.Duration {
 		r := newRig(t, Config{EventCost: ec, ProfileGap: gap})
 		s := r.stream(0)
 		steps := graphSteps(t, r, 4) // 10, 20, 30, 40 µs profiled
+		for _, st := range steps {
+			st.Launch.Cost.GraphTimed = graphTimed
+		}
 		if !perKernel {
 			for i := range steps[:3] {
 				steps[i].Event = 0
@@ -240,20 +243,26 @@ func TestProfileGap(t *testing.T) {
 		return end - t0
 	}
 	for _, c := range []struct {
-		name             string
-		gap              time.Duration
-		graph, perKernel bool
-		want             time.Duration
+		name                         string
+		gap                          time.Duration
+		graph, perKernel, graphTimed bool
+		want                         time.Duration
 	}{
-		{"launched one by one, a record after each (as profiled)", gap, false, true, 100*us - ec + lat},
-		{"a graph, an event after each kernel", gap, true, true, 100*us - 4*gap + 3*ec + lat},
-		{"a graph, one event at the end", gap, true, false, 100*us - 4*gap + lat},
+		{"launched one by one, a record after each (as profiled)", gap, false, true, false, 100*us - ec + lat},
+		{"a graph, an event after each kernel", gap, true, true, false, 100*us - 4*gap + 3*ec + lat},
+		{"a graph, one event at the end", gap, true, false, false, 100*us - 4*gap + lat},
 		// Without a ProfileGap a graph's kernel runs EventCost less: with
 		// an event after each the pass takes its profiled sum.
-		{"no gap: a graph, an event after each kernel", 0, true, true, 100*us - ec + lat},
-		{"no gap: a graph, one event at the end", 0, true, false, 100*us - 4*ec + lat},
+		{"no gap: a graph, an event after each kernel", 0, true, true, false, 100*us - ec + lat},
+		{"no gap: a graph, one event at the end", 0, true, false, false, 100*us - 4*ec + lat},
+		// Timed in a graph: as profiled, an event after each, the pass
+		// takes its profiled sum; one by one each kernel also pays the
+		// launch's extra gap − ec.
+		{"graph-timed: a graph, an event after each kernel (as profiled)", gap, true, true, true, 100*us - ec + lat},
+		{"graph-timed: a graph, one event at the end", gap, true, false, true, 100*us - 4*ec + lat},
+		{"graph-timed: one by one, a record after each", gap, false, true, true, 100*us - ec + 4*(gap-ec) + lat},
 	} {
-		if got := span(c.gap, c.graph, c.perKernel); got != c.want {
+		if got := span(c.gap, c.graph, c.perKernel, c.graphTimed); got != c.want {
 			t.Errorf("%s: the pass took %v, want %v", c.name, got, c.want)
 		}
 	}

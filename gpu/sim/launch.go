@@ -296,7 +296,7 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 		lo, hi := d.smRange(k.st)
 		sms = int(hi - lo)
 	}
-	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm, sms, d.profileHeld(k.inGraph))
+	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm, sms, d.profileHeld(k.inGraph, l.Cost.GraphTimed))
 }
 
 // profileHeld is the GPU time a profiled duration holds beyond its kernel
@@ -305,11 +305,25 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 // when profiled); inside a graph, ProfileGap, the whole of what the
 // profiler's launch-and-record paid (the graph's own events hold the
 // stream EventCost each).
-func (d *Device) profileHeld(inGraph bool) float64 {
-	if inGraph && d.cfg.ProfileGap > 0 {
-		return float64(d.cfg.ProfileGap)
+//
+// A duration timed inside a graph (Cost.GraphTimed) holds one event's
+// EventCost: in a graph the kernel runs that much less; launched on its
+// own, with the launch's extra GPU time (ProfileGap less EventCost) and
+// its record after it (EventCost), it runs 2·EventCost − ProfileGap less.
+func (d *Device) profileHeld(inGraph, graphTimed bool) float64 {
+	ec, gap := float64(d.cfg.EventCost), float64(d.cfg.ProfileGap)
+	if gap == 0 {
+		gap = ec
 	}
-	return float64(d.cfg.EventCost)
+	switch {
+	case graphTimed && inGraph:
+		return ec
+	case graphTimed:
+		return 2*ec - gap
+	case inGraph:
+		return gap
+	}
+	return ec
 }
 
 // timing is the calibrated model: the solo duration of one block of a body
@@ -333,7 +347,7 @@ func (d *Device) timing(c gpu.Cost, n, bpsm, sms int, held float64) (tb, cs, ms 
 			total, spread = float64(on), sms
 		}
 	}
-	if held > 0 && total > 0 {
+	if held != 0 && total > 0 {
 		total -= min(held, total/2)
 	}
 	perWave := spread * bpsm
