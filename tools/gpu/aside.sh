@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device tool sends the working tree (tracked files present on disk,
 # untracked ones git does not ignore, carried paths) and refuses more than
-# 64 MiB. With the xz'd binaries in bin/ the tree can pass that; the raw
+# 64 MB. With the xz'd binaries in bin/ the tree can pass that; the raw
 # archives no device command reads can step aside for the call:
 #
 #   tools/gpu/aside.sh size   # MB that would travel (files present + bin/)
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 store=${ATOLL_ASIDE:-$HOME/.atoll-aside}
-paths=(results/standby-h200.tgz results/ab-h100-loop.tgz results/jobstart-h200.tgz results/jobstart-h100.tgz results/batching-h200)
+paths=(results/standby-h200.tgz results/ab-h100-loop.tgz results/jobstart-h200.tgz results/jobstart-h100.tgz results/batching-h200 results/matrix-h100-2 results/matrix-h100-g8 results/matrix-h200-g8 results/matrix-h200-g8-chunks)
 case ${1:-size} in
 size)
 	# Tracked and untracked-not-ignored files, and bin/. Files set aside are
