@@ -229,17 +229,8 @@ func BenchmarkDemoWorkload10s(b *testing.B) {
 			b.Run(fmt.Sprintf("load%g/%s", load, policy), func(b *testing.B) {
 				c := demoConfig(b, 10*time.Second)
 				c.Warmup = 0
-				// The demo's simulator: the host's measured launch costs, poll
-				// cost, notice and wake, the events' and the profile's GPU
-				// time, the co-run interference.
-				c.NewDevice = func() (gpu.Device, error) {
-					coDev, coSM := sim.MeasuredCoRun(gpu.H100SXM.Name)
-					return sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, HostLaunchCost: sim.MeasuredHostLaunchCost,
-						HostMatmulCost: sim.MeasuredHostMatmulCost, HostConvCost: sim.MeasuredHostConvCost,
-						HostQueryCost: sim.MeasuredHostQueryCost, NoticeLatency: sim.MeasuredNoticeLatency,
-						WakeLatency: sim.MeasuredWakeLatency, EventCost: sim.MeasuredEventCost, ProfileGap: sim.MeasuredProfileGap,
-						CoRunDevice: coDev, CoRunSM: coSM, Coalesce: 200 * time.Nanosecond})
-				}
+				// The demo's simulator.
+				c.NewDevice = func() (gpu.Device, error) { return sim.New(sim.Defaults(gpu.H100SXM, 1)) }
 				base := &Baseline{Rate: load / c.HP.Total().Seconds()}
 				var err error
 				base.Arrivals, err = Arrivals(Poisson, base.Rate, c.Duration, 1, 0)

@@ -337,7 +337,7 @@ func newEngineImpl(cfg EngineConfig) (*engineImpl, error) {
 		}
 	}
 	e.hpClients = len(ocfg.HP)
-	open := backend.Opener(backend.Config{Backend: cfg.Backend, Sim: sim.Config{Spec: spec, Seed: cfg.Seed}, Ordinal: cfg.Ordinal})
+	open := backend.Opener(backend.Config{Backend: cfg.Backend, Sim: sim.Defaults(spec, cfg.Seed), Ordinal: cfg.Ordinal})
 	if cfg.Backend == "sim" && !cfg.Instances {
 		// Outputs come from the CPU reference, off the scheduler loop.
 		e.refQ = make(chan *engRef, len(e.models)*2*ocfg.MaxQueue)

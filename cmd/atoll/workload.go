@@ -193,14 +193,6 @@ func (f *coRunFlag) Set(v string) error {
 
 const simCoRunHelp = "simulator: co-run interference — measured (fitted to atoll corun on the simulated GPU: an H200's figures on an H200, an H100's on others), off, or DEVICE,SM: a block's rate is divided by 1 + DEVICE × (share of the SMs other kernels hold) + SM × (share of its SM's warp slots other kernels hold) (docs/simulator.md, \"Co-run interference\")"
 
-// simCoalesce is the simulator's Coalesce in bench, demo and matrix: groups
-// of one kernel's blocks whose remaining work differs by at most 200 ns
-// finish together. With co-run interference each SM class runs at its own
-// rate, so groups drift apart by nanoseconds and the fluid model's groups
-// multiply: priority at load 0.9 took 6.0 s per 10 s simulated exactly,
-// 4.3 s with this (BenchmarkDemoWorkload10s).
-const simCoalesce = 200 * time.Nanosecond
-
 // defaultSimEventCost is the measured figure (sim.MeasuredEventCost).
 const defaultSimEventCost = sim.MeasuredEventCost
 
@@ -269,7 +261,10 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	coDev, coSM := w.corun.values(spec.Name)
 	switch w.backend {
 	case "sim":
-		sc := sim.Config{Spec: spec, Seed: w.seed, HostQueryCost: w.queryCost, EventCost: w.eventCost, ProfileGap: w.gap, NoticeLatency: w.notice, WakeLatency: w.wake, CoRunDevice: coDev, CoRunSM: coSM, Coalesce: simCoalesce}
+		// The flags default to sim.Defaults' figures and override them.
+		sc := sim.Defaults(spec, w.seed)
+		sc.HostQueryCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = w.queryCost, w.eventCost, w.gap, w.notice, w.wake
+		sc.CoRunDevice, sc.CoRunSM = coDev, coSM
 		w.hostCost.apply(&sc)
 		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
 	case "cuda":

@@ -247,6 +247,30 @@ const (
 	MeasuredCoRunSMH200     = 0.65
 )
 
+// CommandCoalesce is the Coalesce atoll's commands simulate with: groups
+// of one kernel's blocks whose remaining work differs by at most 200 ns
+// finish together. With co-run interference each SM class runs at its own
+// rate, so groups drift apart by nanoseconds and the fluid model's groups
+// multiply: priority beside a training job at load 0.9 took 6.0 s per 10 s
+// simulated exactly, 4.5 s with this (bench BenchmarkDemoWorkload10s).
+const CommandCoalesce = 200 * time.Nanosecond
+
+// Defaults is the simulated GPU spec as atoll's commands (bench, demo,
+// matrix, serve) simulate it: every measured figure above — the host's
+// launch, poll, notice and wake times, the events' and the profile gap's
+// GPU time, the GPU's own co-run interference — and CommandCoalesce.
+// Config's zero values leave all of them out.
+func Defaults(spec gpu.Spec, seed uint64) Config {
+	dev, onSM := MeasuredCoRun(spec.Name)
+	return Config{
+		Spec: spec, Seed: seed,
+		HostLaunchCost: MeasuredHostLaunchCost, HostMatmulCost: MeasuredHostMatmulCost, HostConvCost: MeasuredHostConvCost,
+		HostQueryCost: MeasuredHostQueryCost, NoticeLatency: MeasuredNoticeLatency, WakeLatency: MeasuredWakeLatency,
+		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap,
+		CoRunDevice: dev, CoRunSM: onSM, Coalesce: CommandCoalesce,
+	}
+}
+
 // MeasuredCoRun is the co-run interference fitted on the named GPU
 // (gpu.Spec.Name): the H200's figures on an H200, the H100's on any
 // other GPU (none else is measured).
