@@ -58,7 +58,7 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 		within, runs int
 		p50, p99, be []float64
 	}
-	var names, busyRows []string
+	var names, busyRows, soloRows []string
 	pols := map[string]*perPolicy{}
 	var ded perPolicy // HP alone (each cell's dedicated-1)
 	for _, g := range gpuCells {
@@ -84,6 +84,10 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 						ded.within++
 					}
 					ded.p99 = append(ded.p99, math.Abs(e))
+					if r.SoloKernelsUs > 0 && o.SoloKernelsUs > 0 {
+						soloRows = append(soloRows, fmt.Sprintf("%s %.0f / %.0f µs (%+.0f %%)", g.Result.Cell.Name,
+							r.SoloKernelsUs, o.SoloKernelsUs, (o.SoloKernelsUs/r.SoloKernelsUs-1)*100))
+					}
 					ew.printf("| %s | dedicated | %.3f / %.3f (%+.0f%%) | %.3f | %.3f | %+.0f%%%s | | | – | – | – |\n", g.Result.Cell.Name,
 						r.HP.P50/1e3, o.HP.P50/1e3, (o.HP.P50/r.HP.P50-1)*100, r.HP.P99/1e3, o.HP.P99/1e3, e*100, mark(ok))
 				}
@@ -146,6 +150,9 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 	if ded.runs > 0 {
 		ew.printf("HP alone (dedicated, each cell's first run; not in the counts above): HP p99 within 10 %% (or the GPU CI) in %d of %d cells, median |error| %.0f %%.\n",
 			ded.within, ded.runs, sortedQuantile(ded.p99, 0.5)*100)
+	}
+	if len(soloRows) > 0 {
+		ew.printf("A request's HP kernels alone, summed as the request runs them (the first dedicated run's soloKernelsUs), GPU / sim: %s.\n", strings.Join(soloRows, "; "))
 	}
 	f := Fidelity{Within: within, Runs: total, RankP99: rankP99, RankBE: rankBE, Cells: cells,
 		MedianP99: sortedQuantile(p99Err, 0.5), MedianBE: sortedQuantile(beErr, 0.5), MedianP50: sortedQuantile(p50Err, 0.5)}

@@ -122,4 +122,15 @@ func TestFidelityDedicated(t *testing.T) {
 		!strings.Contains(out, "HP alone (dedicated, each cell's first run; not in the counts above): HP p99 within 10 % (or the GPU CI) in 0 of 1 cells, median |error| 15 %.") {
 		t.Errorf("dedicated row or line missing:\n%s", out)
 	}
+	if strings.Contains(out, "HP kernels alone") {
+		t.Errorf("a kernels-alone line without soloKernelsUs in the reports:\n%s", out)
+	}
+	gpu[0].Reports[0].SoloKernelsUs, sim[0].Reports[0].SoloKernelsUs = 431, 449
+	b.Reset()
+	if err := FidelityTable(&b, gpu, sim); err != nil {
+		t.Fatal(err)
+	}
+	if want := "GPU / sim: a 431 / 449 µs (+4 %)."; !strings.Contains(b.String(), want) {
+		t.Errorf("the kernels-alone line lacks %q:\n%s", want, b.String())
+	}
 }
