@@ -221,8 +221,14 @@ type CellResult struct {
 	Refused string `json:"refused,omitempty"`
 	// SoloUs are the solo-latency repeats, SoloMedianUs their median (the
 	// load's unit); SustainedPerSec is HP alone back to back.
-	SoloUs          []float64 `json:"soloUs"`
-	SoloMedianUs    float64   `json:"soloMedianUs"`
+	SoloUs       []float64 `json:"soloUs"`
+	SoloMedianUs float64   `json:"soloMedianUs"`
+	// SoloSpansUs is each HP kernel's median device span in the last solo
+	// run, in the profile's order (what attribution measures delay
+	// against): completion less the later of its submission and the
+	// previous completion. Kernels that complete together (a graph's chunk,
+	// one event) give the span to the first of them and 0 to the others.
+	SoloSpansUs     []float64 `json:"soloSpansUs,omitempty"`
 	SustainedPerSec float64   `json:"sustainedPerSec"`
 	RatePerSec      float64   `json:"ratePerSec"`
 	WindowSec       float64   `json:"windowSec"`
@@ -377,6 +383,9 @@ func (m *MatrixSpec) runCell(ctx context.Context, cell CellSpec, c *Config, env 
 	res.SoloUs = solos
 	// Attribution measures each kernel against its warm solo span.
 	c.KernelSolo = c.lastSpans
+	for _, d := range c.lastSpans {
+		res.SoloSpansUs = append(res.SoloSpansUs, round3(float64(d)/1e3))
+	}
 	sorted := slices.Clone(solos)
 	slices.Sort(sorted)
 	res.SoloMedianUs = sorted[len(sorted)/2]

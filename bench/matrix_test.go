@@ -409,6 +409,18 @@ cells:
 		t.Fatal(err)
 	}
 	got := cells[0].Result
+	hp, err := profiles.Lookup("H100-SXM", "mobilenetv2", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, d := range got.SoloSpansUs {
+		sum += d
+	}
+	if len(got.SoloSpansUs) != len(hp.Kernels) || !(sum > 0 && sum <= got.SoloMedianUs) {
+		t.Errorf("soloSpansUs: %d spans summing to %.1f µs, want one per HP kernel (%d) summing to at most the solo latency %.1f",
+			len(got.SoloSpansUs), sum, len(hp.Kernels), got.SoloMedianUs)
+	}
 	if got.RatePerSec != res.RatePerSec || got.WindowSec != res.WindowSec || got.Replayed != first {
 		t.Errorf("replayed cell: rate %v window %v replayed %q, want %v, %v, %q", got.RatePerSec, got.WindowSec, got.Replayed, res.RatePerSec, res.WindowSec, first)
 	}
