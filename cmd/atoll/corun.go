@@ -80,7 +80,8 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	compare := fs.String("compare", "", "a report to compare with (e.g. the GPU's, when this one is simulated)")
 	corun := measuredCoRun // what the model was fitted to
 	fs.Var(&corun, "sim-corun", "--backend sim: the simulator's co-run interference: measured (fitted to this measurement on the simulated GPU: an H200's on an H200, an H100's on others; docs/simulator.md), off, or DEVICE,SM")
-	notice := fs.Duration("sim-notice", defaultSimNotice, "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
+	notice := measuredNotice
+	fs.Var(&notice, "sim-notice", "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", "--backend sim: "+strings.TrimPrefix(simLaunchCostHelp, "simulator: ")+" (with --be-depth it bounds how fast the host refills BE, as on the GPU)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
@@ -99,9 +100,6 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	}
 	if *passes < 1 {
 		return fmt.Errorf("--passes %d: need at least 1", *passes)
-	}
-	if *notice < 0 {
-		return fmt.Errorf("--sim-notice %v: must be 0 or more", *notice)
 	}
 	var kernelList []int
 	if *which != "" {
@@ -165,7 +163,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	}
 	coDev, coSM := corun.values(name)
 	// With a BLAS, as the GPU whose profiles time it has cuBLASLt.
-	sc := sim.Config{NoticeLatency: *notice, BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}
+	sc := sim.Config{NoticeLatency: notice.value(name), BLAS: true, CoRunDevice: coDev, CoRunSM: coSM}
 	hostCost.apply(&sc)
 	return runOn(*backend, sc, *simGPU, *ordinal,
 		"--backend sim runs the same measurement on the simulator (its prediction)", measure)

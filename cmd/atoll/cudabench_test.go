@@ -90,7 +90,7 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 		"--sim-launch-cost": func(w *workloadFlags) { w.hostCost = launchCosts{time.Microsecond, time.Microsecond, time.Microsecond} },
 		"--sim-query-cost":  func(w *workloadFlags) { w.queryCost = time.Microsecond },
 		"--sim-event-cost":  func(w *workloadFlags) { w.eventCost = time.Microsecond },
-		"--sim-notice":      func(w *workloadFlags) { w.notice = time.Microsecond },
+		"--sim-notice":      func(w *workloadFlags) { w.notice = noticeFlag{d: time.Microsecond} },
 		"--sim-profile-gap": func(w *workloadFlags) { w.gap = time.Microsecond },
 		"--sim-wake":        func(w *workloadFlags) { w.wake = time.Microsecond },
 	} {

@@ -42,12 +42,12 @@ Examples:
 const simulatedNote = `note: these co-location figures are simulated. With this build's simulator,
 replaying the latest GPU series on its own arrivals (results/matrix-h200-g8-events:
 an H200, the committed 8-cell matrix under priority, orion, reef and atoll;
-nothing in the simulator set from it), its HP p99 was within 10 % in 12 of 32
-policy runs (median error 14 %), its HP p50 off by a median 10 % and its BE
-throughput by a median 5 %, and it ranked the policies as the GPU did in 8 of 8
+nothing in the simulator set from it), its HP p99 was within 10 % in 10 of 32
+policy runs (median error 16 %), its HP p50 off by a median 11 % and its BE
+throughput by a median 2 %, and it ranked the policies as the GPU did in 8 of 8
 cells by HP p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %:
-priority 2 of 8 (median error 22 %), orion 5 of 8 (median error 8 %), reef 0 of
-8 (median error 49 %), atoll 5 of 8 (median error 9 %). Where it is off: REEF's
+priority 2 of 8 (median error 21 %), orion 4 of 8 (median error 9 %), reef 0 of
+8 (median error 53 %), atoll 4 of 8 (median error 10 %). Where it is off: REEF's
 kernel-by-kernel HP launches outran the GPU's host, which the simulator
 reproduces only in part, and HP alone ran faster on the GPU than its profile
 says (MobileNetV2 10 %, ResNet-50 4 %: the GPU runs a request's kernels faster

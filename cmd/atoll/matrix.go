@@ -73,7 +73,8 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	queryCost := fs.Duration("sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
 	eventCost := fs.Duration("sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	gap := fs.Duration("sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
-	notice := fs.Duration("sim-notice", defaultSimNotice, simNoticeHelp)
+	notice := measuredNotice
+	fs.Var(&notice, "sim-notice", simNoticeHelp)
 	wake := fs.Duration("sim-wake", defaultSimWake, simWakeHelp)
 	corun := measuredCoRun
 	fs.Var(&corun, "sim-corun", simCoRunHelp)
@@ -137,7 +138,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, eventCost: *eventCost, gap: *gap, notice: *notice, wake: *wake, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
+			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, eventCost: *eventCost, gap: *gap, notice: notice, wake: *wake, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

@@ -39,7 +39,7 @@ type workloadFlags struct {
 	queryCost time.Duration
 	eventCost time.Duration
 	gap       time.Duration
-	notice    time.Duration
+	notice    noticeFlag
 	wake      time.Duration
 	corun     coRunFlag
 	order     string
@@ -70,7 +70,8 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
 	fs.DurationVar(&w.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	fs.DurationVar(&w.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
-	fs.DurationVar(&w.notice, "sim-notice", defaultSimNotice, simNoticeHelp)
+	w.notice = measuredNotice
+	fs.Var(&w.notice, "sim-notice", simNoticeHelp)
 	fs.DurationVar(&w.wake, "sim-wake", defaultSimWake, simWakeHelp)
 	w.corun = measuredCoRun
 	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
@@ -136,10 +137,44 @@ func (c *launchCosts) Set(s string) error {
 	return nil
 }
 
-// defaultSimNotice is the simulator's time from a completion to the host
-// seeing it (sim.Config.NoticeLatency, sim.MeasuredNoticeLatency;
-// results/launchpath-h100).
-const defaultSimNotice = sim.MeasuredNoticeLatency
+// noticeFlag is --sim-notice: the simulator's time from a completion to
+// the host seeing it (sim.Config.NoticeLatency): "measured" (the default:
+// sim.MeasuredNotice of the simulated GPU; results/launchpath-h100,
+// launchpath-h200) or a duration.
+type noticeFlag struct {
+	measured bool
+	d        time.Duration
+}
+
+// measuredNotice is --sim-notice measured.
+var measuredNotice = noticeFlag{measured: true}
+
+func (f *noticeFlag) value(gpuName string) time.Duration {
+	if f.measured {
+		return sim.MeasuredNotice(gpuName)
+	}
+	return f.d
+}
+
+func (f *noticeFlag) String() string {
+	if f.measured {
+		return "measured"
+	}
+	return f.d.String()
+}
+
+func (f *noticeFlag) Set(v string) error {
+	if v == "measured" {
+		*f = measuredNotice
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want measured or a duration of 0 or more (%v on an H200, %v on other GPUs)", sim.MeasuredNoticeLatencyH200, sim.MeasuredNoticeLatency)
+	}
+	*f = noticeFlag{d: d}
+	return nil
+}
 
 // coRunFlag is --sim-corun: the simulator's co-run interference
 // (sim.Config.CoRunDevice, CoRunSM): "off" (the zero value), "measured"
@@ -213,7 +248,7 @@ const defaultSimQueryCost = sim.MeasuredHostQueryCost
 
 const simQueryCostHelp = "simulator: host time each event poll takes, with the decisions a completion brings (the GPU runs meanwhile; the default is measured, docs/simulator.md; the GPU reports' hostPerLaunch pollUs and decideUs are a run's figures; 0 turns it off)"
 
-const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction; measured on the GPU, docs/simulator.md; 0 turns it off)"
+const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction): measured (on the simulated GPU's host, docs/simulator.md) or a duration; 0 turns it off"
 
 const launchOrderHelp = "how each scheduler round sends its launches: hp-first (its HP launches before its BE launches, which also stop for an HP arrival that comes due meanwhile) or decision (in the order decided, as builds before hp-first did; to measure the difference or re-run their series)"
 
@@ -263,7 +298,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	case "sim":
 		// The flags default to sim.Defaults' figures and override them.
 		sc := sim.Defaults(spec, w.seed)
-		sc.HostQueryCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = w.queryCost, w.eventCost, w.gap, w.notice, w.wake
+		sc.HostQueryCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = w.queryCost, w.eventCost, w.gap, w.notice.value(spec.Name), w.wake
 		sc.CoRunDevice, sc.CoRunSM = coDev, coSM
 		w.hostCost.apply(&sc)
 		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
@@ -286,7 +321,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		if w.wake != 0 && w.wake != defaultSimWake {
 			return nil, fmt.Errorf("--sim-wake is a simulator parameter; on --backend cuda the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)")
 		}
-		if w.notice != 0 && w.notice != defaultSimNotice {
+		if !w.notice.measured && w.notice.d != 0 {
 			return nil, fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")
 		}
 		// Profiles must be measured on this GPU kind (atoll profile);

@@ -191,6 +191,10 @@ const (
 	MeasuredHostMatmulCost = 11 * time.Microsecond
 	MeasuredHostConvCost   = 17 * time.Microsecond
 	MeasuredNoticeLatency  = 27 * time.Microsecond
+	// MeasuredNoticeLatencyH200 is the same figure on an H200: the median
+	// turnaround with one BE launch in flight there (28.3 and 26.0 µs,
+	// results/launchpath-h200) less the 4 µs launch latency.
+	MeasuredNoticeLatencyH200 = 23 * time.Microsecond
 	// MeasuredHostQueryCost is the driver thread's time per event query
 	// beyond its launches — its polls and decisions, (pollUs + decideUs)
 	// / queries — the median over the eight runs of
@@ -265,10 +269,19 @@ func Defaults(spec gpu.Spec, seed uint64) Config {
 	return Config{
 		Spec: spec, Seed: seed,
 		HostLaunchCost: MeasuredHostLaunchCost, HostMatmulCost: MeasuredHostMatmulCost, HostConvCost: MeasuredHostConvCost,
-		HostQueryCost: MeasuredHostQueryCost, NoticeLatency: MeasuredNoticeLatency, WakeLatency: MeasuredWakeLatency,
+		HostQueryCost: MeasuredHostQueryCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
 		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap,
 		CoRunDevice: dev, CoRunSM: onSM, Coalesce: CommandCoalesce,
 	}
+}
+
+// MeasuredNotice is the host's notice (Config.NoticeLatency) measured on
+// the named GPU's host: the H200's on an H200, the H100's on any other.
+func MeasuredNotice(gpuName string) time.Duration {
+	if gpuName == gpu.H200.Name {
+		return MeasuredNoticeLatencyH200
+	}
+	return MeasuredNoticeLatency
 }
 
 // MeasuredCoRun is the co-run interference fitted on the named GPU
