@@ -16,24 +16,38 @@ import (
 	"atoll/sched"
 )
 
-// runGraphs runs w under the named policy on a simulator with the given
-// host cost per launch, with HP graphs on or off.
-func runGraphs(t *testing.T, name string, w sched.Workload, dur, hostCost time.Duration, noGraphs bool) *sched.Trace {
+// runSim runs w under the named policy on a simulator of cfg (an H100,
+// seed 1, where cfg leaves them out) with opt, its Policy set.
+func runSim(t *testing.T, name string, w sched.Workload, cfg sim.Config, opt sched.Options) *sched.Trace {
 	t.Helper()
 	pol, err := policies.ByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, HostLaunchCost: hostCost})
+	if cfg.Spec.Name == "" {
+		cfg.Spec = gpu.H100SXM
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	dev, err := sim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: dur, Warmup: dur / 8, NoHPGraphs: noGraphs})
+	opt.Policy = pol
+	tr, err := sched.Run(context.Background(), dev, w, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// runGraphs runs w under the named policy on a simulator with the given
+// host cost per launch, with HP graphs on or off.
+func runGraphs(t *testing.T, name string, w sched.Workload, dur, hostCost time.Duration, noGraphs bool) *sched.Trace {
+	t.Helper()
+	return runSim(t, name, w, sim.Config{HostLaunchCost: hostCost}, sched.Options{Duration: dur, Warmup: dur / 8, NoHPGraphs: noGraphs})
 }
 
 // With no host cost per launch, a graph is exactly its launches and
@@ -282,20 +296,7 @@ h dur=10us grid=132 block=256 class=memory
 	w := sched.Workload{HP: []sched.HPWorkload{{Name: "tiny", Profile: hp, Arrivals: arr}}}
 	run := func(eventCost time.Duration, perKernel bool) *sched.Trace {
 		t.Helper()
-		pol, err := policies.ByName("dedicated")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1, EventCost: eventCost})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Close()
-		tr, err := sched.Run(context.Background(), dev, w, sched.Options{Policy: pol, Duration: dur, HPKernelEvents: perKernel})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr
+		return runSim(t, "dedicated", w, sim.Config{EventCost: eventCost}, sched.Options{Duration: dur, HPKernelEvents: perKernel})
 	}
 	chunk, kernel := run(0, false), run(0, true)
 	if chunk.HPGraphEvents != 2 || kernel.HPGraphEvents != 8 {

@@ -296,35 +296,18 @@ func TestGPUGraphQueuedEvents(t *testing.T) {
 // TestGPUGraphEventGPUCost measures the GPU time an event recorded between
 // two kernels of a graph costs (the simulator's sim.Config.EventCost): a
 // graph of n kernels with an event after each against the same graph with
-// one event at the end, each replay timed on the GPU between an event
-// recorded before it and one after, the median of reps replays; for an
+// one event at the end, each replay timed on the GPU from an event
+// recorded before it to its last event, the median of reps replays; for an
 // empty one-block kernel and for a 5 µs kernel with a block on every SM.
 func TestGPUGraphEventGPUCost(t *testing.T) {
 	d, k := openGPU(t)
 	s, err := d.NewStream(gpu.StreamOptions{})
 	must(t, err)
-	start, err := d.NewEvent()
-	must(t, err)
-	end, err := d.NewEvent()
-	must(t, err)
+	start := newEvents(t, d, 1)[0]
 	const n, reps = 64, 31
 	for _, kind := range gapKernels(d, k) {
-		span := func(every bool) time.Duration {
-			steps := eventSteps(t, d, n, kind.l, every)
-			g, err := d.NewGraph(s, steps)
-			must(t, err)
-			defer func() { must(t, d.DestroyGraph(g)) }()
-			var spans []time.Duration
-			for range reps {
-				must(t, d.Record(start, s))
-				must(t, d.LaunchGraph(g, s))
-				must(t, d.Record(end, s))
-				must(t, d.Synchronize())
-				spans = append(spans, waitEvent(t, d, end)-waitEvent(t, d, start))
-			}
-			return median(spans)
-		}
-		last, every := span(false), span(true)
+		last := graphSpan(t, d, s, eventSteps(t, d, n, kind.l, false), reps, nil, start)
+		every := graphSpan(t, d, s, eventSteps(t, d, n, kind.l, true), reps, nil, start)
 		per := (every - last) / (n - 1)
 		t.Logf("%s: %d kernels, one event at the end %v, an event after each %v: %.2f µs of GPU time per event",
 			kind.name, n, last, every, float64(per.Nanoseconds())/1e3)
@@ -416,6 +399,39 @@ func gapKernels(d *Device, k kernels) []gapKernel {
 	}
 }
 
+// newEvents makes n events.
+func newEvents(t *testing.T, d *Device, n int) []gpu.Event {
+	t.Helper()
+	evs := make([]gpu.Event, n)
+	for i := range evs {
+		e, err := d.NewEvent()
+		must(t, err)
+		evs[i] = e
+	}
+	return evs
+}
+
+// graphSpan is the median over reps replays of the graph of steps on s of
+// the time from start, recorded right before the launch (behind blocker,
+// when not nil), to the last step's event.
+func graphSpan(t *testing.T, d *Device, s gpu.Stream, steps []gpu.GraphStep, reps int, blocker *gpu.Launch, start gpu.Event) time.Duration {
+	t.Helper()
+	g, err := d.NewGraph(s, steps)
+	must(t, err)
+	defer func() { must(t, d.DestroyGraph(g)) }()
+	var spans []time.Duration
+	for range reps {
+		if blocker != nil {
+			must(t, d.Launch(s, blocker))
+		}
+		must(t, d.Record(start, s))
+		must(t, d.LaunchGraph(g, s))
+		must(t, d.Synchronize())
+		spans = append(spans, waitEvent(t, d, steps[len(steps)-1].Event)-waitEvent(t, d, start))
+	}
+	return median(spans)
+}
+
 // eventSteps is n graph steps of mk's launches with an event after the
 // last, or after every one.
 func eventSteps(t *testing.T, d *Device, n int, mk func() *gpu.Launch, every bool) []gpu.GraphStep {
@@ -424,9 +440,7 @@ func eventSteps(t *testing.T, d *Device, n int, mk func() *gpu.Launch, every boo
 	for i := range steps {
 		steps[i].Launch = mk()
 		if every || i == n-1 {
-			e, err := d.NewEvent()
-			must(t, err)
-			steps[i].Event = e
+			steps[i].Event = newEvents(t, d, 1)[0]
 		}
 	}
 	return steps
@@ -451,11 +465,7 @@ func TestGPUProfileGap(t *testing.T) {
 	s, err := d.NewStream(gpu.StreamOptions{})
 	must(t, err)
 	const n, reps = 64, 31
-	events := make([]gpu.Event, n+1)
-	for i := range events {
-		events[i], err = d.NewEvent()
-		must(t, err)
-	}
+	events := newEvents(t, d, n+1)
 	for _, kind := range gapKernels(d, k) {
 		// The blocker holds the stream while the host enqueues the pass.
 		blocker := spinLaunch(k, 3_000_000)
@@ -478,19 +488,7 @@ func TestGPUProfileGap(t *testing.T) {
 			return median(spans)
 		}
 		graph := func(every bool) time.Duration {
-			steps := eventSteps(t, d, n, kind.l, every)
-			g, err := d.NewGraph(s, steps)
-			must(t, err)
-			defer func() { must(t, d.DestroyGraph(g)) }()
-			var spans []time.Duration
-			for range reps {
-				must(t, d.Launch(s, blocker))
-				must(t, d.Record(events[0], s))
-				must(t, d.LaunchGraph(g, s))
-				must(t, d.Synchronize())
-				spans = append(spans, waitEvent(t, d, steps[n-1].Event)-waitEvent(t, d, events[0]))
-			}
-			return median(spans)
+			return graphSpan(t, d, s, eventSteps(t, d, n, kind.l, every), reps, blocker, events[0])
 		}
 		st, g1, ge := stream(), graph(false), graph(true)
 		perKernel := func(a, b time.Duration) float64 { return float64((a - b).Nanoseconds()) / 1e3 / n }
@@ -514,11 +512,7 @@ func TestGPUWaitLateness(t *testing.T) {
 	s, err := d.NewStream(gpu.StreamOptions{})
 	must(t, err)
 	const reps = 41
-	evs := make([]gpu.Event, 26)
-	for i := range evs {
-		evs[i], err = d.NewEvent()
-		must(t, err)
-	}
+	evs := newEvents(t, d, 26)
 	for _, pending := range []int{0, 1, 13, 26} {
 		var late []time.Duration
 		for range reps {
