@@ -90,6 +90,16 @@ type GraphStep struct {
 	Event  Event
 }
 
+// HostModeler is implemented by a device that models the host's time
+// (gpu/sim), whose clock moves on only by the host costs it charges: the
+// scheduler's driver tells it of the launch decisions it takes from its
+// core, and the device charges their host time (the core's and the
+// policy's work) as the host would spend it before launching them. A real
+// device's host spends that time itself.
+type HostModeler interface {
+	Decided(launches int)
+}
+
 // Grapher is implemented by devices that record a fixed sequence of launches
 // once and submit it again with one host call (gpu/cuda: a CUDA graph; gpu/sim
 // models it). A scheduler uses it for the kernels of a latency-critical

@@ -98,11 +98,11 @@ type Cost struct {
 	// duration comes from it (PartitionDuration) instead of the wave
 	// count of Grid on fewer SMs.
 	Partition []CostPoint
-	// GraphTimed: Duration was timed inside a graph between two graph
-	// events (it holds one event's GPU time), not launched alone with an
-	// event record after it (which holds a launch and a record's). The
-	// simulator takes off what each holds (sim.Config.ProfileGap).
-	GraphTimed bool
+	// GraphDuration, when set, is the kernel's duration inside a graph
+	// with no event after it, as an HP request's graph runs it (a
+	// profile's graphUs): the simulator runs a graph's kernel that long
+	// instead of Duration less what a launch and record add.
+	GraphDuration time.Duration
 }
 
 // CostPoint is a kernel's duration alone on SMs multiprocessors.

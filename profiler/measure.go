@@ -47,6 +47,10 @@ type MeasureOptions struct {
 	NoScaling   bool
 	Scaling     []int
 	ScalingRuns int
+	// NoPartition skips timing each kernel on SM partitions (green
+	// contexts; profiles.Kernel.Partition): smsNeeded then comes from the
+	// kernel's grid for every kernel, vendor ones included.
+	NoPartition bool
 	// Substitute binds layers the kernel library lacks to an equivalent
 	// library kernel (exec.Options.Substitute); each substitution is
 	// recorded in the profile's notes and the kernel tagged "substituted".
@@ -57,13 +61,14 @@ type MeasureOptions struct {
 	// model, a training job); without it the GEMM blocker before each
 	// pass leaves L2 cold.
 	WarmPass bool
-	// GraphPasses times each pass inside one graph, as the scheduler
-	// submits an HP request: the graph runs the pass twice, back to back,
-	// the first run untimed and the second with an event after every
-	// kernel, so each kernel is timed between two graph events (one
-	// event's GPU time, about 2.3 µs, instead of a launch and record's
-	// 2.67), warm from the run before it, and with no blocker. The device
-	// must record graphs (gpu.Grapher).
+	// GraphPasses also times each pass inside one graph, as the scheduler
+	// submits an HP request (profiles.Kernel.GraphUs): one graph runs the
+	// pass five times back to back, with no blocker: a warm-up, two runs
+	// between two events and one between the next two, which time the
+	// pass with no events inside it (the difference: each span also holds
+	// its closing event), and a run with an event after every kernel,
+	// which shares that time out among the kernels. The device must
+	// record graphs (gpu.Grapher).
 	GraphPasses bool
 	// Seed of the weights and inputs (models.InitWeights, InitInputs).
 	Seed uint64
@@ -212,6 +217,12 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s bs%d: %w", ErrMeasure, m.Name(), batch, err)
 	}
+	var graphDurs [][]float64
+	if opt.GraphPasses {
+		if graphDurs, err = mt.graphPasses(g); err != nil {
+			return nil, fmt.Errorf("%w: %s bs%d: %w", ErrMeasure, m.Name(), batch, err)
+		}
+	}
 	subs := map[string]string{}
 	for _, s := range in.Substitutions() {
 		name, what, _ := strings.Cut(s, ": ")
@@ -236,10 +247,15 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s layer %d (%s): %w", ErrMeasure, m.Name(), i, l.Name, err)
 		}
+		if graphDurs != nil {
+			k.GraphUs = round(max(percentile(graphDurs[i], 50), 0.001), 1e3)
+		}
 		if !opt.NoScaling {
 			if k.Scaling, err = mt.scaling(i, shares); err != nil {
 				return nil, fmt.Errorf("%w: %s layer %d (%s): scaling: %w", ErrMeasure, m.Name(), i, l.Name, err)
 			}
+		}
+		if !opt.NoScaling && !opt.NoPartition {
 			if k.Partition, err = mt.partition(i, spec); err != nil {
 				return nil, fmt.Errorf("%w: %s layer %d (%s): on SM partitions: %w", ErrMeasure, m.Name(), i, l.Name, err)
 			}
@@ -335,6 +351,7 @@ type meter struct {
 	stream gpu.Stream
 	parts  map[int]gpu.Stream // a stream per SM partition size (partition)
 	events []gpu.Event        // len = launches + 1
+	marks  [2]gpu.Event       // graph passes: around two runs (graphPasses)
 	words  []gpu.HostWord
 	ctr    gpu.Ptr
 	allocs []gpu.Ptr
@@ -361,6 +378,11 @@ func (mt *meter) setup(launches int) error {
 	mt.events = make([]gpu.Event, launches+1)
 	for i := range mt.events {
 		if mt.events[i], err = mt.dev.NewEvent(); err != nil {
+			return fmt.Errorf("NewEvent: %w", err)
+		}
+	}
+	for i := range mt.marks {
+		if mt.marks[i], err = mt.dev.NewEvent(); err != nil {
 			return fmt.Errorf("NewEvent: %w", err)
 		}
 	}
@@ -442,7 +464,7 @@ func (mt *meter) close() {
 	for _, p := range mt.allocs {
 		_ = mt.dev.Free(p)
 	}
-	for _, e := range mt.events {
+	for _, e := range append(mt.events, mt.marks[:]...) {
 		if e != 0 {
 			_ = mt.dev.DestroyEvent(e)
 		}
@@ -578,9 +600,6 @@ func (mt *meter) passes(g *models.Graph) ([][]float64, error) {
 	}
 	durs := make([][]float64, n)
 	total := mt.opt.Warmup + mt.opt.Runs
-	if mt.opt.GraphPasses {
-		return mt.graphPasses(g, ls, durs, total)
-	}
 	// A guess of the host's enqueue time until the first pass measures it.
 	mt.hostUs = 10 * float64(n)
 	for r := range total {
@@ -640,26 +659,49 @@ func (mt *meter) keep(r int, durs [][]float64) error {
 	return nil
 }
 
-// graphPasses is passes with MeasureOptions.GraphPasses.
-func (mt *meter) graphPasses(g *models.Graph, ls []*gpu.Launch, durs [][]float64, total int) ([][]float64, error) {
+// graphPasses times each layer's kernel inside a graph of the whole pass
+// (MeasureOptions.GraphPasses) and returns its durations (µs) over the
+// timed runs: each run's per-kernel spans between graph events, scaled to
+// sum to the pass's time with no events between its kernels.
+func (mt *meter) graphPasses(g *models.Graph) ([][]float64, error) {
 	gr, ok := mt.dev.(gpu.Grapher)
 	if !ok {
-		return nil, fmt.Errorf("%w: graph passes: this device does not record graphs", ErrMeasure)
+		return nil, fmt.Errorf("graph passes: this device does not record graphs")
 	}
-	n := len(ls)
-	steps := make([]gpu.GraphStep, 0, 2*n)
-	for _, l := range ls {
-		steps = append(steps, gpu.GraphStep{Launch: l})
+	n := len(g.Layers)
+	pass := func(steps []gpu.GraphStep, last gpu.Event) ([]gpu.GraphStep, error) {
+		for i := range n {
+			l, err := mt.in.Launch(i, gpu.Plain, kernels.Control{})
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, gpu.GraphStep{Launch: l})
+		}
+		steps[len(steps)-1].Event = last
+		return steps, nil
 	}
-	steps[n-1].Event = mt.events[0]
-	for i, l := range ls {
-		steps = append(steps, gpu.GraphStep{Launch: l, Event: mt.events[i+1]})
+	// warm-up, mark[0], two runs, mark[1], one run, events[0], the run
+	// with an event after every kernel.
+	var steps []gpu.GraphStep
+	var err error
+	for _, last := range []gpu.Event{mt.marks[0], 0, mt.marks[1], mt.events[0]} {
+		if steps, err = pass(steps, last); err != nil {
+			return nil, err
+		}
+	}
+	if steps, err = pass(steps, 0); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		steps[len(steps)-n+i].Event = mt.events[i+1]
 	}
 	graph, err := gr.NewGraph(mt.stream, steps)
 	if err != nil {
 		return nil, fmt.Errorf("graph of the pass: %w", err)
 	}
 	defer gr.DestroyGraph(graph)
+	total := mt.opt.Warmup + mt.opt.Runs
+	durs := make([][]float64, n)
 	for r := range total {
 		if err := mt.ctx.Err(); err != nil {
 			return nil, err
@@ -670,10 +712,33 @@ func (mt *meter) graphPasses(g *models.Graph, ls []*gpu.Launch, durs [][]float64
 		if err := mt.wait(mt.events[n]); err != nil {
 			return nil, err
 		}
-		if err := mt.keep(r, durs); err != nil {
+		if r < mt.opt.Warmup {
+			continue
+		}
+		two, err := mt.between(mt.marks[0], mt.marks[1])
+		if err != nil {
 			return nil, err
 		}
-		mt.progress("runs", r+1, total)
+		one, err := mt.between(mt.marks[1], mt.events[0])
+		if err != nil {
+			return nil, err
+		}
+		spans := make([]float64, n)
+		var sum float64
+		for i := range spans {
+			if spans[i], err = mt.between(mt.events[i], mt.events[i+1]); err != nil {
+				return nil, err
+			}
+			sum += spans[i]
+		}
+		scale := (two - one) / sum
+		if !(scale > 0) || math.IsInf(scale, 0) {
+			return nil, fmt.Errorf("graph passes: run %d: a pass took %.3f µs with no events inside it and %.3f µs with one after every kernel", r, two-one, sum)
+		}
+		for i, d := range spans {
+			durs[i] = append(durs[i], d*scale)
+		}
+		mt.progress("graph runs", r+1, total)
 	}
 	return durs, nil
 }
@@ -735,9 +800,6 @@ func (mt *meter) kernel(i int, l models.Layer, durs []float64, peaks *Peaks, spe
 	}
 	if l.InPlace() {
 		k.Tags = append(k.Tags, profiles.TagInPlace)
-	}
-	if mt.opt.GraphPasses {
-		k.Tags = append(k.Tags, profiles.TagGraphTimed)
 	}
 	if ln, err := mt.in.Launch(i, gpu.Plain, kernels.Control{}); err == nil && kernels.IsBLAS(ln) {
 		k.Tags = append(k.Tags, profiles.TagBLAS)
@@ -918,9 +980,9 @@ func (mt *meter) notes(peaks *Peaks, subs map[string]string, shares []int) map[s
 		"date":       mt.opt.Date.UTC().Format(time.RFC3339),
 	}
 	if mt.opt.GraphPasses {
-		n["method"] = fmt.Sprintf("%d warm-up then %d timed forward passes, each in one graph (as the scheduler submits an HP request) that runs the pass twice back to back: "+
-			"the first run untimed, the second with a graph event after every kernel, kernel i = event i+1 - event i (each duration holds one graph event, about 2.3 µs of GPU time, gpu/cuda TestGPUGraphEventGPUCost); "+
-			"no blocker: the GPU idles between passes, and every kernel finds L2 as the first run left it", mt.opt.Warmup, mt.opt.Runs)
+		n["graphUs"] = fmt.Sprintf("median of %d timed runs, after %d warm-ups, of one graph (as the scheduler submits an HP request, no blocker) that runs the pass five times back to back: "+
+			"a warm-up; two runs between events A and B and one between B and C, so B-A less C-B is the pass with no events inside it; "+
+			"then a run with an event after every kernel, whose spans share that time out (each kernel's span scaled by the pass's time over their sum)", mt.opt.Runs, mt.opt.Warmup)
 	}
 	if mt.driverAttrs {
 		n["registers"] = "registers and static shared memory from the driver (cuFuncGetAttribute) for the plain form; sharedMem adds the launch's dynamic shared memory"
@@ -936,6 +998,9 @@ func (mt *meter) notes(peaks *Peaks, subs map[string]string, shares []int) map[s
 		n["scaling"] = fmt.Sprintf("at %v SMs: the kernel's resumable form (what padding launches) with share x blocks-per-SM persistent workers, median of %d after 1 warm-up. "+
 			"This approximates an SM share: the hardware spreads the workers over all SMs, so a memory-bound kernel may see more bandwidth than its share would have",
 			shares, mt.opt.ScalingRuns)
+		n["partition"] = "not measured (--no-partition)"
+	}
+	if !mt.opt.NoScaling && !mt.opt.NoPartition {
 		n["partition"] = fmt.Sprintf("every kernel: the plain launch on a stream of an SM partition (green context) of %v SMs, then on the whole GPU: %d launches back to back behind a blocker GEMM, their mean; median of %d after 1 warm-up; "+
 			"kernels tagged %q take their smsNeeded from it: the smallest partition on which they run within %.0f%% of the whole GPU's time (the vendor's grid is not reported)",
 			partitionSizes(mt.spec), partitionReps, mt.opt.ScalingRuns, profiles.TagBLAS, 100*(profiles.PartitionSlack-1))

@@ -318,6 +318,24 @@ func TestMeasurePartitionsOfVendorKernels(t *testing.T) {
 	if blas == 0 {
 		t.Fatal("no kernel ran on the simulated BLAS")
 	}
+	// Without partitions every kernel, vendor ones included, takes its
+	// smsNeeded from its grid.
+	dev = simDev(t, sim.Config{BLAS: true})
+	q, err := profiler.Measure(context.Background(), dev, kernels.New(dev), "resnet50", 1, profiler.MeasureOptions{
+		Substitute: true, Runs: 3, Warmup: 1, ScalingRuns: 1, NoPartition: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(q.Notes["partition"], "not measured") || q.Notes["scaling"] == "" {
+		t.Errorf("notes: partition %q, scaling %q", q.Notes["partition"], q.Notes["scaling"])
+	}
+	for i, k := range q.Kernels {
+		per, _, _ := gpu.H100SXM.Occupancy(k.BlockDim().Count(), k.Registers, k.SharedMem)
+		if len(k.Partition) > 0 || len(k.Scaling) == 0 || k.SMsNeeded != min(gpu.H100SXM.SMsNeeded(k.GridDim().Count(), per), gpu.H100SXM.SMs) {
+			t.Errorf("%s: %d partition points, %d scaling points, smsNeeded %d (with partitions %d)", k.Name, len(k.Partition), len(k.Scaling), k.SMsNeeded, p.Kernels[i].SMsNeeded)
+		}
+	}
 }
 
 // countDev counts the launches made through it.
@@ -361,13 +379,13 @@ func TestMeasureWarmPass(t *testing.T) {
 	}
 }
 
-// With GraphPasses each kernel is timed between two graph events: on a
-// simulator whose kernels in graphs run ProfileGap less than their
-// profiled time and whose events hold EventCost, each duration comes out
-// ProfileGap − EventCost below the stream-timed one. A device that does not
-// record graphs is refused.
+// With GraphPasses each kernel also gets a duration inside a graph of the
+// whole pass with no events between kernels: on a simulator whose kernels
+// in graphs run ProfileGap less than their profiled time and whose events hold EventCost, the graph durations sum to the stream
+// durations less that, whatever the events inside the timed run cost. A
+// device that does not record graphs is refused.
 func TestMeasureGraphPasses(t *testing.T) {
-	const ec, gap = 2 * time.Microsecond, 3 * time.Microsecond
+	const ec, gap = 200 * time.Nanosecond, 300 * time.Nanosecond // below half of every kernel
 	peaks := &profiler.Peaks{FLOPS: 700e12, FP32: 60e12, Bandwidth: 3e12, Method: "given by the test"}
 	measure := func(dev gpu.Device, graph bool) (*profiles.Profile, error) {
 		return profiler.Measure(context.Background(), dev, kernels.New(dev), "mobilenetv2", 1, profiler.MeasureOptions{
@@ -383,23 +401,24 @@ func TestMeasureGraphPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(graph.Notes["method"], "in one graph") {
-		t.Errorf("method %q", graph.Notes["method"])
+	if !strings.Contains(graph.Notes["graphUs"], "five times") || stream.Notes["graphUs"] != "" {
+		t.Errorf("graphUs notes %q with graph passes, %q without", graph.Notes["graphUs"], stream.Notes["graphUs"])
 	}
-	for i := range graph.Kernels {
-		if !graph.Kernels[i].Cost().GraphTimed || stream.Kernels[i].Cost().GraphTimed {
-			t.Fatalf("kernel %d: graph-timed %v in the graph-timed profile, %v in the other; want true, false (tag %q)",
-				i, graph.Kernels[i].Cost().GraphTimed, stream.Kernels[i].Cost().GraphTimed, profiles.TagGraphTimed)
-		}
-	}
-	want := float64(gap-ec) / 1e3
+	var want, got float64
+	g := float64(gap) / 1e3
 	for i, k := range stream.Kernels {
-		if k.DurationUs < 4*float64(gap)/1e3 {
-			continue // at most half a kernel is taken off
+		if stream.Kernels[i].GraphUs != 0 {
+			t.Fatalf("kernel %d: graphUs %v without graph passes", i, stream.Kernels[i].GraphUs)
 		}
-		if d := k.DurationUs - graph.Kernels[i].DurationUs; math.Abs(d-want) > 0.002 {
-			t.Errorf("kernel %d (%s): %.3f µs by stream, %.3f in a graph: %.3f apart, want %.3f", i, k.Name, k.DurationUs, graph.Kernels[i].DurationUs, d, want)
+		gk := graph.Kernels[i]
+		if gk.DurationUs != k.DurationUs || !(gk.GraphUs > 0 && gk.GraphUs < k.DurationUs) {
+			t.Errorf("kernel %d (%s): %.3f µs by stream (%.3f in the other profile), %.3f in a graph", i, k.Name, k.DurationUs, gk.DurationUs, gk.GraphUs)
 		}
+		want += k.DurationUs - g
+		got += gk.GraphUs
+	}
+	if math.Abs(got-want) > 0.001*float64(len(stream.Kernels)) {
+		t.Errorf("graph durations sum to %.3f µs, want %.3f (the stream durations less the profile gap)", got, want)
 	}
 	if _, err := measure(&countDev{Device: simDev(t, sim.Config{})}, true); err == nil || !strings.Contains(err.Error(), "does not record graphs") {
 		t.Errorf("graph passes on a device without graphs: %v", err)

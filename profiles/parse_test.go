@@ -137,6 +137,7 @@ func TestMalformed(t *testing.T) {
 		{"scaling order", `{"sms": 33, "durationUs": 30.5}`, `{"sms": 140, "durationUs": 30.5}`, `{"sms": 140`, `kernels[0] ("stem").scaling[0].sms: must increase and be in 1..132`, profiles.ErrInvalid},
 		{"scaling duration", `{"sms": 33, "durationUs": 30.5}`, `{"sms": 33, "durationUs": 0}`, `{"sms": 33, "durationUs": 0}`, `scaling[0].durationUs: must be > 0`, profiles.ErrInvalid},
 		{"spread", `"spreadUs": 0.25`, `"spreadUs": -1`, `"spreadUs": -1`, `spreadUs: must be >= 0`, profiles.ErrInvalid},
+		{"graph duration", `"spreadUs": 0.25`, `"spreadUs": 0.25, "graphUs": -2`, `"graphUs": -2`, `graphUs: must be >= 0, got -2`, profiles.ErrInvalid},
 		{"empty tag", `"tags": ["tensor"]`, `"tags": [""]`, `"tags": [""]`, `tags[0]: must not be empty`, profiles.ErrInvalid},
 		{"no kernels", "", `{"apiVersion": "atoll/v1", "gpu": "H100-SXM", "model": "m", "batch": 1, "phase": "inference", "source": "measured",
 "kernels": []}`, `"kernels": []`, `kernels: a profile needs at least one kernel`, profiles.ErrInvalid},

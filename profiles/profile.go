@@ -59,6 +59,10 @@ type Kernel struct {
 	SharedMem  int     `json:"sharedMem"`  // bytes per block (static + dynamic)
 	DurationUs float64 `json:"durationUs"` // median, alone
 	SpreadUs   float64 `json:"spreadUs,omitempty"`
+	// GraphUs is the kernel's median duration inside a graph of the whole
+	// pass with no event between kernels, as an HP request's graph runs
+	// it (atoll profile --graph-passes): zero when not measured.
+	GraphUs    float64 `json:"graphUs,omitempty"`
 	FLOPs      float64 `json:"flops"`
 	Bytes      float64 `json:"bytes"`
 	ComputePct float64 `json:"computePct"` // achieved % of the SM issue (or tensor) peak
@@ -98,11 +102,6 @@ const TagBLAS = "blas"
 // the host more than a product's (the simulator's HostConvCost).
 const TagBLASConv = "blas-conv"
 
-// TagGraphTimed marks a kernel timed inside a graph between two graph
-// events (atoll profile --graph-passes): its duration holds one event's GPU
-// time, not a launch and record's (gpu.Cost.GraphTimed).
-const TagGraphTimed = "graph-timed"
-
 // HasTag reports whether the kernel carries tag.
 func (k *Kernel) HasTag(tag string) bool { return slices.Contains(k.Tags, tag) }
 
@@ -121,12 +120,12 @@ func (k *Kernel) BlockDim() gpu.Dim3 { return gpu.Dim3{X: k.Block[0], Y: k.Block
 // Cost is what the simulator needs to replay the kernel.
 func (k *Kernel) Cost() gpu.Cost {
 	c := gpu.Cost{
-		Duration:    k.Duration(),
-		FLOPs:       k.FLOPs,
-		Bytes:       k.Bytes,
-		ComputeFrac: k.ComputePct / 100,
-		MemoryFrac:  k.MemoryPct / 100,
-		GraphTimed:  k.HasTag(TagGraphTimed),
+		Duration:      k.Duration(),
+		FLOPs:         k.FLOPs,
+		Bytes:         k.Bytes,
+		ComputeFrac:   k.ComputePct / 100,
+		MemoryFrac:    k.MemoryPct / 100,
+		GraphDuration: time.Duration(k.GraphUs * float64(time.Microsecond)),
 	}
 	for _, p := range k.Partition {
 		c.Partition = append(c.Partition, gpu.CostPoint{SMs: p.SMs, Duration: time.Duration(p.DurationUs * float64(time.Microsecond))})

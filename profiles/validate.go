@@ -128,6 +128,9 @@ func (k *Kernel) validate(spec gpu.Spec) *Error {
 	if !(k.SpreadUs >= 0) || math.IsInf(k.SpreadUs, 0) {
 		return bad("spreadUs", "must be >= 0, got %v", k.SpreadUs)
 	}
+	if !(k.GraphUs >= 0) || math.IsInf(k.GraphUs, 0) {
+		return bad("graphUs", "must be >= 0, got %v", k.GraphUs)
+	}
 	if !(k.FLOPs >= 0) || math.IsInf(k.FLOPs, 0) {
 		return bad("flops", "must be >= 0, got %v", k.FLOPs)
 	}

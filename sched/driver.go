@@ -29,6 +29,9 @@ type dflight struct {
 // device decisions and polls for completions.
 type driver struct {
 	dev gpu.Device
+	// host is dev as a model of the host's time (the simulator), told of
+	// every round's launch decisions; nil on a real GPU.
+	host gpu.HostModeler
 	// hpNames and beNames name the clients in errors.
 	hpNames, beNames []string
 	// groups holds, per HP client, the clients of its HPWorkload.Group in
@@ -149,7 +152,8 @@ func newDriver(dev gpu.Device, w Workload, opt Options) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{dev: dev, hpNames: hpNames, beNames: beNames, groups: groups, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(core.State().HP(), core.State().BE(), opt)}
+	host, _ := dev.(gpu.HostModeler)
+	d := &driver{dev: dev, host: host, hpNames: hpNames, beNames: beNames, groups: groups, core: core, opt: opt, binder: opt.Binder, queues: map[gpu.Stream][]*dflight{}, attr: newAttributor(core.State().HP(), core.State().BE(), opt)}
 	d.trace = &Trace{Policy: opt.Policy.Name(), Device: dev.Info().Name, Warmup: opt.Warmup, Duration: opt.Duration,
 		BEWorkByClient: make([]time.Duration, len(w.BE)), BEEmpty: make([][]Span, len(w.BE))}
 	d.beEmptyFrom = make([]time.Duration, len(w.BE))

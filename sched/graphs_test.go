@@ -327,3 +327,67 @@ h dur=10us grid=132 block=256 class=memory
 		}
 	}
 }
+
+// The driver tells a device that models the host's time of every launch
+// decision (gpu.HostModeler): an isolated request of n kernels then
+// starts n decisions' host time later, charged as host delay, and the
+// decisions told are the launches made.
+func TestHostDecisions(t *testing.T) {
+	hp := mustProfile(t, "tiny", `
+a dur=10us grid=132 block=256 class=compute
+b dur=10us grid=132 block=256 class=memory
+c dur=10us grid=132 block=256 class=compute
+d dur=10us grid=132 block=256 class=memory
+`)
+	const dur = 10 * time.Millisecond
+	var arr []time.Duration
+	for a := time.Millisecond; a < dur; a += time.Millisecond {
+		arr = append(arr, a)
+	}
+	w := sched.Workload{HP: []sched.HPWorkload{{Name: "tiny", Profile: hp, Arrivals: arr}}}
+	const cost = 3 * time.Microsecond
+	for _, graphs := range []bool{true, false} {
+		run := func(cost time.Duration) *sched.Trace {
+			t.Helper()
+			return runSim(t, "dedicated", w, sim.Config{HostDecideCost: cost}, sched.Options{Duration: dur, NoHPGraphs: !graphs})
+		}
+		free, charged := run(0), run(cost)
+		if len(free.Requests) != len(arr) || len(charged.Requests) != len(arr) {
+			t.Fatalf("graphs %v: %d and %d requests, want %d", graphs, len(free.Requests), len(charged.Requests), len(arr))
+		}
+		for i, r := range charged.Requests {
+			f := free.Requests[i]
+			if d := (r.End - r.Arrival) - (f.End - f.Arrival); d != 4*cost {
+				t.Errorf("graphs %v, request %d: %v later with decisions at %v each, want 4 of them (%v)", graphs, i, d, cost, 4*cost)
+			}
+			if d := r.Causes[sched.CauseHost] - f.Causes[sched.CauseHost]; d != 4*cost {
+				t.Errorf("graphs %v, request %d: host delay %v more, want %v", graphs, i, d, 4*cost)
+			}
+		}
+	}
+	dev, err := sim.New(sim.Config{Spec: gpu.H100SXM, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	count := &decisionCounter{Device: dev}
+	pol, err := policies.ByName("dedicated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := sched.Run(context.Background(), count, w, sched.Options{Duration: dur, Policy: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count.n != tr.Launches || count.n != 4*len(arr) {
+		t.Errorf("told of %d launch decisions; the run made %d launches of %d requests of 4 kernels", count.n, tr.Launches, len(arr))
+	}
+}
+
+// decisionCounter counts the launch decisions a driver tells it of.
+type decisionCounter struct {
+	gpu.Device
+	n int
+}
+
+func (d *decisionCounter) Decided(n int) { d.n += n }

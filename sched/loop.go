@@ -581,6 +581,15 @@ func (l *loop) feed(ev Event) error {
 		return fmt.Errorf("sched: %s at %s: %w", ev.Kind, us(ev.Time), err)
 	}
 	decs := d.core.Decisions()
+	if d.host != nil {
+		n := 0
+		for i := range decs {
+			if decs[i].Kind == DecLaunch {
+				n++
+			}
+		}
+		d.host.Decided(n)
+	}
 	l.passes(decs)
 	if !l.hpFirst && len(l.beHeld) == 0 {
 		return d.applyAll(decs, l.apply)

@@ -43,17 +43,18 @@ const simulatedNote = `note: these co-location figures are simulated. With this 
 replaying the latest GPU series on its own arrivals (results/matrix-h200-g8-events:
 an H200, the committed 8-cell matrix under priority, orion, reef and atoll;
 nothing in the simulator set from it), its HP p99 was within 10 % in 10 of 32
-policy runs (median error 16 %), its HP p50 off by a median 11 % and its BE
-throughput by a median 2 %, and it ranked the policies as the GPU did in 8 of 8
-cells by HP p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %:
-priority 2 of 8 (median error 21 %), orion 4 of 8 (median error 9 %), reef 0 of
-8 (median error 53 %), atoll 4 of 8 (median error 10 %). Where it is off: REEF's
-kernel-by-kernel HP launches outran the GPU's host, which the simulator
-reproduces only in part, and HP alone ran faster on the GPU than its profile
-says (MobileNetV2 10 %, ResNet-50 4 %: the GPU runs a request's kernels faster
-inside its graph than the profiler times them one by one), so the simulated
-queues are the longer. docs/fidelity.md has every comparison. Run
-'atoll demo --backend cuda' or 'atoll matrix --backend cuda' on a GPU.`
+policy runs (median error 20 %), its HP p50 off by a median 15 % and its BE
+throughput by a median 6 %, and it ranked the policies as the GPU did in 8 of 8
+cells by HP p99 and 7 of 8 by BE throughput. Per policy, HP p99 within 10 %:
+priority 0 of 8 (median error 41 %), orion 5 of 8 (median error 10 %), reef 0 of
+8 (median error 84 %), atoll 5 of 8 (median error 10 %). Where it is off: it
+runs HP too fast beside BE under priority and REEF (HP's kernels slowed by BE's
+are modelled only in part), and its profiles come from another H200 than the
+series' (a request's kernels ran 1-8 % faster simulated); with profiles measured
+on the series' own machine (results/onmachine-all-h200) HP alone's p50 was
+within 7 % and orion's and atoll's HP p99 within 10 % in 4 of 6 runs. docs/fidelity.md
+has every comparison. Run 'atoll demo --backend cuda' or 'atoll matrix
+--backend cuda' on a GPU.`
 
 func init() {
 	register(command{name: "demo", summary: "run the co-location demo under every policy (simulated GPU)", run: runDemo})

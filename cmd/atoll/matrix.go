@@ -71,6 +71,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", simLaunchCostHelp)
 	queryCost := fs.Duration("sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
+	decide := fs.Duration("sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
 	eventCost := fs.Duration("sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	gap := fs.Duration("sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
 	notice := measuredNotice
@@ -138,7 +139,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, eventCost: *eventCost, gap: *gap, notice: notice, wake: *wake, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
+			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, decide: *decide, eventCost: *eventCost, gap: *gap, notice: notice, wake: *wake, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

@@ -82,8 +82,9 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 	var o profiler.MeasureOptions
 	fs.IntVar(&o.Warmup, "warmup", profiler.DefaultWarmup, "warm-up passes")
 	fs.IntVar(&o.Runs, "runs", profiler.DefaultRuns, "timed passes")
-	fs.BoolVar(&o.NoScaling, "no-scaling", false, "skip the duration-against-SM-share measurement")
-	fs.BoolVar(&o.GraphPasses, "graph-passes", false, "time each pass inside one graph, as the scheduler submits an HP request: the pass twice back to back, the second run timed with a graph event after every kernel (each duration then holds one graph event, not a launch and record)")
+	fs.BoolVar(&o.NoScaling, "no-scaling", false, "skip the duration-against-SM-share measurement (and the partition one)")
+	fs.BoolVar(&o.NoPartition, "no-partition", false, "skip timing each kernel on SM partitions (green contexts): smsNeeded then comes from each kernel's grid, vendor kernels included")
+	fs.BoolVar(&o.GraphPasses, "graph-passes", true, "also time each kernel inside a graph of the whole pass with no events between kernels, as the scheduler submits an HP request (graphUs; the simulator runs a graph's kernels that long); =false skips it")
 	fs.BoolVar(&o.WarmPass, "warm-pass", false, "time each pass right after an untimed run of it, so kernels find L2 as the model's previous pass left it (as a model running alone back to back does); by default a GEMM before each pass leaves L2 cold")
 	fs.IntVar(&o.ScalingRuns, "scaling-runs", profiler.DefaultScalingRuns, "timed launches per SM share")
 	fs.BoolVar(&o.Substitute, "substitute", true, "bind layers the kernel library lacks to an equivalent kernel (recorded in the notes); false refuses such models")

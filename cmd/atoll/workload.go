@@ -37,6 +37,7 @@ type workloadFlags struct {
 	quiet     bool
 	hostCost  launchCosts
 	queryCost time.Duration
+	decide    time.Duration
 	eventCost time.Duration
 	gap       time.Duration
 	notice    noticeFlag
@@ -68,6 +69,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	w.hostCost = defaultSimLaunchCost
 	fs.Var(&w.hostCost, "sim-launch-cost", simLaunchCostHelp)
 	fs.DurationVar(&w.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
+	fs.DurationVar(&w.decide, "sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
 	fs.DurationVar(&w.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	fs.DurationVar(&w.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
 	w.notice = measuredNotice
@@ -246,7 +248,12 @@ const simWakeHelp = "simulator: how late the host's wait loop sees a deadline it
 // defaultSimQueryCost is the measured figure (sim.MeasuredHostQueryCost).
 const defaultSimQueryCost = sim.MeasuredHostQueryCost
 
-const simQueryCostHelp = "simulator: host time each event poll takes, with the decisions a completion brings (the GPU runs meanwhile; the default is measured, docs/simulator.md; the GPU reports' hostPerLaunch pollUs and decideUs are a run's figures; 0 turns it off)"
+const simQueryCostHelp = "simulator: host time each event poll takes (the GPU runs meanwhile; the default is measured, docs/simulator.md; the GPU reports' hostPerLaunch pollUs / queries is a run's figure; 0 turns it off)"
+
+// defaultSimDecideCost is the measured figure (sim.MeasuredHostDecideCost).
+const defaultSimDecideCost = sim.MeasuredHostDecideCost
+
+const simDecideCostHelp = "simulator: host time of each launch decision of the scheduler's core and policy, spent before the launches go (a request of n kernels waits n of them; the default is measured, docs/simulator.md; the GPU reports' hostPerLaunch decideUs is a run's figure; 0 turns it off)"
 
 const simNoticeHelp = "simulator: time from a kernel's completion until the host sees it and may launch what it frees (the host's whole reaction): measured (on the simulated GPU's host, docs/simulator.md) or a duration; 0 turns it off"
 
@@ -298,7 +305,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	case "sim":
 		// The flags default to sim.Defaults' figures and override them.
 		sc := sim.Defaults(spec, w.seed)
-		sc.HostQueryCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = w.queryCost, w.eventCost, w.gap, w.notice.value(spec.Name), w.wake
+		sc.HostQueryCost, sc.HostDecideCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = w.queryCost, w.decide, w.eventCost, w.gap, w.notice.value(spec.Name), w.wake
 		sc.CoRunDevice, sc.CoRunSM = coDev, coSM
 		w.hostCost.apply(&sc)
 		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
@@ -311,6 +318,9 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 		}
 		if w.queryCost != 0 && w.queryCost != defaultSimQueryCost {
 			return nil, fmt.Errorf("--sim-query-cost is a simulator parameter; on --backend cuda polls cost what they cost (reports show hostPerLaunch)")
+		}
+		if w.decide != 0 && w.decide != defaultSimDecideCost {
+			return nil, fmt.Errorf("--sim-decide-cost is a simulator parameter; on --backend cuda decisions cost the host what they cost (reports show hostPerLaunch decideUs)")
 		}
 		if w.eventCost != 0 && w.eventCost != defaultSimEventCost {
 			return nil, fmt.Errorf("--sim-event-cost is a simulator parameter; on --backend cuda events cost the GPU what they cost (results/hpevents-h200 measures it)")

@@ -40,6 +40,13 @@ type Config struct {
 	// queries cost no host time; bench, demo and matrix set the measured
 	// figure (--sim-query-cost).
 	HostQueryCost time.Duration
+	// HostDecideCost is the host time of each launch decision the
+	// scheduler's driver takes from its core (Device.Decided): the core's
+	// and the policy's work, which the host does before it launches them,
+	// so that a request of n kernels waits n of them on the host before its
+	// launch. Zero (the default) means decisions cost no host time; bench,
+	// demo and matrix set the measured figure (--sim-decide-cost).
+	HostDecideCost time.Duration
 	// HostGraphEventCost is the host time LaunchGraph adds, beyond one
 	// HostLaunchCost, per event its graph records: an H100 took 153 µs to
 	// launch a graph of 57 kernels with an event after each and 6.5 µs
@@ -63,8 +70,8 @@ type Config struct {
 	// and record of each kernel cost the GPU that much more than a graph
 	// step without an event. A kernel launched in a graph runs its
 	// Cost.Duration less ProfileGap (at most half of it); the graph's
-	// events hold the stream EventCost each. A duration timed inside a
-	// graph (Cost.GraphTimed) holds one event instead (Device.profileHeld).
+	// events hold the stream EventCost each. A kernel with a
+	// Cost.GraphDuration (a profile's graphUs) runs that in a graph instead.
 	// Zero (the default) means EventCost: the profile held its record and
 	// nothing more; bench, demo and matrix set MeasuredProfileGap
 	// (--sim-profile-gap).
@@ -196,11 +203,15 @@ const (
 	// results/launchpath-h200) less the 4 µs launch latency.
 	MeasuredNoticeLatencyH200 = 23 * time.Microsecond
 	// MeasuredHostQueryCost is the driver thread's time per event query
-	// beyond its launches — its polls and decisions, (pollUs + decideUs)
-	// / queries — the median over the eight runs of
-	// results/host-split-h200 (1.9-3.7 µs: dedicated lowest, confined
-	// highest).
-	MeasuredHostQueryCost = 2500 * time.Nanosecond
+	// — its polls, pollUs / queries in the GPU reports' hostPerLaunch — and
+	// MeasuredHostDecideCost its time per launch decision beyond its
+	// launches and polls (decideUs): the medians over the 48 runs of
+	// results/matrix-h200-g8-events, 1.03 µs (0.42–2.66) and 0.61 µs
+	// (0.34–1.84; REEF's highest). The 40 runs of results/admission-h200
+	// give 0.85 and 0.68, the 18 of results/onmachine-all-h200 0.76 and
+	// 0.65.
+	MeasuredHostQueryCost  = 1000 * time.Nanosecond
+	MeasuredHostDecideCost = 600 * time.Nanosecond
 	// MeasuredEventCost is the GPU time per event recorded between two
 	// kernels of a graph, measured on an H200 with 64 kernels and an
 	// event after each against one at the end (gpu/cuda
@@ -269,7 +280,7 @@ func Defaults(spec gpu.Spec, seed uint64) Config {
 	return Config{
 		Spec: spec, Seed: seed,
 		HostLaunchCost: MeasuredHostLaunchCost, HostMatmulCost: MeasuredHostMatmulCost, HostConvCost: MeasuredHostConvCost,
-		HostQueryCost: MeasuredHostQueryCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
+		HostQueryCost: MeasuredHostQueryCost, HostDecideCost: MeasuredHostDecideCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
 		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap,
 		CoRunDevice: dev, CoRunSM: onSM, Coalesce: CommandCoalesce,
 	}
@@ -335,7 +346,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"HostDecideCost", c.HostDecideCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

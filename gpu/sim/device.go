@@ -463,6 +463,14 @@ func (d *Device) Query(e gpu.Event) (bool, error) {
 	return done, nil
 }
 
+// Decided implements gpu.HostModeler: the host spends HostDecideCost on
+// each of launches decisions, the device running meanwhile.
+func (d *Device) Decided(launches int) {
+	if d.fault == nil && launches > 0 {
+		d.hostBusy(float64(launches) * float64(d.cfg.HostDecideCost))
+	}
+}
+
 // completeEvent marks ev complete at t; the host sees it NoticeLatency
 // later, when notify reaches it (the next settle, without one).
 func (d *Device) completeEvent(ev *eventSlot, t float64) {

@@ -192,16 +192,19 @@ func TestBusyStreamStaysSmall(t *testing.T) {
 // A kernel in a graph runs its profiled duration less ProfileGap (what the
 // profiler's own launch and record of it cost beyond the kernel; EventCost
 // when zero); one launched on its own, less EventCost, which its record
-// then holds. An event holds its stream EventCost.
+// then holds. An event holds its stream EventCost. A kernel with a
+// GraphDuration runs that in a graph and is as profiled on its own.
 func TestProfileGap(t *testing.T) {
 	const ec, gap = 2 * us, 3 * us
 	lat := gpu.H100SXM.LaunchLatency
-	span := func(gap time.Duration, graph, perKernel, graphTimed bool) time.Duration {
+	span := func(gap time.Duration, graph, perKernel, graphDur bool) time.Duration {
 		r := newRig(t, Config{EventCost: ec, ProfileGap: gap})
 		s := r.stream(0)
 		steps := graphSteps(t, r, 4) // 10, 20, 30, 40 µs profiled
-		for _, st := range steps {
-			st.Launch.Cost.GraphTimed = graphTimed
+		if graphDur {
+			for _, st := range steps {
+				st.Launch.Cost.GraphDuration = st.Launch.Cost.Duration - 5*us
+			}
 		}
 		if !perKernel {
 			for i := range steps[:3] {
@@ -243,10 +246,10 @@ func TestProfileGap(t *testing.T) {
 		return end - t0
 	}
 	for _, c := range []struct {
-		name                         string
-		gap                          time.Duration
-		graph, perKernel, graphTimed bool
-		want                         time.Duration
+		name                       string
+		gap                        time.Duration
+		graph, perKernel, graphDur bool
+		want                       time.Duration
 	}{
 		{"launched one by one, a record after each (as profiled)", gap, false, true, false, 100*us - ec + lat},
 		{"a graph, an event after each kernel", gap, true, true, false, 100*us - 4*gap + 3*ec + lat},
@@ -255,14 +258,13 @@ func TestProfileGap(t *testing.T) {
 		// an event after each the pass takes its profiled sum.
 		{"no gap: a graph, an event after each kernel", 0, true, true, false, 100*us - ec + lat},
 		{"no gap: a graph, one event at the end", 0, true, false, false, 100*us - 4*ec + lat},
-		// Timed in a graph: as profiled, an event after each, the pass
-		// takes its profiled sum; one by one each kernel also pays the
-		// launch's extra gap − ec.
-		{"graph-timed: a graph, an event after each kernel (as profiled)", gap, true, true, true, 100*us - ec + lat},
-		{"graph-timed: a graph, one event at the end", gap, true, false, true, 100*us - 4*ec + lat},
-		{"graph-timed: one by one, a record after each", gap, false, true, true, 100*us - ec + 4*(gap-ec) + lat},
+		// With a graph duration (5 µs less each here) a graph's kernels
+		// run that; launched on their own, as profiled.
+		{"graph duration: a graph, an event after each kernel", gap, true, true, true, 80*us + 3*ec + lat},
+		{"graph duration: a graph, one event at the end", gap, true, false, true, 80*us + lat},
+		{"graph duration: one by one, a record after each", gap, false, true, true, 100*us - ec + lat},
 	} {
-		if got := span(c.gap, c.graph, c.perKernel, c.graphTimed); got != c.want {
+		if got := span(c.gap, c.graph, c.perKernel, c.graphDur); got != c.want {
 			t.Errorf("%s: the pass took %v, want %v", c.name, got, c.want)
 		}
 	}

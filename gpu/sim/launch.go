@@ -296,7 +296,19 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 		lo, hi := d.smRange(k.st)
 		sms = int(hi - lo)
 	}
-	p.tb, p.c, p.m = d.timing(l.Cost, logical, bpsm, sms, d.profileHeld(k.inGraph, l.Cost.GraphTimed))
+	c, held := l.Cost, d.profileHeld(k.inGraph)
+	if k.inGraph && c.GraphDuration > 0 {
+		c, held = inGraph(c), 0
+	}
+	p.tb, p.c, p.m = d.timing(c, logical, bpsm, sms, held)
+}
+
+// inGraph is c as a graph runs it: its GraphDuration (its partition
+// points scale with it). Its shares of the device's rates stay the
+// profile's, as the co-run fit (MeasuredCoRun) took them.
+func inGraph(c gpu.Cost) gpu.Cost {
+	c.Duration = c.GraphDuration
+	return c
 }
 
 // profileHeld is the GPU time a profiled duration holds beyond its kernel
@@ -304,23 +316,14 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 // record, EventCost (the record then holds the stream that long, as it did
 // when profiled); inside a graph, ProfileGap, the whole of what the
 // profiler's launch-and-record paid (the graph's own events hold the
-// stream EventCost each).
-//
-// A duration timed inside a graph (Cost.GraphTimed) holds one event's
-// EventCost: in a graph the kernel runs that much less; launched on its
-// own, with the launch's extra GPU time (ProfileGap less EventCost) and
-// its record after it (EventCost), it runs 2·EventCost − ProfileGap less.
-func (d *Device) profileHeld(inGraph, graphTimed bool) float64 {
+// stream EventCost each). A graph's kernel with a GraphDuration runs that
+// instead (setPart).
+func (d *Device) profileHeld(inGraph bool) float64 {
 	ec, gap := float64(d.cfg.EventCost), float64(d.cfg.ProfileGap)
 	if gap == 0 {
 		gap = ec
 	}
-	switch {
-	case graphTimed && inGraph:
-		return ec
-	case graphTimed:
-		return 2*ec - gap
-	case inGraph:
+	if inGraph {
 		return gap
 	}
 	return ec

@@ -753,6 +753,30 @@ func TestDeterministicForSeed(t *testing.T) {
 	}
 }
 
+// Decided spends HostDecideCost of host time per launch decision while the
+// device runs on; none without decisions or cost.
+func TestHostDecideCost(t *testing.T) {
+	const cost = 2 * us
+	r := newRig(t, Config{HostDecideCost: cost})
+	s := r.stream(0)
+	r.launch(s, plain("k", 132, 256, 20*us))
+	r.d.Decided(0)
+	if got := r.d.Now(); got != 0 {
+		t.Fatalf("no decisions moved the clock to %v", got)
+	}
+	r.d.Decided(3)
+	if got := r.d.Now(); got != 3*cost {
+		t.Fatalf("3 decisions: the clock reads %v, want %v", got, 3*cost)
+	}
+	r.drain()
+	if want := gpu.H100SXM.LaunchLatency + 20*us; !near(r.ends()[1], want, 1) {
+		t.Errorf("the kernel ended at %v, want %v (it ran during the decisions)", r.ends()[1], want)
+	}
+	if _, err := New(Config{HostDecideCost: -us}); !errors.Is(err, ErrConfig) {
+		t.Errorf("negative decision cost: %v", err)
+	}
+}
+
 // TestHostLaunchCost: each Launch moves the clock on by the host cost while
 // the device keeps running: the first kernel starts (and progresses)
 // during the later launches, each later kernel becomes eligible one host

@@ -42,7 +42,7 @@ for mb in "${models[@]}"; do
 	f=$out/profiles/$gpu/$m-bs$b.json
 	[ -f "$f" ] && continue
 	echo "== $(date +%T) $m bs$b" >> "$out/profile.log"
-	timeout 170 "$atoll" profile --model "$m" --batch "$b" --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
+	timeout "${SPEED_PROFILE_TIMEOUT:-170}" "$atoll" profile --model "$m" --batch "$b" --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
 	echo "rc=$?" >> "$out/profile.log"
 done
 # The pass sizes --hp-max-batch N uses (the powers of two below N, and N),
@@ -58,7 +58,7 @@ for nb in ${SPEED_BATCH:-1}; do
 			f=$out/profiles/$gpu/$m-bs$((s * b)).json
 			[ -f "$f" ] && continue
 			echo "== $(date +%T) $m bs$((s * b)) (batched pass)" >> "$out/profile.log"
-			timeout 170 "$atoll" profile --model "$m" --batch $((s * b)) --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
+			timeout "${SPEED_PROFILE_TIMEOUT:-170}" "$atoll" profile --model "$m" --batch $((s * b)) --substitute --force ${SPEED_PROFILE_ARGS:-} --out "$f" >> "$out/profile.log" 2>&1
 			echo "rc=$?" >> "$out/profile.log"
 		done
 	done
