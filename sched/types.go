@@ -262,7 +262,7 @@ type RequestRecord struct {
 	Client  ClientID
 	ID      int
 	Arrival time.Duration // scheduled arrival
-	Start   time.Duration // its first kernel started (device clock)
+	Start   time.Duration // its first kernel started as the core has it: launch decided with the client idle, else the completion before it (device clock)
 	End     time.Duration // its last kernel completed
 	// Batch is the number of requests its pass served together (1: it ran
 	// alone; HPWorkload.Batched); they share Start and End.
