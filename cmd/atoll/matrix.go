@@ -66,7 +66,8 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	gpuName := fs.String("gpu", "", "simulator: GPU to simulate and whose profiles to use (default H100-SXM); on cuda the GPU found")
 	budget := fs.Duration("budget", 0, "stop before a cell that would not finish within this wall time (0: no limit); the next call resumes")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	profileFirst := fs.Bool("profile", false, "--backend cuda: first profile every model the matrix runs on this GPU (atoll profile --force, into the profile store: set "+profiles.StoreEnv+"=OUT/profiles to keep them with the results), so that the runs and a simulated replay use this machine's kernel times")
+	profileFirst := fs.Bool("profile", false, "--backend cuda: first profile every model the matrix runs on this GPU (atoll profile --force --no-partition, into the profile store: set "+profiles.StoreEnv+"=OUT/profiles to keep them with the results), so that the runs and a simulated replay use this machine's kernel times")
+	profileParts := fs.Bool("profile-partitions", false, "with --profile: also time each kernel on SM partitions (a vendor kernel's smsNeeded then comes from them, and the simulator stands it in as one wave of that many SMs)")
 	replay := fs.String("replay", "", "an earlier matrix directory (a GPU series) whose cells to replay: each cell takes that series' offered rate and arrival times instead of its own solo latency's, so the simulator sees the requests the GPU saw (atoll fidelity compares the two)")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", simLaunchCostHelp)
@@ -111,6 +112,9 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("--replay %s: not a matrix directory (run the matrix being replayed first, or drop --replay)", *replay)
 		}
 	}
+	if *profileParts && !*profileFirst {
+		return fmt.Errorf("--profile-partitions goes with --profile (the profiles it measures first)")
+	}
 	if *profileFirst {
 		if *backend != "cuda" {
 			return fmt.Errorf("--profile measures on the GPU (--backend cuda); a simulated matrix uses the profiles it finds")
@@ -118,7 +122,11 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 		for _, mb := range matrixModels(spec) {
 			fmt.Fprintf(e.stderr, "atoll matrix: profiling %s bs%d on this GPU\n", mb.model, mb.batch)
 			pe := &env{stdout: e.stderr, stderr: e.stderr}
-			if err := runProfile(ctx, pe, []string{"--model", mb.model, "--batch", strconv.Itoa(mb.batch), "--force", "--quiet"}); err != nil {
+			pargs := []string{"--model", mb.model, "--batch", strconv.Itoa(mb.batch), "--force", "--quiet"}
+			if !*profileParts {
+				pargs = append(pargs, "--no-partition")
+			}
+			if err := runProfile(ctx, pe, pargs); err != nil {
 				return fmt.Errorf("--profile: %s bs%d: %w", mb.model, mb.batch, err)
 			}
 		}
