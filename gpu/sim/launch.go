@@ -298,15 +298,15 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 	}
 	c, held := l.Cost, d.profileHeld(k.inGraph)
 	if k.inGraph && c.GraphDuration > 0 {
-		c, held = inGraph(c), 0
+		c, held = graphCost(c), 0
 	}
 	p.tb, p.c, p.m = d.timing(c, logical, bpsm, sms, held)
 }
 
-// inGraph is c as a graph runs it: its GraphDuration (its partition
+// graphCost is c as a graph runs it: its GraphDuration (its partition
 // points scale with it). Its shares of the device's rates stay the
 // profile's, as the co-run fit (MeasuredCoRun) took them.
-func inGraph(c gpu.Cost) gpu.Cost {
+func graphCost(c gpu.Cost) gpu.Cost {
 	c.Duration = c.GraphDuration
 	return c
 }
