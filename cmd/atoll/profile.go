@@ -242,11 +242,12 @@ func writeProfile(path string, p *profiles.Profile) error {
 // summary prints what was written: kernels, total, the five longest
 // kernels and the class counts.
 func summary(w io.Writer, p *profiles.Profile, path string, took time.Duration) error {
-	var total float64
+	var total, graph float64
 	classes := map[string]int{}
 	idx := make([]int, len(p.Kernels))
 	for i, k := range p.Kernels {
 		total += k.DurationUs
+		graph += k.GraphUs
 		classes[k.Class]++
 		idx[i] = i
 	}
@@ -256,7 +257,11 @@ func summary(w io.Writer, p *profiles.Profile, path string, took time.Duration) 
 	} else {
 		fmt.Fprintf(w, "wrote %s (%s, source %s) in %.1f s\n", path, p.GPU, p.Source, took.Seconds())
 	}
-	fmt.Fprintf(w, "%s bs%d: %d kernels, %.1f us of kernel time\n", p.Model, p.Batch, len(p.Kernels), total)
+	fmt.Fprintf(w, "%s bs%d: %d kernels, %.1f us of kernel time", p.Model, p.Batch, len(p.Kernels), total)
+	if graph > 0 {
+		fmt.Fprintf(w, " kernel by kernel, %.1f us inside one graph (as an HP request runs them)", graph)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "classes: compute %d, memory %d, unknown %d\n", classes[profiles.ClassCompute], classes[profiles.ClassMemory], classes[profiles.ClassUnknown])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "top kernels\tkernel\tus\tspread\tcompute%\tmemory%\tclass\tSMs needed")
