@@ -550,3 +550,61 @@ func TestGPUWaitLateness(t *testing.T) {
 	must(t, d.Synchronize())
 	waitEvent(t, d, evs[0])
 }
+
+// TestGPUIdleGap measures whether a graph of fixed work runs slower the
+// longer the GPU and the host idled before it: a graph of 64 kernels each
+// writing 8 MiB, launched after the host's own Wait for gaps of 0 to 10 ms
+// (the driver's idle wait: it sleeps through long gaps), timed from an
+// event recorded right before it to its last event, and its first kernel's
+// end from the call's start (the device clock is the host's). On an H200 a
+// request served alone ran 6–12 % slower at load 0.1 than at 0.8
+// (results/alone-load-h200); this says whether the GPU or the host is
+// slower after an idle gap.
+func TestGPUIdleGap(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	const n, reps, words = 64, 21, 2 << 20
+	buf, err := d.Alloc(4 * words)
+	must(t, err)
+	defer func() { must(t, d.Free(buf)) }()
+	steps := make([]gpu.GraphStep, n)
+	evs := newEvents(t, d, 2)
+	for i := range steps {
+		l := &gpu.Launch{Name: "fill", Func: k.fill, Grid: gpu.D1(words / 256), Block: gpu.D1(256)}
+		l.Args.Ptr(buf).U32(uint32(i)).I32(words)
+		steps[i].Launch = l
+	}
+	steps[0].Event, steps[n-1].Event = evs[0], evs[1]
+	g, err := d.NewGraph(s, steps)
+	must(t, err)
+	defer func() { must(t, d.DestroyGraph(g)) }()
+	start := newEvents(t, d, 1)[0]
+	var base time.Duration
+	for _, gap := range []time.Duration{0, 50 * time.Microsecond, 200 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond} {
+		var spans, firsts []time.Duration
+		for range reps {
+			if gap > 0 {
+				must(t, d.Wait(context.Background(), d.Now()+gap))
+			}
+			t0 := d.Now()
+			must(t, d.Record(start, s))
+			must(t, d.LaunchGraph(g, s))
+			if gap > 0 {
+				must(t, d.Synchronize())
+			}
+			spans = append(spans, waitEvent(t, d, evs[1])-waitEvent(t, d, start))
+			firsts = append(firsts, waitEvent(t, d, evs[0])-t0)
+		}
+		must(t, d.Synchronize())
+		span := median(spans)
+		if gap == 0 {
+			base = span
+		}
+		t.Logf("after %8v idle: %d kernels of %d MiB writes took %v (%+.1f %% against one launched as the last ended), the first ended %v after the call started",
+			gap, n, 4*words>>20, span, 100*(float64(span)/float64(base)-1), median(firsts))
+		if span <= 0 {
+			t.Errorf("after %v idle: the graph took %v", gap, span)
+		}
+	}
+}
