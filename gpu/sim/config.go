@@ -47,14 +47,12 @@ type Config struct {
 	// launch. Zero (the default) means decisions cost no host time; bench,
 	// demo and matrix set the measured figure (--sim-decide-cost).
 	HostDecideCost time.Duration
-	// HostGraphEventCost is the host time LaunchGraph adds, beyond one
-	// HostLaunchCost, per event its graph records: an H100 took 153 µs to
-	// launch a graph of 57 kernels with an event after each and 6.5 µs
-	// with one event at the end, where a launch and a record cost 8.7 µs
-	// (gpu/cuda TestGPUGraphHostCost, results/matrix-h100-graphs/
-	// cuda-graph.log): about a quarter of a launch per event. Zero means
-	// HostLaunchCost/4.
-	HostGraphEventCost time.Duration
+	// HostGraphLaunchCost is the host time of a LaunchGraph call beyond
+	// the events its graph records, HostGraphEventCost each. Zero means
+	// HostLaunchCost and HostLaunchCost/4; bench, demo and matrix set the
+	// simulated GPU's own measurement (MeasuredHostGraph).
+	HostGraphLaunchCost time.Duration
+	HostGraphEventCost  time.Duration
 	// EventCost is the GPU time an event record holds its stream: the op
 	// after it starts EventCost after the event completes. A kernel
 	// launched on its own runs its Cost.Duration less EventCost (at most
@@ -277,13 +275,31 @@ const CommandCoalesce = 200 * time.Nanosecond
 // Config's zero values leave all of them out.
 func Defaults(spec gpu.Spec, seed uint64) Config {
 	dev, onSM := MeasuredCoRun(spec.Name)
+	graph, graphEvent := MeasuredHostGraph(spec.Name)
 	return Config{
 		Spec: spec, Seed: seed,
 		HostLaunchCost: MeasuredHostLaunchCost, HostMatmulCost: MeasuredHostMatmulCost, HostConvCost: MeasuredHostConvCost,
 		HostQueryCost: MeasuredHostQueryCost, HostDecideCost: MeasuredHostDecideCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
+		HostGraphLaunchCost: graph, HostGraphEventCost: graphEvent,
 		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap,
 		CoRunDevice: dev, CoRunSM: onSM, Coalesce: CommandCoalesce,
 	}
+}
+
+// MeasuredHostGraph is the host time of a LaunchGraph call
+// (Config.HostGraphLaunchCost) and what each event its graph records adds
+// (HostGraphEventCost), measured on the named GPU's host: on an H200 the
+// call took 5.0–5.1 µs with two events and 24.5, 48.1 and 101.2 µs with
+// one after each of 13, 26 and 57 kernels, 1.8 µs an event (gpu/cuda
+// TestGPUGraphStartLatency, results/graphstart-h200/cuda-kernel-level.log);
+// on an H100, 4.3–7.4 µs without events and 42.7, 153.3 and 416.1 µs with
+// one after each of 16, 57 and 160 kernels, 2.6 µs an event
+// (TestGPUGraphHostCost, results/matrix-h100-graphs/cuda-graph.log).
+func MeasuredHostGraph(gpuName string) (launch, perEvent time.Duration) {
+	if gpuName == gpu.H200.Name {
+		return 5 * time.Microsecond, 1800 * time.Nanosecond
+	}
+	return 5300 * time.Nanosecond, 2600 * time.Nanosecond
 }
 
 // MeasuredNotice is the host's notice (Config.NoticeLatency) measured on
@@ -346,7 +362,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"HostDecideCost", c.HostDecideCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphLaunchCost", c.HostGraphLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"HostDecideCost", c.HostDecideCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}
@@ -382,6 +398,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HostReadLatency == 0 {
 		c.HostReadLatency = DefaultHostReadLatency
+	}
+	if c.HostGraphLaunchCost == 0 {
+		c.HostGraphLaunchCost = c.HostLaunchCost
 	}
 	if c.HostGraphEventCost == 0 {
 		c.HostGraphEventCost = c.HostLaunchCost / 4

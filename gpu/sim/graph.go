@@ -69,7 +69,7 @@ func (d *Device) graph(g gpu.Graph) (*simGraph, error) {
 
 // LaunchGraph implements gpu.Grapher: every step's launch and event record
 // in turn on s (the stream g was made for), as Launch and Record would enqueue them, with the host cost
-// of one launch (Config.HostLaunchCost) for the whole graph plus
+// Config.HostGraphLaunchCost for the whole graph plus
 // Config.HostGraphEventCost per event it records.
 func (d *Device) LaunchGraph(g gpu.Graph, s gpu.Stream) error {
 	if d.fault != nil {
@@ -107,7 +107,7 @@ func (d *Device) LaunchGraph(g gpu.Graph, s gpu.Stream) error {
 			events++
 		}
 	}
-	d.hostBusy(float64(d.cfg.HostLaunchCost + time.Duration(events)*d.cfg.HostGraphEventCost))
+	d.hostBusy(float64(d.cfg.HostGraphLaunchCost + time.Duration(events)*d.cfg.HostGraphEventCost))
 	return nil
 }
 

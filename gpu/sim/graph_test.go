@@ -44,8 +44,9 @@ func eventTimes(t *testing.T, r *rig, steps []gpu.GraphStep) []time.Duration {
 
 // A graph replays exactly the launches and records it was made from, as if
 // each had been launched and recorded, with the host cost of one launch
-// for the whole graph and a quarter of one per event; changing a launch
-// after NewGraph changes nothing.
+// for the whole graph and a quarter of one per event by default, the
+// graph's own costs where set; changing a launch after NewGraph changes
+// nothing.
 func TestGraphReplaysLaunches(t *testing.T) {
 	const cost = 5 * us
 	direct := newRig(t, Config{})
@@ -81,6 +82,20 @@ func TestGraphReplaysLaunches(t *testing.T) {
 				t.Errorf("replay %d: event %d at +%v after the first, want +%v", rep, i, d, want[i]-want[0])
 			}
 		}
+	}
+	// The call's own cost and each event's, where set, instead.
+	rg := newRig(t, Config{HostLaunchCost: cost, HostGraphLaunchCost: 3 * us, HostGraphEventCost: 2 * us})
+	sg := rg.stream(0)
+	gg, err := rg.d.NewGraph(sg, graphSteps(t, rg, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := rg.d.Now()
+	if err := rg.d.LaunchGraph(gg, sg); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rg.d.Now()-t0, 3*us+4*2*us; got != want {
+		t.Errorf("a graph of 4 events took %v of host time with its own costs set, want %v", got, want)
 	}
 	if err := r.d.DestroyGraph(g); err != nil {
 		t.Fatal(err)
