@@ -473,6 +473,14 @@ type HostSplit struct {
 	// the core's and the policy's decisions, attribution, bookkeeping
 	// (sched.HostTime.Round less the launches' and polls' parts).
 	DecideUs float64 `json:"decideUs"`
+	// ArriveStepUs is the mean host time of the core's step on an HP
+	// arrival (its decisions, which precede the request's launch),
+	// OtherStepUs that of its other steps (completions and the rest), and
+	// Steps the steps per launch: the part of DecideUs that delays a
+	// request's launch and the part that follows its kernels.
+	ArriveStepUs float64 `json:"arriveStepUs,omitempty"`
+	OtherStepUs  float64 `json:"otherStepUs,omitempty"`
+	Steps        float64 `json:"steps,omitempty"`
 	// BusyShare is the share of the run's wall time the driver's thread
 	// spent in its rounds rather than waiting for the device.
 	BusyShare float64 `json:"busyShare"`

@@ -425,6 +425,13 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 		if h.Wall > 0 {
 			r.HostPerLaunch.BusyShare = round3(float64(h.Round) / float64(h.Wall))
 		}
+		if h.Arrives > 0 {
+			r.HostPerLaunch.ArriveStepUs = round3(float64(h.Arrive) / float64(h.Arrives) / 1e3)
+		}
+		if o := h.Steps - h.Arrives; o > 0 {
+			r.HostPerLaunch.OtherStepUs = round3(float64(h.Step-h.Arrive) / float64(o) / 1e3)
+		}
+		r.HostPerLaunch.Steps = round3(float64(h.Steps) / n)
 	}
 	r.Finish()
 	return r

@@ -382,6 +382,10 @@ d dur=10us grid=132 block=256 class=memory
 	if count.n != tr.Launches || count.n != 4*len(arr) {
 		t.Errorf("told of %d launch decisions; the run made %d launches of %d requests of 4 kernels", count.n, tr.Launches, len(arr))
 	}
+	// The host time in the core's steps is kept, the arrivals' apart.
+	if h := tr.Host; h.Arrives != len(arr) || h.Steps <= h.Arrives || h.Arrive > h.Step {
+		t.Errorf("core steps: %d (%v), %d of them arrivals (%v), want %d arrivals among more steps", h.Steps, h.Step, h.Arrives, h.Arrive, len(arr))
+	}
 }
 
 // decisionCounter counts the launch decisions a driver tells it of.

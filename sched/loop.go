@@ -577,10 +577,19 @@ func (l *loop) feed(ev Event) error {
 		d.trace.BEWorkHPBusy = s.BEWorkHPBusy - d.snapA.BEWorkHPBusy
 		d.stopped = true
 	}
+	t0 := time.Now()
 	if err := d.core.Step(ev); err != nil {
 		return fmt.Errorf("sched: %s at %s: %w", ev.Kind, us(ev.Time), err)
 	}
 	decs := d.core.Decisions()
+	dt := time.Since(t0)
+	h := &d.trace.Host
+	h.Step += dt
+	h.Steps++
+	if ev.Kind == EvArrive {
+		h.Arrive += dt
+		h.Arrives++
+	}
 	if d.host != nil {
 		n := 0
 		for i := range decs {

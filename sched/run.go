@@ -207,6 +207,12 @@ type HostTime struct {
 	// of the run's wall time (Wall, the loop's from its start to its end)
 	// it waited (on a GPU, spinning on the events).
 	Round, Wall time.Duration
+	// Step is the time in the core's steps (Core.Step and its policy's
+	// decisions) over Steps steps, part of Round; Arrive and Arrives are
+	// those of HP arrivals, whose decisions come before the request's
+	// launch (the rest follow completions).
+	Step, Arrive   time.Duration
+	Steps, Arrives int
 }
 
 // SlowLaunch is the length of a device launch call that HostTime counts as
