@@ -255,7 +255,7 @@ func Measure(ctx context.Context, dev gpu.Device, lib *kernels.Library, model st
 				return nil, fmt.Errorf("%w: %s layer %d (%s): scaling: %w", ErrMeasure, m.Name(), i, l.Name, err)
 			}
 		}
-		if !opt.NoScaling && !opt.NoPartition {
+		if opt.partitions() {
 			if k.Partition, err = mt.partition(i, spec); err != nil {
 				return nil, fmt.Errorf("%w: %s layer %d (%s): on SM partitions: %w", ErrMeasure, m.Name(), i, l.Name, err)
 			}
@@ -635,28 +635,31 @@ func (mt *meter) passes(g *models.Graph) ([][]float64, error) {
 		if err := mt.wait(mt.events[n]); err != nil {
 			return nil, err
 		}
-		if err := mt.keep(r, durs); err != nil {
-			return nil, err
+		if r >= mt.opt.Warmup {
+			spans, err := mt.spans(n)
+			if err != nil {
+				return nil, err
+			}
+			for i, d := range spans {
+				durs[i] = append(durs[i], d)
+			}
 		}
 		mt.progress("runs", r+1, total)
 	}
 	return durs, nil
 }
 
-// keep appends pass r's kernel durations, kernel i from event i to event
-// i+1, to durs once the warm-up passes are done.
-func (mt *meter) keep(r int, durs [][]float64) error {
-	if r < mt.opt.Warmup {
-		return nil
-	}
-	for i := range durs {
-		d, err := mt.between(mt.events[i], mt.events[i+1])
-		if err != nil {
-			return err
+// spans are the n kernel spans of the last pass, kernel i from event i to
+// event i+1, in µs.
+func (mt *meter) spans(n int) ([]float64, error) {
+	out := make([]float64, n)
+	for i := range out {
+		var err error
+		if out[i], err = mt.between(mt.events[i], mt.events[i+1]); err != nil {
+			return nil, err
 		}
-		durs[i] = append(durs[i], d)
 	}
-	return nil
+	return out, nil
 }
 
 // graphPasses times each layer's kernel inside a graph of the whole pass
@@ -668,32 +671,22 @@ func (mt *meter) graphPasses(g *models.Graph) ([][]float64, error) {
 	if !ok {
 		return nil, fmt.Errorf("graph passes: this device does not record graphs")
 	}
+	// Five runs of the pass: a warm-up, marks[0], two runs, marks[1],
+	// one run, events[0], then the run with event i+1 after kernel i.
 	n := len(g.Layers)
-	pass := func(steps []gpu.GraphStep, last gpu.Event) ([]gpu.GraphStep, error) {
+	steps := make([]gpu.GraphStep, 5*n)
+	for r := range 5 {
 		for i := range n {
 			l, err := mt.in.Launch(i, gpu.Plain, kernels.Control{})
 			if err != nil {
 				return nil, err
 			}
-			steps = append(steps, gpu.GraphStep{Launch: l})
-		}
-		steps[len(steps)-1].Event = last
-		return steps, nil
-	}
-	// warm-up, mark[0], two runs, mark[1], one run, events[0], the run
-	// with an event after every kernel.
-	var steps []gpu.GraphStep
-	var err error
-	for _, last := range []gpu.Event{mt.marks[0], 0, mt.marks[1], mt.events[0]} {
-		if steps, err = pass(steps, last); err != nil {
-			return nil, err
+			steps[r*n+i].Launch = l
 		}
 	}
-	if steps, err = pass(steps, 0); err != nil {
-		return nil, err
-	}
+	steps[n-1].Event, steps[3*n-1].Event, steps[4*n-1].Event = mt.marks[0], mt.marks[1], mt.events[0]
 	for i := range n {
-		steps[len(steps)-n+i].Event = mt.events[i+1]
+		steps[4*n+i].Event = mt.events[i+1]
 	}
 	graph, err := gr.NewGraph(mt.stream, steps)
 	if err != nil {
@@ -723,13 +716,13 @@ func (mt *meter) graphPasses(g *models.Graph) ([][]float64, error) {
 		if err != nil {
 			return nil, err
 		}
-		spans := make([]float64, n)
+		spans, err := mt.spans(n)
+		if err != nil {
+			return nil, err
+		}
 		var sum float64
-		for i := range spans {
-			if spans[i], err = mt.between(mt.events[i], mt.events[i+1]); err != nil {
-				return nil, err
-			}
-			sum += spans[i]
+		for _, d := range spans {
+			sum += d
 		}
 		scale := (two - one) / sum
 		if !(scale > 0) || math.IsInf(scale, 0) {
@@ -945,6 +938,9 @@ func (mt *meter) partitionStream(n int) (gpu.Stream, error) {
 	return s, nil
 }
 
+// partitions reports whether the kernels are timed on SM partitions.
+func (o MeasureOptions) partitions() bool { return !o.NoScaling && !o.NoPartition }
+
 func scalingShares(opt MeasureOptions, spec gpu.Spec) []int {
 	src := opt.Scaling
 	if src == nil {
@@ -998,12 +994,13 @@ func (mt *meter) notes(peaks *Peaks, subs map[string]string, shares []int) map[s
 		n["scaling"] = fmt.Sprintf("at %v SMs: the kernel's resumable form (what padding launches) with share x blocks-per-SM persistent workers, median of %d after 1 warm-up. "+
 			"This approximates an SM share: the hardware spreads the workers over all SMs, so a memory-bound kernel may see more bandwidth than its share would have",
 			shares, mt.opt.ScalingRuns)
-		n["partition"] = "not measured (--no-partition)"
 	}
-	if !mt.opt.NoScaling && !mt.opt.NoPartition {
+	if mt.opt.partitions() {
 		n["partition"] = fmt.Sprintf("every kernel: the plain launch on a stream of an SM partition (green context) of %v SMs, then on the whole GPU: %d launches back to back behind a blocker GEMM, their mean; median of %d after 1 warm-up; "+
 			"kernels tagged %q take their smsNeeded from it: the smallest partition on which they run within %.0f%% of the whole GPU's time (the vendor's grid is not reported)",
 			partitionSizes(mt.spec), partitionReps, mt.opt.ScalingRuns, profiles.TagBLAS, 100*(profiles.PartitionSlack-1))
+	} else {
+		n["partition"] = "not measured (--no-scaling or --no-partition)"
 	}
 	if len(subs) > 0 {
 		var s []string

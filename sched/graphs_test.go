@@ -43,6 +43,15 @@ func runSim(t *testing.T, name string, w sched.Workload, cfg sim.Config, opt sch
 	return tr
 }
 
+// periodic is arrivals every period from first, before until.
+func periodic(first, period, until time.Duration) []time.Duration {
+	var arr []time.Duration
+	for a := first; a < until; a += period {
+		arr = append(arr, a)
+	}
+	return arr
+}
+
 // runGraphs runs w under the named policy on a simulator with the given
 // host cost per launch, with HP graphs on or off.
 func runGraphs(t *testing.T, name string, w sched.Workload, dur, hostCost time.Duration, noGraphs bool) *sched.Trace {
@@ -289,10 +298,7 @@ g dur=10us grid=132 block=256 class=compute
 h dur=10us grid=132 block=256 class=memory
 `)
 	const dur = 20 * time.Millisecond
-	var arr []time.Duration
-	for a := time.Millisecond; a < dur; a += time.Millisecond { // one at a time
-		arr = append(arr, a)
-	}
+	arr := periodic(time.Millisecond, time.Millisecond, dur) // one at a time
 	w := sched.Workload{HP: []sched.HPWorkload{{Name: "tiny", Profile: hp, Arrivals: arr}}}
 	run := func(eventCost time.Duration, perKernel bool) *sched.Trace {
 		t.Helper()
@@ -340,10 +346,7 @@ c dur=10us grid=132 block=256 class=compute
 d dur=10us grid=132 block=256 class=memory
 `)
 	const dur = 10 * time.Millisecond
-	var arr []time.Duration
-	for a := time.Millisecond; a < dur; a += time.Millisecond {
-		arr = append(arr, a)
-	}
+	arr := periodic(time.Millisecond, time.Millisecond, dur)
 	w := sched.Workload{HP: []sched.HPWorkload{{Name: "tiny", Profile: hp, Arrivals: arr}}}
 	const cost = 3 * time.Microsecond
 	for _, graphs := range []bool{true, false} {

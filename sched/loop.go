@@ -582,28 +582,34 @@ func (l *loop) feed(ev Event) error {
 		return fmt.Errorf("sched: %s at %s: %w", ev.Kind, us(ev.Time), err)
 	}
 	decs := d.core.Decisions()
-	dt := time.Since(t0)
-	h := &d.trace.Host
-	h.Step += dt
-	h.Steps++
-	if ev.Kind == EvArrive {
-		h.Arrive += dt
-		h.Arrives++
-	}
-	if d.host != nil {
-		n := 0
-		for i := range decs {
-			if decs[i].Kind == DecLaunch {
-				n++
-			}
-		}
-		d.host.Decided(n)
-	}
+	d.stepped(ev.Kind, decs, time.Since(t0))
 	l.passes(decs)
 	if !l.hpFirst && len(l.beHeld) == 0 {
 		return d.applyAll(decs, l.apply)
 	}
 	return l.holdBE(decs)
+}
+
+// stepped books a core step's host time dt (Trace.Host) and tells a
+// device that models the host's time of the step's launch decisions.
+func (d *driver) stepped(kind EventKind, decs []Decision, dt time.Duration) {
+	h := &d.trace.Host
+	h.Step += dt
+	h.Steps++
+	if kind == EvArrive {
+		h.Arrive += dt
+		h.Arrives++
+	}
+	if d.host == nil {
+		return
+	}
+	n := 0
+	for i := range decs {
+		if decs[i].Kind == DecLaunch {
+			n++
+		}
+	}
+	d.host.Decided(n)
 }
 
 // holdBE applies decs but their BE launches, which join beHeld (also

@@ -26,10 +26,7 @@ d dur=50us grid=16 block=1024 class=compute
 long dur=2ms grid=200 block=1024 class=compute
 `)
 	const dur = 200 * time.Millisecond
-	var arr []time.Duration
-	for a := 700 * time.Microsecond; a < dur; a += 1700 * time.Microsecond {
-		arr = append(arr, a)
-	}
+	arr := periodic(700*time.Microsecond, 1700*time.Microsecond, dur)
 	w := sched.Workload{
 		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arr}},
 		BE: []sched.BEWorkload{{Name: "wave", Profile: be}, {Name: "wave2", Profile: be}},
@@ -71,10 +68,7 @@ d dur=50us grid=128 block=1024 class=compute
 long dur=2ms grid=264 block=1024 class=compute
 `)
 	const dur = 200 * time.Millisecond
-	var arr []time.Duration
-	for a := 700 * time.Microsecond; a < dur; a += 400 * time.Microsecond {
-		arr = append(arr, a)
-	}
+	arr := periodic(700*time.Microsecond, 400*time.Microsecond, dur)
 	w := sched.Workload{
 		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arr}},
 		BE: []sched.BEWorkload{{Name: "wave", Profile: be}},

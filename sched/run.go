@@ -208,7 +208,7 @@ type HostTime struct {
 	// it waited (on a GPU, spinning on the events).
 	Round, Wall time.Duration
 	// Step is the time in the core's steps (Core.Step and its policy's
-	// decisions) over Steps steps, part of Round; Arrive and Arrives are
+	// decisions) over Steps steps; Arrive and Arrives are
 	// those of HP arrivals, whose decisions come before the request's
 	// launch (the rest follow completions).
 	Step, Arrive   time.Duration

@@ -48,10 +48,7 @@ emb dur=15us grid=66 block=128 class=memory scale=16:30us,33:15us
 gemm dur=60us grid=1056 block=256 class=compute scale=33:240us,66:120us,99:80us,115:70us
 norm dur=8us grid=132 block=128 class=memory scale=16:20us
 `)
-	var arr []time.Duration
-	for a := period / 2; a < dur; a += period {
-		arr = append(arr, a)
-	}
+	arr := periodic(period/2, period, dur)
 	return sched.Workload{
 		HP: []sched.HPWorkload{{Name: "hp", Profile: hp, Arrivals: arr}},
 		BE: []sched.BEWorkload{{Name: "train", Profile: be1}, {Name: "batch", Profile: be2, Start: 100 * time.Microsecond}},

@@ -69,17 +69,8 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	profileFirst := fs.Bool("profile", false, "--backend cuda: first profile every model the matrix runs on this GPU (atoll profile --force --no-partition, into the profile store: set "+profiles.StoreEnv+"=OUT/profiles to keep them with the results), so that the runs and a simulated replay use this machine's kernel times")
 	profileParts := fs.Bool("profile-partitions", false, "with --profile: also time each kernel on SM partitions (a vendor kernel's smsNeeded then comes from them, and the simulator stands it in as one wave of that many SMs)")
 	replay := fs.String("replay", "", "an earlier matrix directory (a GPU series) whose cells to replay: each cell takes that series' offered rate and arrival times instead of its own solo latency's, so the simulator sees the requests the GPU saw (atoll fidelity compares the two)")
-	hostCost := defaultSimLaunchCost
-	fs.Var(&hostCost, "sim-launch-cost", simLaunchCostHelp)
-	queryCost := fs.Duration("sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
-	decide := fs.Duration("sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
-	eventCost := fs.Duration("sim-event-cost", defaultSimEventCost, simEventCostHelp)
-	gap := fs.Duration("sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
-	notice := measuredNotice
-	fs.Var(&notice, "sim-notice", simNoticeHelp)
-	wake := fs.Duration("sim-wake", defaultSimWake, simWakeHelp)
-	corun := measuredCoRun
-	fs.Var(&corun, "sim-corun", simCoRunHelp)
+	var sf simFlags
+	sf.register(fs)
 	order := fs.String("launch-order", "hp-first", launchOrderHelp)
 	graphs := fs.Bool("hp-graphs", true, hpGraphsHelp)
 	beGraphs := fs.Bool("be-graphs", true, beGraphsHelp)
@@ -147,7 +138,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, hostCost: hostCost, queryCost: *queryCost, decide: *decide, eventCost: *eventCost, gap: *gap, notice: notice, wake: *wake, corun: corun, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
+			duration: time.Second, warmup: 0, simFlags: sf, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

@@ -21,34 +21,27 @@ import (
 // workloadFlags are the flags shared by demo and bench: what runs and on
 // which device.
 type workloadFlags struct {
-	gpuName   string
-	hp        string
-	hpBatch   int
-	be        string
-	beBatch   int
-	arrival   string
-	sigma     float64
-	trace     string
-	load      float64
-	seed      uint64
-	duration  time.Duration
-	warmup    time.Duration
-	backend   string
-	quiet     bool
-	hostCost  launchCosts
-	queryCost time.Duration
-	decide    time.Duration
-	eventCost time.Duration
-	gap       time.Duration
-	notice    noticeFlag
-	wake      time.Duration
-	corun     coRunFlag
-	order     string
-	graphs    bool
-	beGraphs  bool
-	hpEvents  bool
-	streams   int
-	maxBatch  int
+	gpuName  string
+	hp       string
+	hpBatch  int
+	be       string
+	beBatch  int
+	arrival  string
+	sigma    float64
+	trace    string
+	load     float64
+	seed     uint64
+	duration time.Duration
+	warmup   time.Duration
+	backend  string
+	quiet    bool
+	simFlags
+	order    string
+	graphs   bool
+	beGraphs bool
+	hpEvents bool
+	streams  int
+	maxBatch int
 }
 
 func (w *workloadFlags) register(fs *flag.FlagSet) {
@@ -66,17 +59,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.warmup, "warmup", 500*time.Millisecond, "span before the measured one whose requests are discarded")
 	fs.StringVar(&w.backend, "backend", "sim", "device: sim (the simulated GPU, any profiles) or cuda (the real GPU, measured profiles of it; models the kernel library can run)")
 	fs.BoolVar(&w.quiet, "quiet", false, "no progress lines on stderr")
-	w.hostCost = defaultSimLaunchCost
-	fs.Var(&w.hostCost, "sim-launch-cost", simLaunchCostHelp)
-	fs.DurationVar(&w.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
-	fs.DurationVar(&w.decide, "sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
-	fs.DurationVar(&w.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
-	fs.DurationVar(&w.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
-	w.notice = measuredNotice
-	fs.Var(&w.notice, "sim-notice", simNoticeHelp)
-	fs.DurationVar(&w.wake, "sim-wake", defaultSimWake, simWakeHelp)
-	w.corun = measuredCoRun
-	fs.Var(&w.corun, "sim-corun", simCoRunHelp)
+	w.simFlags.register(fs)
 	fs.StringVar(&w.order, "launch-order", "hp-first", launchOrderHelp)
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.BoolVar(&w.beGraphs, "be-graphs", true, beGraphsHelp)
@@ -94,6 +77,64 @@ const hpKernelEventsHelp = "record an event after every kernel of an HP request'
 const beGraphsHelp = "submit each chunk of a BE iteration launched whole (consecutive kernels of up to 50 µs profiled work together) as one recorded graph with one event: one host call and one poll per chunk instead of per kernel (a CUDA graph on the GPU); false launches BE kernel by kernel"
 
 const hpGraphsHelp = "submit each HP request launched whole (kernels all at once, none padded) as one recorded graph: one host call per request instead of one per kernel (a CUDA graph on the GPU); false launches kernel by kernel"
+
+// simFlags are the simulator's measured parameters as --sim-* flags
+// (bench, demo and matrix take them): each defaults to sim.Defaults'
+// figure and overrides it.
+type simFlags struct {
+	hostCost                                launchCosts
+	queryCost, decide, eventCost, gap, wake time.Duration
+	notice                                  noticeFlag
+	corun                                   coRunFlag
+}
+
+func (f *simFlags) register(fs *flag.FlagSet) {
+	f.hostCost = defaultSimLaunchCost
+	fs.Var(&f.hostCost, "sim-launch-cost", simLaunchCostHelp)
+	fs.DurationVar(&f.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
+	fs.DurationVar(&f.decide, "sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
+	fs.DurationVar(&f.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
+	fs.DurationVar(&f.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
+	f.notice = measuredNotice
+	fs.Var(&f.notice, "sim-notice", simNoticeHelp)
+	fs.DurationVar(&f.wake, "sim-wake", defaultSimWake, simWakeHelp)
+	f.corun = measuredCoRun
+	fs.Var(&f.corun, "sim-corun", simCoRunHelp)
+}
+
+// config is the simulator of spec as the flags set it: sim.Defaults with
+// each flag's value.
+func (f *simFlags) config(spec gpu.Spec, seed uint64) sim.Config {
+	sc := sim.Defaults(spec, seed)
+	sc.HostQueryCost, sc.HostDecideCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = f.queryCost, f.decide, f.eventCost, f.gap, f.notice.value(spec.Name), f.wake
+	sc.CoRunDevice, sc.CoRunSM = f.corun.values(spec.Name)
+	f.hostCost.apply(&sc)
+	return sc
+}
+
+// onGPU refuses a flag set to something other than its default, on
+// purpose, for a run on the GPU, where the hardware has its own figures.
+func (f *simFlags) onGPU() error {
+	switch {
+	case f.corun != (coRunFlag{}) && f.corun != measuredCoRun:
+		return fmt.Errorf("--sim-corun is a simulator parameter; on --backend cuda kernels slow each other as they do (atoll corun measures it)")
+	case f.hostCost != (launchCosts{}) && f.hostCost != defaultSimLaunchCost:
+		return fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
+	case f.queryCost != 0 && f.queryCost != defaultSimQueryCost:
+		return fmt.Errorf("--sim-query-cost is a simulator parameter; on --backend cuda polls cost what they cost (reports show hostPerLaunch)")
+	case f.decide != 0 && f.decide != defaultSimDecideCost:
+		return fmt.Errorf("--sim-decide-cost is a simulator parameter; on --backend cuda decisions cost the host what they cost (reports show hostPerLaunch decideUs)")
+	case f.eventCost != 0 && f.eventCost != defaultSimEventCost:
+		return fmt.Errorf("--sim-event-cost is a simulator parameter; on --backend cuda events cost the GPU what they cost (results/hpevents-h200 measures it)")
+	case f.gap != 0 && f.gap != defaultSimProfileGap:
+		return fmt.Errorf("--sim-profile-gap is a simulator parameter; on --backend cuda kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)")
+	case f.wake != 0 && f.wake != defaultSimWake:
+		return fmt.Errorf("--sim-wake is a simulator parameter; on --backend cuda the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)")
+	case !f.notice.measured && f.notice.d != 0:
+		return fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")
+	}
+	return nil
+}
 
 // launchCosts is the simulator's host time per launch of an own kernel,
 // a vendor product and a convolution (--sim-launch-cost: one duration for
@@ -300,39 +341,12 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	} else if w.arrival == bench.Trace {
 		return nil, fmt.Errorf("--arrival trace needs --trace FILE")
 	}
-	coDev, coSM := w.corun.values(spec.Name)
 	switch w.backend {
 	case "sim":
-		// The flags default to sim.Defaults' figures and override them.
-		sc := sim.Defaults(spec, w.seed)
-		sc.HostQueryCost, sc.HostDecideCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = w.queryCost, w.decide, w.eventCost, w.gap, w.notice.value(spec.Name), w.wake
-		sc.CoRunDevice, sc.CoRunSM = coDev, coSM
-		w.hostCost.apply(&sc)
-		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: sc})
+		c.NewDevice = backend.Opener(backend.Config{Backend: "sim", Sim: w.simFlags.config(spec, w.seed)})
 	case "cuda":
-		if w.corun != (coRunFlag{}) && w.corun != measuredCoRun { // set to something else on purpose
-			return nil, fmt.Errorf("--sim-corun is a simulator parameter; on --backend cuda kernels slow each other as they do (atoll corun measures it)")
-		}
-		if w.hostCost != (launchCosts{}) && w.hostCost != defaultSimLaunchCost { // set to something else on purpose
-			return nil, fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
-		}
-		if w.queryCost != 0 && w.queryCost != defaultSimQueryCost {
-			return nil, fmt.Errorf("--sim-query-cost is a simulator parameter; on --backend cuda polls cost what they cost (reports show hostPerLaunch)")
-		}
-		if w.decide != 0 && w.decide != defaultSimDecideCost {
-			return nil, fmt.Errorf("--sim-decide-cost is a simulator parameter; on --backend cuda decisions cost the host what they cost (reports show hostPerLaunch decideUs)")
-		}
-		if w.eventCost != 0 && w.eventCost != defaultSimEventCost {
-			return nil, fmt.Errorf("--sim-event-cost is a simulator parameter; on --backend cuda events cost the GPU what they cost (results/hpevents-h200 measures it)")
-		}
-		if w.gap != 0 && w.gap != defaultSimProfileGap {
-			return nil, fmt.Errorf("--sim-profile-gap is a simulator parameter; on --backend cuda kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)")
-		}
-		if w.wake != 0 && w.wake != defaultSimWake {
-			return nil, fmt.Errorf("--sim-wake is a simulator parameter; on --backend cuda the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)")
-		}
-		if !w.notice.measured && w.notice.d != 0 {
-			return nil, fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")
+		if err := w.simFlags.onGPU(); err != nil {
+			return nil, err
 		}
 		// Profiles must be measured on this GPU kind (atoll profile);
 		// runs go one at a time, each owning the device.

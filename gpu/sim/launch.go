@@ -298,17 +298,12 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 	}
 	c, held := l.Cost, d.profileHeld(k.inGraph)
 	if k.inGraph && c.GraphDuration > 0 {
-		c, held = graphCost(c), 0
+		// Its duration timed in a graph, holding nothing more (its
+		// partition points scale with it; its shares of the device's
+		// rates stay the profile's, as the co-run fit took them).
+		c.Duration, held = c.GraphDuration, 0
 	}
 	p.tb, p.c, p.m = d.timing(c, logical, bpsm, sms, held)
-}
-
-// graphCost is c as a graph runs it: its GraphDuration (its partition
-// points scale with it). Its shares of the device's rates stay the
-// profile's, as the co-run fit (MeasuredCoRun) took them.
-func graphCost(c gpu.Cost) gpu.Cost {
-	c.Duration = c.GraphDuration
-	return c
 }
 
 // profileHeld is the GPU time a profiled duration holds beyond its kernel
