@@ -8,7 +8,7 @@ import (
 )
 
 const fidelityHelp = `
-Usage: atoll fidelity GPU-MATRIX-DIR SIM-MATRIX-DIR
+Usage: atoll fidelity GPU-MATRIX-DIR SIM-MATRIX-DIR [GPU-MATRIX-DIR SIM-MATRIX-DIR ...]
 
 Compares a GPU run of a matrix ('atoll matrix --backend cuda') with a
 simulated run of the same matrix file ('atoll matrix', the default backend):
@@ -20,6 +20,11 @@ run) on a line of its own; and, where the reports carry them, BE's
 throughput beside busy HP and in HP's idle time and how often BE's stream
 was empty while HP was busy. Nothing in the simulator is fitted to the GPU
 runs, so every cell is held out. docs/fidelity.md is this command's output.
+
+Several pairs of directories (series that ran different cells, each with
+its own simulated replay) make one table and one summary, as if one
+series: a matrix run in parts, each on its own machine's profiles. A cell
+name may appear in one pair only.
 
 Example:
   atoll matrix --out /tmp/matrix-sim bench/matrix/gpu.yaml
@@ -35,22 +40,32 @@ func runFidelity(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
+	if fs.NArg() < 2 || fs.NArg()%2 != 0 {
 		fs.Usage()
 		return errUsage
 	}
-	gpuCells, err := bench.ReadMatrixDir(fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	simCells, err := bench.ReadMatrixDir(fs.Arg(1))
-	if err != nil {
-		return err
-	}
-	for _, c := range gpuCells {
-		if len(c.Reports) > 0 && c.Reports[0].Backend == "sim" {
-			return fmt.Errorf("%s holds simulated reports; the first directory must be a GPU run", fs.Arg(0))
+	var gpuCells, simCells []*bench.MatrixCell
+	from := map[string]string{} // cell name -> the GPU directory holding it
+	for i := 0; i < fs.NArg(); i += 2 {
+		g, err := bench.ReadMatrixDir(fs.Arg(i))
+		if err != nil {
+			return err
 		}
+		s, err := bench.ReadMatrixDir(fs.Arg(i + 1))
+		if err != nil {
+			return err
+		}
+		for _, c := range g {
+			if len(c.Reports) > 0 && c.Reports[0].Backend == "sim" {
+				return fmt.Errorf("%s holds simulated reports; the first directory of each pair must be a GPU run", fs.Arg(i))
+			}
+			name := c.Result.Cell.Name
+			if prev, ok := from[name]; ok {
+				return fmt.Errorf("cell %s is in both %s and %s: give each cell once (one pair per series)", name, prev, fs.Arg(i))
+			}
+			from[name] = fs.Arg(i)
+		}
+		gpuCells, simCells = append(gpuCells, g...), append(simCells, s...)
 	}
 	return bench.FidelityTable(e.stdout, gpuCells, simCells)
 }

@@ -141,3 +141,51 @@ func stderrOf(err error) string {
 	}
 	return ""
 }
+
+// TestFidelitySeveralSeries: pairs of series make one table whose summary
+// counts the runs of both; a cell in two pairs, an odd count of
+// directories and a simulated series given as the GPU's are refused.
+func TestFidelitySeveralSeries(t *testing.T) {
+	const (
+		trainGPU, trainSim = "../../results/onmachine-train-h200", "../../results/matrix-sim-onmachine-train-replay"
+		bertGPU, bertSim   = "../../results/onmachine-bert-h200", "../../results/matrix-sim-onmachine-bert-replay"
+	)
+	fid := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), &env{stdout: &out, stderr: &errb}, append([]string{"fidelity"}, args...))
+		return out.String(), errb.String(), code
+	}
+	runs := func(out string) int {
+		var within, n int
+		if _, err := fmt.Sscanf(out[strings.Index(out, "HP p99 within"):], "HP p99 within 10 %% (or inside the GPU run's CI): %d of %d", &within, &n); err != nil {
+			t.Fatalf("no summary line: %v\n%s", err, out)
+		}
+		return n
+	}
+	a, _, code := fid(trainGPU, trainSim)
+	b, _, code2 := fid(bertGPU, bertSim)
+	both, errs, code3 := fid(trainGPU, trainSim, bertGPU, bertSim)
+	if code != 0 || code2 != 0 || code3 != 0 {
+		t.Fatalf("exit %d, %d, %d: %s", code, code2, code3, errs)
+	}
+	if runs(both) != runs(a)+runs(b) {
+		t.Errorf("two series together compare %d runs, apart %d and %d", runs(both), runs(a), runs(b))
+	}
+	for _, c := range []string{"| resnet50-train | atoll |", "| bert-train | atoll |"} {
+		if !strings.Contains(both, c) {
+			t.Errorf("the table of both series lacks %q", c)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{trainGPU, trainSim, trainGPU, trainSim}, "cell distilbert-train-bursty is in both"},
+		{[]string{trainGPU, trainSim, bertGPU}, "Usage: atoll fidelity"},
+		{[]string{trainSim, trainSim}, "holds simulated reports"},
+	} {
+		if _, errs, code := fid(tc.args...); code == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("atoll fidelity %v: exit %d, stderr %q; want it refused with %q", tc.args, code, errs, tc.want)
+		}
+	}
+}

@@ -608,3 +608,106 @@ func TestGPUIdleGap(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUCompletionCost measures the host's cost of noticing a completion,
+// and how a host that launches kernel by kernel keeps up. First, the
+// single calls: a 20 µs kernel with an event after it, polled until done:
+// the time of a Query that finds the event pending, of the Query that
+// finds it complete, and of the Time that follows (the completion's first
+// reading). Then the scheduler's kernel-by-kernel path in miniature (as
+// REEF launches an HP request): n short kernels, each launched and
+// followed by an event record while fewer than window are in flight, the
+// oldest polled and timed, the next launched on its completion; per kernel
+// it gives the wall time, the host's time in each call and the time the
+// same kernels take as one graph (the GPU's own pace).
+func TestGPUCompletionCost(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{})
+	must(t, err)
+	const events = 400
+	evs := newEvents(t, d, 64)
+	var pending, completing, timing, again []time.Duration
+	for i := range events {
+		e := evs[i%len(evs)]
+		must(t, d.Launch(s, spinLaunch(k, 20_000)))
+		must(t, d.Record(e, s))
+		for {
+			t0 := time.Now()
+			ok, err := d.Query(e)
+			dt := time.Since(t0)
+			must(t, err)
+			if !ok {
+				pending = append(pending, dt)
+				continue
+			}
+			completing = append(completing, dt)
+			break
+		}
+		t0 := time.Now()
+		_, err := d.Time(e)
+		must(t, err)
+		timing = append(timing, time.Since(t0))
+		t0 = time.Now()
+		_, err = d.Time(e)
+		must(t, err)
+		again = append(again, time.Since(t0))
+	}
+	t.Logf("per call, median over %d events: Query pending %v (%d calls), Query finding it complete %v, its first Time %v, a second Time %v",
+		events, median(pending), len(pending), median(completing), median(timing), median(again))
+
+	const n, reps = 56, 21
+	for _, kernelNs := range []int64{2_000, 6_000, 12_000} {
+		steps := make([]gpu.GraphStep, n)
+		for i := range steps {
+			steps[i].Launch = spinLaunch(k, kernelNs)
+		}
+		steps[n-1].Event = evs[0]
+		g, err := d.NewGraph(s, steps)
+		must(t, err)
+		var graphs []time.Duration
+		for range reps {
+			t0 := time.Now()
+			must(t, d.LaunchGraph(g, s))
+			waitEvent(t, d, evs[0])
+			graphs = append(graphs, time.Since(t0))
+		}
+		must(t, d.DestroyGraph(g))
+		for _, window := range []int{1, 4} {
+			var walls []time.Duration
+			var launch, record, query, tm time.Duration
+			queries := 0
+			for range reps {
+				t0 := time.Now()
+				next, head := 0, 0
+				for head < n {
+					for next < n && next-head < window {
+						a := time.Now()
+						must(t, d.Launch(s, steps[next].Launch))
+						b := time.Now()
+						must(t, d.Record(evs[next%len(evs)], s))
+						launch, record = launch+b.Sub(a), record+time.Since(b)
+						next++
+					}
+					a := time.Now()
+					ok, err := d.Query(evs[head%len(evs)])
+					query += time.Since(a)
+					queries++
+					must(t, err)
+					if !ok {
+						continue
+					}
+					a = time.Now()
+					_, err = d.Time(evs[head%len(evs)])
+					tm += time.Since(a)
+					must(t, err)
+					head++
+				}
+				walls = append(walls, time.Since(t0))
+			}
+			per := func(x time.Duration) float64 { return float64(x.Nanoseconds()) / 1e3 / float64(reps*n) }
+			t.Logf("%d kernels of %v, window %d: %.2f µs a kernel (one graph: %.2f); host per kernel: Launch %.2f, Record %.2f, Query %.2f (%.1f calls), Time %.2f µs",
+				n, time.Duration(kernelNs), window, float64(median(walls).Nanoseconds())/1e3/n, float64(median(graphs).Nanoseconds())/1e3/n,
+				per(launch), per(record), per(query), float64(queries)/float64(reps*n), per(tm))
+		}
+	}
+}
