@@ -84,6 +84,7 @@ type ctxRec struct {
 type streamRec struct {
 	h    uintptr
 	ctx  int32
+	prio int
 	live bool
 	ws   workspace // cuBLASLt's and the convolutions' workspaces, made by the stream's first product
 	// last is the time Time answered for the event of this stream
@@ -168,6 +169,9 @@ type Device struct {
 
 	ctxs    []ctxRec
 	streams []streamRec
+	// spare holds the CUDA streams DestroyStream let go, per context and
+	// priority, for NewStream to hand out again (see NewStream).
+	spare   map[spareKey][]streamRec
 	events  []eventRec
 	modules []*moduleRec
 	funcs   []funcRec
@@ -551,6 +555,15 @@ func (d *Device) context(c gpu.Context) (int32, error) {
 
 // NewStream creates a non-blocking stream (it does not synchronize with the
 // legacy default stream) with the given priority in the given context.
+//
+// It hands out a CUDA stream an earlier DestroyStream let go where one of
+// that context and priority is spare: once work has been launched on 16
+// or more streams of a context, every kernel there runs slower for the
+// rest of the process — cuBLASLt products 7 % and atoll's own kernels 3–4 %
+// on an H200, whichever streams they use (TestGPUStreamChurn; 12 streams
+// left them as they were). Each run of the scheduler makes its own
+// streams, so a process that runs many (atoll matrix) would otherwise
+// serve HP 5–8 % slower than a fresh one (results/context-h200).
 func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 	if err := d.live(); err != nil {
 		return 0, err
@@ -567,12 +580,20 @@ func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 	if err := d.use(c); err != nil {
 		return 0, err
 	}
+	key := spareKey{c, opt.Priority}
+	if n := len(d.spare[key]); n > 0 {
+		st := d.spare[key][n-1]
+		d.spare[key] = d.spare[key][:n-1]
+		st.live, st.last, st.lastSeq = true, 0, 0
+		d.streams = append(d.streams, st)
+		return gpu.Stream(len(d.streams) - 1), nil
+	}
 	var h uintptr
 	if err := check("cuStreamCreateWithPriority", d.drv.call(d.drv.cuStreamCreateWithPriority,
 		uintptr(unsafe.Pointer(&h)), cuStreamNonBlocking, uintptr(opt.Priority))); err != nil {
 		return 0, err
 	}
-	st := streamRec{h: h, ctx: c, live: true}
+	st := streamRec{h: h, ctx: c, prio: opt.Priority, live: true}
 	if d.bl != nil {
 		// Products already run on cuBLASLt: give the stream its workspace
 		// now rather than at its first product, on the launch path.
@@ -592,7 +613,9 @@ func (d *Device) stream(s gpu.Stream) (*streamRec, error) {
 	return &d.streams[s], nil
 }
 
-// DestroyStream destroys s; work already in it completes.
+// DestroyStream destroys s: its handle is no longer valid. Work already in
+// it completes first; the CUDA stream itself, with its workspaces, is kept
+// for a later NewStream of the same context and priority (see NewStream).
 func (d *Device) DestroyStream(s gpu.Stream) error {
 	st, err := d.stream(s)
 	if err != nil {
@@ -602,11 +625,46 @@ func (d *Device) DestroyStream(s gpu.Stream) error {
 		return err
 	}
 	st.live = false
-	err = check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, st.h))
-	if ferr := d.freeWorkspace(&st.ws); err == nil {
-		err = ferr
+	if err := check("cuStreamSynchronize", d.fast(d.drv.cuStreamSynchronize, st.h)); err != nil {
+		// A stream that cannot finish its work is not handed out again.
+		_ = d.fast(d.drv.cuStreamDestroy, st.h)
+		_ = d.freeWorkspace(&st.ws)
+		return err
 	}
-	return err
+	if d.spare == nil {
+		d.spare = map[spareKey][]streamRec{}
+	}
+	key := spareKey{st.ctx, st.prio}
+	d.spare[key] = append(d.spare[key], *st)
+	return nil
+}
+
+// spareKey is the context and priority of a spare stream.
+type spareKey struct {
+	ctx  int32
+	prio int
+}
+
+// destroySpare destroys the spare CUDA streams and frees their workspaces.
+func (d *Device) destroySpare() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for key, sts := range d.spare {
+		if err := d.use(key.ctx); err != nil {
+			keep(err)
+			continue
+		}
+		for i := range sts {
+			keep(check("cuStreamDestroy_v2", d.fast(d.drv.cuStreamDestroy, sts[i].h)))
+			keep(d.freeWorkspace(&sts[i].ws))
+		}
+	}
+	d.spare = nil
+	return first
 }
 
 // Synchronize waits until all work in all contexts has completed.
@@ -664,6 +722,7 @@ func (d *Device) release() error {
 			keep(d.DestroyStream(gpu.Stream(i)))
 		}
 	}
+	keep(d.destroySpare())
 	if d.use(0) == nil {
 		d.closeBLAS()
 	}

@@ -15,7 +15,9 @@
 #   tools/gpu/context.sh OUT [HP] [BE] [BE-BATCH]   (bin/atoll built for the GPU)
 # CONTEXT_BE_ALONE and CONTEXT_WARMUP_RUN set the matrix's beAlone and
 # warmupRun (4s, 1s: as the committed matrices), so that BE can barely run
-# before the dedicated runs; CONTEXT_PROFILE=0 skips the two profiles.
+# before the dedicated runs; CONTEXT_MATRIX_ARGS adds flags to the matrix
+# (e.g. --be-graphs=false); CONTEXT_POLICY the matrix's policy (priority);
+# CONTEXT_PROFILE=0 skips the two profiles.
 set -uo pipefail
 out=${1:?usage: tools/gpu/context.sh OUT [HP] [BE] [BE-BATCH]} hp=${2:-resnet50} be=${3:-resnet50-train} bb=${4:-32}
 mkdir -p "$out"
@@ -32,7 +34,7 @@ phase alone-cold; alone alone-cold
 phase matrix
 cat > "$out/cell.yaml" <<YAML
 name: context
-policies: [priority]
+policies: [${CONTEXT_POLICY:-priority}]
 dedicatedRuns: 2
 minRequests: 5000
 warmup: 500ms
@@ -43,7 +45,7 @@ pairWait: 20s
 cells:
   - {name: cell, hp: $hp, be: $be, beBatch: $bb, load: 0.5}
 YAML
-bin/atoll matrix --backend cuda --out "$out/m" "$out/cell.yaml" > "$out/matrix.txt" 2>&1
+bin/atoll matrix --backend cuda ${CONTEXT_MATRIX_ARGS:-} --out "$out/m" "$out/cell.yaml" > "$out/matrix.txt" 2>&1
 phase alone-after; alone alone-after
 phase profile-after; prof profile-after
 phase be-idle
@@ -79,7 +81,7 @@ for f in ['profile-cold', 'profile-after']:
     if os.path.exists(p):
         ks = json.load(open(p))['kernels']
         print(f"{f:20s} {len(ks)} kernels: {sum(k['durationUs'] for k in ks):.1f} µs kernel by kernel, {sum(k.get('graphUs', 0) for k in ks):.1f} µs inside one graph")
-for f in ['alone-cold', 'm/cell/dedicated-1', 'm/cell/priority', 'm/cell/dedicated-2', 'alone-after', 'be-idle']:
+for f in ['alone-cold', 'm/cell/dedicated-1', 'm/cell/' + os.environ.get('CONTEXT_POLICY', 'priority'), 'm/cell/dedicated-2', 'alone-after', 'be-idle']:
     p = f"{out}/{f}.json"
     if os.path.exists(p):
         print(f"{f:20s} {svc(p)}")
