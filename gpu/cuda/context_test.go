@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -198,9 +199,9 @@ func TestGPUStreamReuse(t *testing.T) {
 	must(t, d.DestroyStream(s1))
 	got := make([]byte, 4<<20)
 	must(t, d.CopyFromDevice(got, buf))
-	for i := 0; i < len(got); i += 4 {
-		if got[i] != 7 {
-			t.Fatalf("word %d is %d after DestroyStream returned: the stream's work had not completed", i/4, got[i])
+	for i := range len(got) / 4 {
+		if w := binary.LittleEndian.Uint32(got[4*i:]); w != uint32(7+i) {
+			t.Fatalf("word %d is %d after DestroyStream returned, want %d: the stream's work had not completed", i, w, 7+i)
 		}
 	}
 	if err := d.Launch(s1, l); !errors.Is(err, gpu.ErrInvalidHandle) {
