@@ -22,5 +22,6 @@ mkdir -p "$out"
 PROFILE=1 tools/gpu/matrix.sh "$out" "$budget" "$matrix" > "$out/compare.txt"
 rm -rf "$out/sim"
 ATOLL_PROFILES=$out/profiles bin/atoll matrix --gpu "$gpu" --quiet --replay "$out" --out "$out/sim" "$matrix" > /dev/null
-bin/atoll fidelity "$out" "$out/sim" > "$out/fidelity.txt"
+bin/atoll fidelity "$out" "$out/sim" > "$out/fidelity.txt.tmp"
+mv "$out/fidelity.txt.tmp" "$out/fidelity.txt"
 grep -E '^HP p99 within|^A request|^\| (priority|orion|reef|atoll)[a-z:=,-]* \| [0-9]' "$out/fidelity.txt"
