@@ -50,10 +50,13 @@ priority 0 of 8 (median error 41 %), orion 5 of 8 (median error 10 %), reef 0 of
 8 (median error 84 %), atoll 5 of 8 (median error 10 %). Where it is off: it
 runs HP too fast beside BE under priority and REEF (HP's kernels slowed by BE's
 are modelled only in part), and its profiles come from another H200 than the
-series' (a request's kernels ran 1-8 % faster simulated); with profiles measured
-on the series' own machine (results/onmachine-all-h200) HP alone's p50 was
-within 7 % and orion's and atoll's HP p99 within 10 % in 4 of 6 runs. docs/fidelity.md
-has every comparison. Run 'atoll demo --backend cuda' or 'atoll matrix
+series' (a request's kernels ran 1-8 % faster simulated). With profiles measured
+on each series' own machine, over the whole matrix (results/onmachine-all-h200,
+onmachine-train-h200, onmachine-bert-h200), orion's HP p99 was within 10 % in
+4 of 8 runs and atoll's in 4 of 8; those series served HP 5-8 % slower than a
+fresh process does (streams made anew for every run; the CUDA backend now keeps
+them for reuse, docs/cuda.md), and on the first GPU runs since, HP alone was
+within 2 % of the simulator. docs/fidelity.md has every comparison. Run 'atoll demo --backend cuda' or 'atoll matrix
 --backend cuda' on a GPU.`
 
 func init() {

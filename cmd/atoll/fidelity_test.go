@@ -38,6 +38,27 @@ func TestSimulatedNoteMatchesResults(t *testing.T) {
 	if seen != 4 {
 		t.Errorf("results/matrix-h200-g8-events has %d policies, want priority, orion, reef and atoll", seen)
 	}
+	// The whole matrix on each series' own machine's profiles.
+	var gpuAll, simAll []*bench.MatrixCell
+	for _, part := range []string{"all", "train", "bert"} {
+		g, err := bench.ReadMatrixDir("../../results/onmachine-" + part + "-h200")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := bench.ReadMatrixDir("../../results/matrix-sim-onmachine-" + part + "-replay")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpuAll, simAll = append(gpuAll, g...), append(simAll, s...)
+	}
+	for _, p := range bench.FidelitySummary(gpuAll, simAll).Policies {
+		if p.Policy == "orion" {
+			want = append(want, fmt.Sprintf("orion's HP p99 was within 10 %% in %d of %d runs", p.Within, p.Runs))
+		}
+		if p.Policy == "atoll" {
+			want = append(want, fmt.Sprintf("atoll's in %d of %d", p.Within, p.Runs))
+		}
+	}
 	note := strings.Join(strings.Fields(simulatedNote), " ")
 	for _, w := range want {
 		if !strings.Contains(note, w) {
