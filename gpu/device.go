@@ -172,6 +172,9 @@ type Device interface {
 	// context.
 	NewPartitionRest(sms int) (Context, error)
 	NewStream(opt StreamOptions) (Stream, error)
+	// DestroyStream invalidates s; work enqueued in it still completes
+	// (gpu/cuda waits for it and keeps the CUDA stream for a later
+	// NewStream of the same context and priority).
 	DestroyStream(s Stream) error
 
 	// LoadModule compiles or loads src; Function resolves a kernel in it.
