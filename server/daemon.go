@@ -133,6 +133,9 @@ func Run(ctx context.Context, cfg Config, eng Engine, opts ...RunOption) (err er
 		go func() { serveErr <- srv.Serve(ln) }()
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "backend", cfg.Backend, "policy", cfg.Policy, "models", len(eng.Models()))
+	if w := streamsWarning(cfg); w != "" {
+		log.Warn(w)
+	}
 	if d := cfg.FaultDrill; d.BELaunch > 0 {
 		log.Warn("fault drill: BE kernel launch number "+fmt.Sprint(d.BELaunch)+" will fault on purpose (fault_drill in the configuration; remove it outside drills)", "kind", d.Kind)
 	}
@@ -295,4 +298,24 @@ func HTTPServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+// streamsWarnAt is the scheduler's client count from which the daemon
+// warns on the GPU: each client has a stream of its own, and once work has
+// been launched on 16 or more streams of a context every kernel there runs
+// slower (gpu/cuda TestGPUStreamChurn; 12 streams, with the device's own
+// two, left them as they were).
+const streamsWarnAt = 14
+
+// streamsWarning is what the daemon logs when cfg gives the scheduler so
+// many clients that their streams slow every kernel on the GPU ("" when
+// not): two clients per served model (HP requests, BE-class requests) and
+// one per job model.
+func streamsWarning(cfg Config) string {
+	n := 2*len(cfg.Models) + len(cfg.Jobs)
+	if cfg.Backend != "cuda" || n < streamsWarnAt {
+		return ""
+	}
+	return fmt.Sprintf("%d models and %d job models give the scheduler %d streams: once work has run on 16 or more streams the GPU runs every kernel slower (cuBLASLt products 7 %%, atoll's own kernels 3-4 %% on an H200; docs/cuda.md, \"Streams are kept for reuse\"); serve fewer models or job models per daemon",
+		len(cfg.Models), len(cfg.Jobs), n)
 }

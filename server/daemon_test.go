@@ -243,3 +243,28 @@ func TestRunErrors(t *testing.T) {
 		t.Errorf("Run with a failing Close: %v", err)
 	}
 }
+
+// TestStreamsWarning: on the GPU, a configuration whose clients reach
+// streamsWarnAt streams gets a warning that says why and what to do; fewer
+// clients, or the simulator, none.
+func TestStreamsWarning(t *testing.T) {
+	models := func(n int) []ModelConfig { return make([]ModelConfig, n) }
+	jobs := func(n int) []JobModelConfig { return make([]JobModelConfig, n) }
+	for _, tc := range []struct {
+		cfg  Config
+		warn bool
+	}{
+		{Config{Backend: "cuda", Models: models(6), Jobs: jobs(1)}, false},
+		{Config{Backend: "cuda", Models: models(6), Jobs: jobs(2)}, true},
+		{Config{Backend: "cuda", Models: models(7)}, true},
+		{Config{Backend: "sim", Models: models(20), Jobs: jobs(5)}, false},
+	} {
+		w := streamsWarning(tc.cfg)
+		if (w != "") != tc.warn {
+			t.Errorf("%s, %d models, %d job models: warning %q, want one: %v", tc.cfg.Backend, len(tc.cfg.Models), len(tc.cfg.Jobs), w, tc.warn)
+		}
+		if w != "" && (!strings.Contains(w, "docs/cuda.md") || !strings.Contains(w, "serve fewer models")) {
+			t.Errorf("warning %q does not say where to read or what to do", w)
+		}
+	}
+}
