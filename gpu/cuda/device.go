@@ -171,7 +171,7 @@ type Device struct {
 	streams []streamRec
 	// spare holds the CUDA streams DestroyStream let go, per context and
 	// priority, for NewStream to hand out again (see NewStream).
-	spare   map[spareKey][]streamRec
+	spare   spareStreams
 	events  []eventRec
 	modules []*moduleRec
 	funcs   []funcRec
@@ -580,11 +580,7 @@ func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 	if err := d.use(c); err != nil {
 		return 0, err
 	}
-	key := spareKey{c, opt.Priority}
-	if n := len(d.spare[key]); n > 0 {
-		st := d.spare[key][n-1]
-		d.spare[key] = d.spare[key][:n-1]
-		st.live, st.last, st.lastSeq = true, 0, 0
+	if st, ok := d.spare.take(c, opt.Priority); ok {
 		d.streams = append(d.streams, st)
 		return gpu.Stream(len(d.streams) - 1), nil
 	}
@@ -631,18 +627,42 @@ func (d *Device) DestroyStream(s gpu.Stream) error {
 		_ = d.freeWorkspace(&st.ws)
 		return err
 	}
-	if d.spare == nil {
-		d.spare = map[spareKey][]streamRec{}
-	}
-	key := spareKey{st.ctx, st.prio}
-	d.spare[key] = append(d.spare[key], *st)
+	d.spare.put(*st)
 	return nil
 }
+
+// spareStreams are CUDA streams let go by DestroyStream, per context and
+// priority, for NewStream to hand out again.
+type spareStreams map[spareKey][]streamRec
 
 // spareKey is the context and priority of a spare stream.
 type spareKey struct {
 	ctx  int32
 	prio int
+}
+
+// put keeps st (its CUDA stream and workspaces) as a spare.
+func (sp *spareStreams) put(st streamRec) {
+	if *sp == nil {
+		*sp = spareStreams{}
+	}
+	key := spareKey{st.ctx, st.prio}
+	(*sp)[key] = append((*sp)[key], st)
+}
+
+// take hands out the spare stream of context c and priority prio kept
+// last, live, with its event-time ordering reset; ok is false where none
+// is spare.
+func (sp spareStreams) take(c int32, prio int) (st streamRec, ok bool) {
+	key := spareKey{c, prio}
+	n := len(sp[key])
+	if n == 0 {
+		return streamRec{}, false
+	}
+	st = sp[key][n-1]
+	sp[key] = sp[key][:n-1]
+	st.live, st.last, st.lastSeq = true, 0, 0
+	return st, true
 }
 
 // destroySpare destroys the spare CUDA streams and frees their workspaces.
