@@ -711,3 +711,62 @@ func TestGPUCompletionCost(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUGraphAfterGraph measures what a graph queued behind another on
+// its stream costs beyond its own work: two instances of one graph of 64
+// kernels (each writing 8 MiB; with one event at the end, or one after
+// every fourth kernel as an HP request's chunks) launched back to back,
+// the second's span from the first's last event to its own, against one
+// instance timed from an event recorded right before it. On the GPU an HP
+// request queued behind another is served in about its isolated time
+// (results/context-h200: service mean ≈ p50), where the simulator runs it
+// straight after the other's last kernel.
+func TestGPUGraphAfterGraph(t *testing.T) {
+	d, k := openGPU(t)
+	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Greatest})
+	must(t, err)
+	const n, reps, words = 64, 21, 2 << 20
+	buf, err := d.Alloc(4 * words)
+	must(t, err)
+	defer func() { must(t, d.Free(buf)) }()
+	for _, every := range []int{n, 4} {
+		var gs [2]gpu.Graph
+		var ends [2]gpu.Event
+		for j := range gs {
+			steps := make([]gpu.GraphStep, n)
+			evs := newEvents(t, d, n/every)
+			for i := range steps {
+				l := &gpu.Launch{Name: "fill", Func: k.fill, Grid: gpu.D1(words / 256), Block: gpu.D1(256)}
+				l.Args.Ptr(buf).U32(uint32(i)).I32(words)
+				steps[i].Launch = l
+				if (i+1)%every == 0 {
+					steps[i].Event = evs[i/every]
+				}
+			}
+			ends[j] = steps[n-1].Event
+			gs[j], err = d.NewGraph(s, steps)
+			must(t, err)
+		}
+		start := newEvents(t, d, 1)[0]
+		var alone, queued []time.Duration
+		for range reps {
+			must(t, d.Record(start, s))
+			must(t, d.LaunchGraph(gs[0], s))
+			must(t, d.Synchronize())
+			alone = append(alone, waitEvent(t, d, ends[0])-waitEvent(t, d, start))
+			must(t, d.LaunchGraph(gs[0], s))
+			must(t, d.LaunchGraph(gs[1], s))
+			must(t, d.Synchronize())
+			queued = append(queued, waitEvent(t, d, ends[1])-waitEvent(t, d, ends[0]))
+		}
+		a, q := median(alone), median(queued)
+		t.Logf("%d kernels, an event after every %d: alone from an event before it %v, queued behind another from its end %v (%+.2f µs)",
+			n, every, a, q, float64((q-a).Nanoseconds())/1e3)
+		for _, g := range gs {
+			must(t, d.DestroyGraph(g))
+		}
+		if q <= 0 || a <= 0 {
+			t.Errorf("spans %v and %v", a, q)
+		}
+	}
+}
