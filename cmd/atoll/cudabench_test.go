@@ -87,13 +87,14 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 		}
 	}
 	for flag, set := range map[string]func(*workloadFlags){
-		"--sim-launch-cost": func(w *workloadFlags) { w.hostCost = launchCosts{time.Microsecond, time.Microsecond, time.Microsecond} },
-		"--sim-query-cost":  func(w *workloadFlags) { w.queryCost = 3 * time.Microsecond },
-		"--sim-decide-cost": func(w *workloadFlags) { w.decide = time.Microsecond },
-		"--sim-event-cost":  func(w *workloadFlags) { w.eventCost = time.Microsecond },
-		"--sim-notice":      func(w *workloadFlags) { w.notice = noticeFlag{d: time.Microsecond} },
-		"--sim-profile-gap": func(w *workloadFlags) { w.gap = time.Microsecond },
-		"--sim-wake":        func(w *workloadFlags) { w.wake = time.Microsecond },
+		"--sim-launch-cost":     func(w *workloadFlags) { w.hostCost = launchCosts{time.Microsecond, time.Microsecond, time.Microsecond} },
+		"--sim-query-cost":      func(w *workloadFlags) { w.queryCost = 3 * time.Microsecond },
+		"--sim-completion-cost": func(w *workloadFlags) { w.completion = time.Microsecond },
+		"--sim-decide-cost":     func(w *workloadFlags) { w.decide = time.Microsecond },
+		"--sim-event-cost":      func(w *workloadFlags) { w.eventCost = time.Microsecond },
+		"--sim-notice":          func(w *workloadFlags) { w.notice = noticeFlag{d: time.Microsecond} },
+		"--sim-profile-gap":     func(w *workloadFlags) { w.gap = time.Microsecond },
+		"--sim-wake":            func(w *workloadFlags) { w.wake = time.Microsecond },
 	} {
 		w = base
 		set(&w)

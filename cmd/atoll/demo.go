@@ -42,14 +42,14 @@ Examples:
 const simulatedNote = `note: these co-location figures are simulated. With this build's simulator,
 replaying the latest GPU series on its own arrivals (results/matrix-h200-g8-events:
 an H200, the committed 8-cell matrix under priority, orion, reef and atoll;
-nothing in the simulator set from it), its HP p99 was within 10 % in 10 of 32
-policy runs (median error 20 %), its HP p50 off by a median 15 % and its BE
+nothing in the simulator set from it), its HP p99 was within 10 % in 12 of 32
+policy runs (median error 18 %), its HP p50 off by a median 10 % and its BE
 throughput by a median 6 %, and it ranked the policies as the GPU did in 8 of 8
-cells by HP p99 and 7 of 8 by BE throughput. Per policy, HP p99 within 10 %:
-priority 0 of 8 (median error 41 %), orion 5 of 8 (median error 10 %), reef 0 of
-8 (median error 84 %), atoll 5 of 8 (median error 10 %). Where it is off: it
-runs HP too fast beside BE under priority and REEF (HP's kernels slowed by BE's
-are modelled only in part), and its profiles come from another H200 than the
+cells by HP p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %:
+priority 0 of 8 (median error 40 %), orion 5 of 8 (median error 10 %), reef 2 of
+8 (median error 35 %), atoll 5 of 8 (median error 10 %). Where it is off: it
+runs HP too fast beside BE under priority (HP's kernels slowed by BE's are
+modelled only in part), and its profiles come from another H200 than the
 series' (a request's kernels ran 1-8 % faster simulated). With profiles measured
 on each series' own machine, over the whole matrix (results/onmachine-all-h200,
 onmachine-train-h200, onmachine-bert-h200), orion's HP p99 was within 10 % in

@@ -82,16 +82,17 @@ const hpGraphsHelp = "submit each HP request launched whole (kernels all at once
 // (bench, demo and matrix take them): each defaults to sim.Defaults'
 // figure and overrides it.
 type simFlags struct {
-	hostCost                                launchCosts
-	queryCost, decide, eventCost, gap, wake time.Duration
-	notice                                  noticeFlag
-	corun                                   coRunFlag
+	hostCost                                            launchCosts
+	queryCost, completion, decide, eventCost, gap, wake time.Duration
+	notice                                              noticeFlag
+	corun                                               coRunFlag
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
 	f.hostCost = defaultSimLaunchCost
 	fs.Var(&f.hostCost, "sim-launch-cost", simLaunchCostHelp)
 	fs.DurationVar(&f.queryCost, "sim-query-cost", defaultSimQueryCost, simQueryCostHelp)
+	fs.DurationVar(&f.completion, "sim-completion-cost", defaultSimCompletionCost, simCompletionCostHelp)
 	fs.DurationVar(&f.decide, "sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
 	fs.DurationVar(&f.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	fs.DurationVar(&f.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
@@ -107,6 +108,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 func (f *simFlags) config(spec gpu.Spec, seed uint64) sim.Config {
 	sc := sim.Defaults(spec, seed)
 	sc.HostQueryCost, sc.HostDecideCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = f.queryCost, f.decide, f.eventCost, f.gap, f.notice.value(spec.Name), f.wake
+	sc.HostCompletionCost = f.completion
 	sc.CoRunDevice, sc.CoRunSM = f.corun.values(spec.Name)
 	f.hostCost.apply(&sc)
 	return sc
@@ -122,6 +124,8 @@ func (f *simFlags) onGPU() error {
 		return fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
 	case f.queryCost != 0 && f.queryCost != defaultSimQueryCost:
 		return fmt.Errorf("--sim-query-cost is a simulator parameter; on --backend cuda polls cost what they cost (reports show hostPerLaunch)")
+	case f.completion != 0 && f.completion != defaultSimCompletionCost:
+		return fmt.Errorf("--sim-completion-cost is a simulator parameter; on --backend cuda completions cost the host what they cost (gpu/cuda TestGPUCompletionCost measures it)")
 	case f.decide != 0 && f.decide != defaultSimDecideCost:
 		return fmt.Errorf("--sim-decide-cost is a simulator parameter; on --backend cuda decisions cost the host what they cost (reports show hostPerLaunch decideUs)")
 	case f.eventCost != 0 && f.eventCost != defaultSimEventCost:
@@ -290,6 +294,11 @@ const simWakeHelp = "simulator: how late the host's wait loop sees a deadline it
 const defaultSimQueryCost = sim.MeasuredHostQueryCost
 
 const simQueryCostHelp = "simulator: host time each event poll takes (the GPU runs meanwhile; the default is measured, docs/simulator.md; the GPU reports' hostPerLaunch pollUs / queries is a run's figure; 0 turns it off)"
+
+// defaultSimCompletionCost is the measured figure (sim.MeasuredHostCompletionCost).
+const defaultSimCompletionCost = sim.MeasuredHostCompletionCost
+
+const simCompletionCostHelp = "simulator: host time a kernel launched on its own costs when its completion is first seen, beyond the poll (the query that finds its event complete and the reading of its time; a graph's events cost the poll only; the default is measured, docs/simulator.md; 0 turns it off)"
 
 // defaultSimDecideCost is the measured figure (sim.MeasuredHostDecideCost).
 const defaultSimDecideCost = sim.MeasuredHostDecideCost

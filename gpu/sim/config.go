@@ -40,6 +40,13 @@ type Config struct {
 	// queries cost no host time; bench, demo and matrix set the measured
 	// figure (--sim-query-cost).
 	HostQueryCost time.Duration
+	// HostCompletionCost is the host time a Query that first finds an
+	// event recorded by Record (a host call, not a graph's node) complete
+	// takes beyond HostQueryCost, the completion's Time included: what a
+	// kernel launched on its own costs the host when it completes. Zero
+	// (the default) means nothing; bench, demo and matrix set the measured
+	// figure (--sim-completion-cost).
+	HostCompletionCost time.Duration
 	// HostDecideCost is the host time of each launch decision the
 	// scheduler's driver takes from its core (Device.Decided): the core's
 	// and the policy's work, which the host does before it launches them,
@@ -210,6 +217,17 @@ const (
 	// 0.65.
 	MeasuredHostQueryCost  = 1000 * time.Nanosecond
 	MeasuredHostDecideCost = 600 * time.Nanosecond
+	// MeasuredHostCompletionCost is what noticing the completion of a
+	// kernel launched on its own costs the host beyond a query: on an H200,
+	// 56 kernels of 6 µs launched one by one with an event record after
+	// each, up to four in flight, the oldest polled and timed and the next
+	// launched on its completion (as REEF launches an HP request and Orion
+	// its BE kernels), the Query that found an event complete took 1.56 µs
+	// and the Time after it 2.76 µs (gpu/cuda TestGPUCompletionCost,
+	// results/completion-h200; 1.59 and 2.80 µs with 2 µs kernels): 4.3 µs,
+	// less the 1.0 µs every query is charged. A single event polled until
+	// done with no launch in between costs less (1.91 and 1.22 µs).
+	MeasuredHostCompletionCost = 3300 * time.Nanosecond
 	// MeasuredEventCost is the GPU time per event recorded between two
 	// kernels of a graph, measured on an H200 with 64 kernels and an
 	// event after each against one at the end (gpu/cuda
@@ -279,7 +297,7 @@ func Defaults(spec gpu.Spec, seed uint64) Config {
 	return Config{
 		Spec: spec, Seed: seed,
 		HostLaunchCost: MeasuredHostLaunchCost, HostMatmulCost: MeasuredHostMatmulCost, HostConvCost: MeasuredHostConvCost,
-		HostQueryCost: MeasuredHostQueryCost, HostDecideCost: MeasuredHostDecideCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
+		HostQueryCost: MeasuredHostQueryCost, HostCompletionCost: MeasuredHostCompletionCost, HostDecideCost: MeasuredHostDecideCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
 		HostGraphLaunchCost: graph, HostGraphEventCost: graphEvent,
 		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap,
 		CoRunDevice: dev, CoRunSM: onSM, Coalesce: CommandCoalesce,
@@ -362,7 +380,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphLaunchCost", c.HostGraphLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"HostDecideCost", c.HostDecideCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphLaunchCost", c.HostGraphLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"HostCompletionCost", c.HostCompletionCost}, {"HostDecideCost", c.HostDecideCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

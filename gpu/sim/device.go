@@ -396,6 +396,9 @@ type eventSlot struct {
 	gen      uint32 // bumped by every Record, so a stale record cannot complete it
 	t        float64
 	seen     float64 // when the host sees it complete: t + NoticeLatency
+	// byRecord: recorded by Record (a host call), not by a graph's node;
+	// noticed: a Query has seen this record complete.
+	byRecord, noticed bool
 }
 
 func (d *Device) event(e gpu.Event) (*eventSlot, error) {
@@ -436,12 +439,13 @@ func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
 		return err
 	}
 	d.record(ev, e, st)
+	ev.byRecord = true
 	return nil
 }
 
 func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream) {
 	ev.gen++
-	ev.recorded, ev.done = true, false
+	ev.recorded, ev.done, ev.byRecord, ev.noticed = true, false, false, false
 	if st.idle() {
 		d.completeEvent(ev, d.now)
 		return
@@ -459,7 +463,14 @@ func (d *Device) Query(e gpu.Event) (bool, error) {
 		return false, err
 	}
 	done := ev.done && ev.seen <= d.now
-	d.hostBusy(float64(d.cfg.HostQueryCost))
+	cost := d.cfg.HostQueryCost
+	if done && ev.byRecord && !ev.noticed {
+		cost += d.cfg.HostCompletionCost
+	}
+	if done {
+		ev.noticed = true
+	}
+	d.hostBusy(float64(cost))
 	return done, nil
 }
 

@@ -244,3 +244,69 @@ func TestWakeLatency(t *testing.T) {
 		t.Errorf("Wait past the completion returned at %v, want %v", got, want)
 	}
 }
+
+// TestHostCompletionCost: the query that first finds an event recorded by
+// Record complete takes HostCompletionCost more than a query; later
+// queries of it, queries that find it pending, and a graph's events cost a
+// query only.
+func TestHostCompletionCost(t *testing.T) {
+	r := newRig(t, Config{HostQueryCost: 1 * us, HostCompletionCost: 3 * us})
+	d, s := r.d, r.stream(0)
+	poll := func(ev gpu.Event) (time.Duration, bool) {
+		t.Helper()
+		before := d.Now()
+		done, err := d.Query(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Now() - before, done
+	}
+	ev, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.launch(s, plain("k", 1, 32, 10*us))
+	if err := d.Record(ev, s); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		took, done := poll(ev)
+		if want := map[bool]time.Duration{false: 1 * us, true: 4 * us}[done]; took != want {
+			t.Fatalf("query %d (complete: %v) took the host %v, want %v", i, done, took, want)
+		}
+		if done {
+			break
+		}
+		if i > 20 {
+			t.Fatalf("the event never completed (now %v)", d.Now())
+		}
+	}
+	if took, done := poll(ev); !done || took != 1*us {
+		t.Errorf("a second query of the completed event: %v, complete %v; want 1µs", took, done)
+	}
+	gev, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl := plain("g", 1, 32, 10*us)
+	gl.Func = r.f
+	g, err := d.NewGraph(s, []gpu.GraphStep{{Launch: &gl, Event: gev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.LaunchGraph(g, s); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		took, done := poll(gev)
+		if took != 1*us {
+			t.Fatalf("query %d of a graph's event (complete: %v) took the host %v, want 1µs", i, done, took)
+		}
+		if done {
+			break
+		}
+		if i > 40 {
+			t.Fatalf("the graph's event never completed (now %v)", d.Now())
+		}
+	}
+}
