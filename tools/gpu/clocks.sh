@@ -22,16 +22,10 @@ sleep 0.5
 kill $smi
 python3 - "$out" <<'PY'
 import sys, statistics
+sys.path.insert(0, 'tools/gpu')
+from phases import by_phase
 out = sys.argv[1]
-ph = [l.split(' ', 2) for l in open(out + '/phases.txt')]
-ph = [(a + ' ' + b, c.strip()) for a, b, c in ph]
-rows = []
-for l in open(out + '/clocks.csv'):
-    f = [x.strip() for x in l.split(',')]
-    rows.append((f[0][:23], float(f[1]), float(f[2]), float(f[3])))
-for i, (t0, name) in enumerate(ph[:-1]):
-    t1 = ph[i + 1][0]
-    sel = [r for r in rows if t0 <= r[0] < t1]
+for name, sel in by_phase(out, 3):
     if sel:
         print(f"{name:8s} {len(sel):4d} samples: SM clock median {statistics.median(r[1] for r in sel):.0f} MHz "
               f"(min {min(r[1] for r in sel):.0f}), power median {statistics.median(r[2] for r in sel):.0f} W, util median {statistics.median(r[3] for r in sel):.0f} %")

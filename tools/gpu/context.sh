@@ -55,18 +55,10 @@ sleep 0.5
 kill $smi
 python3 - "$out" <<'PY' | tee "$out/summary.txt"
 import sys, json, statistics, os
+sys.path.insert(0, 'tools/gpu')
+from phases import by_phase
 out = sys.argv[1]
-ph = [l.split(' ', 2) for l in open(out + '/phases.txt')]
-ph = [(a + ' ' + b, c.strip()) for a, b, c in ph]
-rows = []
-for l in open(out + '/clocks.csv'):
-    f = [x.strip() for x in l.split(',')]
-    try:
-        rows.append((f[0][:23], *[float(x) for x in f[1:7]], f[7]))
-    except ValueError:
-        pass
-for i, (t0, name) in enumerate(ph[:-1]):
-    sel = [r for r in rows if t0 <= r[0] < ph[i + 1][0]]
+for name, sel in by_phase(out, 6):
     if sel:
         med = lambda k: statistics.median(r[k] for r in sel)
         thr = sorted({r[7] for r in sel})
