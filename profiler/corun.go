@@ -49,6 +49,12 @@ type CoRunOptions struct {
 	// launches), as a scheduler with a bounded BE queue does; zero queues
 	// the whole run of BE launches at once.
 	BEDepth int
+	// BEGraphs, with BEDepth, queues every BE kernel in graphs of launches
+	// lasting about 50 µs (one launch where a kernel is longer), one event
+	// a graph, as atoll submits BE chunks: the kernel then runs as it does
+	// in a graph (on the simulator, its profiled graph duration). Without
+	// it only kernels too short to fill the queue are so grouped.
+	BEGraphs bool
 	// Passes of the HP model timed beside each BE kernel (0:
 	// DefaultCoRunPasses) and alone at each baseline.
 	Passes int
@@ -100,6 +106,9 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 	if opt.Passes < 1 {
 		return nil, fmt.Errorf("%w: passes %d: need at least 1", ErrMeasure, opt.Passes)
 	}
+	if opt.BEGraphs && opt.BEDepth == 0 {
+		return nil, fmt.Errorf("%w: BE graphs need a bounded BE queue (BEDepth, --be-depth): the whole run queued at once is launched kernel by kernel", ErrMeasure)
+	}
 	if opt.BEDepth < 0 || opt.BEDepth > coRunMaxQueue {
 		return nil, fmt.Errorf("%w: BE depth %d: want 0 (all queued at once) to %d", ErrMeasure, opt.BEDepth, coRunMaxQueue)
 	}
@@ -148,6 +157,7 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 		PartitionSMs: opt.PartitionSMs,
 		HPRest:       opt.HPRest,
 		BEDepth:      opt.BEDepth,
+		BEGraphs:     opt.BEGraphs,
 		HPGraph:      opt.HPGraph,
 		Passes:       opt.Passes,
 	}

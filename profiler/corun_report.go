@@ -23,9 +23,10 @@ type CoRunReport struct {
 	HP           ModelBatch  `json:"hp"`
 	BE           ModelBatch  `json:"be"`
 	PartitionSMs int         `json:"partitionSms"`
-	HPRest       bool        `json:"hpRest,omitempty"`  // HP on the SMs the partition leaves
-	BEDepth      int         `json:"beDepth,omitempty"` // BE launches queued at most (0: all at once)
-	HPGraph      bool        `json:"hpGraph,omitempty"` // HP passes submitted as graphs
+	HPRest       bool        `json:"hpRest,omitempty"`   // HP on the SMs the partition leaves
+	BEDepth      int         `json:"beDepth,omitempty"`  // BE launches queued at most (0: all at once)
+	HPGraph      bool        `json:"hpGraph,omitempty"`  // HP passes submitted as graphs
+	BEGraphs     bool        `json:"beGraphs,omitempty"` // every BE kernel queued in graphs
 	Passes       int         `json:"passes"`
 	HPKernels    []string    `json:"hpKernels"`
 	HPAloneUs    []float64   `json:"hpAloneUs"`        // per HP kernel, median of every baseline pass

@@ -360,7 +360,7 @@ func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) (passes [][]float64, b
 // item).
 func (c *coRunner) chunkGraphs(l *gpu.Launch, chunk int) ([]gpu.Graph, int) {
 	gr, ok := c.dev.(gpu.Grapher)
-	if chunk <= 1 || !ok {
+	if (chunk <= 1 && !c.opt.BEGraphs) || !ok {
 		return nil, 1
 	}
 	var graphs []gpu.Graph
@@ -400,7 +400,13 @@ const (
 // beChunk is how many launches of a BE kernel of aloneUs one queued item
 // holds (1: launched one by one; also on a device without graphs).
 func (c *coRunner) beChunk(aloneUs float64) int {
-	if _, ok := c.dev.(gpu.Grapher); !ok || aloneUs <= 0 || float64(c.opt.BEDepth)*aloneUs >= coRunQueueUs {
+	if _, ok := c.dev.(gpu.Grapher); !ok || aloneUs <= 0 {
+		return 1
+	}
+	if c.opt.BEGraphs {
+		return max(1, min(coRunMaxChunk, int(math.Ceil(coRunChunkUs/aloneUs))))
+	}
+	if float64(c.opt.BEDepth)*aloneUs >= coRunQueueUs {
 		return 1
 	}
 	return min(coRunMaxChunk, int(math.Ceil(coRunChunkUs/aloneUs)))
@@ -469,7 +475,7 @@ func (c *coRunner) besideBounded(l *gpu.Launch, chunk int) (passes [][]float64, 
 	graphs, chunk := c.chunkGraphs(l, chunk)
 	defer c.destroyGraphs(graphs)
 	launchBE := func(slot int) error {
-		if chunk > 1 {
+		if graphs != nil {
 			if err := c.dev.(gpu.Grapher).LaunchGraph(graphs[slot], c.be); err != nil {
 				return fmt.Errorf("LaunchGraph (%s): %w", l.Name, err)
 			}
