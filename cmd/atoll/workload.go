@@ -117,25 +117,24 @@ func (f *simFlags) config(spec gpu.Spec, seed uint64) sim.Config {
 // onGPU refuses a flag set to something other than its default, on
 // purpose, for a run on the GPU, where the hardware has its own figures.
 func (f *simFlags) onGPU() error {
-	switch {
-	case f.corun != (coRunFlag{}) && f.corun != measuredCoRun:
-		return fmt.Errorf("--sim-corun is a simulator parameter; on --backend cuda kernels slow each other as they do (atoll corun measures it)")
-	case f.hostCost != (launchCosts{}) && f.hostCost != defaultSimLaunchCost:
-		return fmt.Errorf("--sim-launch-cost is a simulator parameter; on --backend cuda launches cost what they cost (reports show hostUsPerLaunch)")
-	case f.queryCost != 0 && f.queryCost != defaultSimQueryCost:
-		return fmt.Errorf("--sim-query-cost is a simulator parameter; on --backend cuda polls cost what they cost (reports show hostPerLaunch)")
-	case f.completion != 0 && f.completion != defaultSimCompletionCost:
-		return fmt.Errorf("--sim-completion-cost is a simulator parameter; on --backend cuda completions cost the host what they cost (gpu/cuda TestGPUCompletionCost measures it)")
-	case f.decide != 0 && f.decide != defaultSimDecideCost:
-		return fmt.Errorf("--sim-decide-cost is a simulator parameter; on --backend cuda decisions cost the host what they cost (reports show hostPerLaunch decideUs)")
-	case f.eventCost != 0 && f.eventCost != defaultSimEventCost:
-		return fmt.Errorf("--sim-event-cost is a simulator parameter; on --backend cuda events cost the GPU what they cost (results/hpevents-h200 measures it)")
-	case f.gap != 0 && f.gap != defaultSimProfileGap:
-		return fmt.Errorf("--sim-profile-gap is a simulator parameter; on --backend cuda kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)")
-	case f.wake != 0 && f.wake != defaultSimWake:
-		return fmt.Errorf("--sim-wake is a simulator parameter; on --backend cuda the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)")
-	case !f.notice.measured && f.notice.d != 0:
-		return fmt.Errorf("--sim-notice is a simulator parameter; on --backend cuda the host sees completions when it does (tools/gpu/launchpath.sh measures it)")
+	set := func(d, def time.Duration) bool { return d != 0 && d != def }
+	for _, c := range []struct {
+		set        bool
+		flag, what string
+	}{
+		{f.corun != (coRunFlag{}) && f.corun != measuredCoRun, "--sim-corun", "kernels slow each other as they do (atoll corun measures it)"},
+		{f.hostCost != (launchCosts{}) && f.hostCost != defaultSimLaunchCost, "--sim-launch-cost", "launches cost what they cost (reports show hostUsPerLaunch)"},
+		{set(f.queryCost, defaultSimQueryCost), "--sim-query-cost", "polls cost what they cost (reports show hostPerLaunch)"},
+		{set(f.completion, defaultSimCompletionCost), "--sim-completion-cost", "completions cost the host what they cost (gpu/cuda TestGPUCompletionCost measures it)"},
+		{set(f.decide, defaultSimDecideCost), "--sim-decide-cost", "decisions cost the host what they cost (reports show hostPerLaunch decideUs)"},
+		{set(f.eventCost, defaultSimEventCost), "--sim-event-cost", "events cost the GPU what they cost (results/hpevents-h200 measures it)"},
+		{set(f.gap, defaultSimProfileGap), "--sim-profile-gap", "kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)"},
+		{set(f.wake, defaultSimWake), "--sim-wake", "the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)"},
+		{!f.notice.measured && f.notice.d != 0, "--sim-notice", "the host sees completions when it does (tools/gpu/launchpath.sh measures it)"},
+	} {
+		if c.set {
+			return fmt.Errorf("%s is a simulator parameter; on --backend cuda %s", c.flag, c.what)
+		}
 	}
 	return nil
 }

@@ -438,14 +438,14 @@ func (d *Device) Record(e gpu.Event, s gpu.Stream) error {
 	if err != nil {
 		return err
 	}
-	d.record(ev, e, st)
-	ev.byRecord = true
+	d.record(ev, e, st, true)
 	return nil
 }
 
-func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream) {
+// record places ev in st: by a Record call (byRecord) or a graph's node.
+func (d *Device) record(ev *eventSlot, e gpu.Event, st *stream, byRecord bool) {
 	ev.gen++
-	ev.recorded, ev.done, ev.byRecord, ev.noticed = true, false, false, false
+	ev.recorded, ev.done, ev.byRecord, ev.noticed = true, false, byRecord, false
 	if st.idle() {
 		d.completeEvent(ev, d.now)
 		return

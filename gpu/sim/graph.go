@@ -103,7 +103,7 @@ func (d *Device) LaunchGraph(g gpu.Graph, s gpu.Stream) error {
 		}
 		if step.Event != 0 {
 			ev, _ := d.event(step.Event)
-			d.record(ev, step.Event, st)
+			d.record(ev, step.Event, st, false)
 			events++
 		}
 	}
