@@ -87,11 +87,10 @@ var churnModes = []string{"none", "make", "make-launch-2", "make-launch-4", "mak
 // them 7 % even when DestroyStream keeps the CUDA stream for the next
 // NewStream (so two CUDA streams serve all 32) — a cause not identified —
 // while one-cell matrix processes, with the streams kept, serve HP as fast
-// as a fresh one. Two modes added since, not yet run, tell the rounds'
-// parts apart: "alternate" (launches alternating on two kept streams of
-// the two priorities) and "destroy-launch-least" (the rounds on one
-// priority, so one CUDA stream serves them all). Making streams without
-// launching on them must stay free.
+// as a fresh one. The modes "alternate" (launches alternating on two kept
+// streams of the two priorities) and "destroy-launch-least" (the rounds on
+// one priority, so one CUDA stream serves them all) tell the rounds' parts
+// apart. Making streams without launching on them must stay free.
 func TestGPUStreamChurn(t *testing.T) {
 	if mode := os.Getenv("ATOLL_CHURN_MODE"); mode != "" {
 		churn(t, mode)

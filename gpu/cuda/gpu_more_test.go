@@ -78,8 +78,8 @@ func TestGPUClockRebase(t *testing.T) {
 	e2, _ := d.NewEvent()
 	time.Sleep(1100 * time.Millisecond)
 	// The GPU idled a second and clocked down: a kernel ahead of e1 takes
-	// its wake-up (tens of µs, results/completion-h200), which otherwise
-	// landed between e1 and e2 (a 300 µs spin once timed 441.6 µs).
+	// its wake-up (tens of µs, results/completion-h200), which would
+	// otherwise fall between e1 and e2 and lengthen the timed spin.
 	must(t, d.Launch(s, spinLaunch(k, 50_000)))
 	before := d.Now()
 	must(t, d.Record(e1, s))
