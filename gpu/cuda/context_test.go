@@ -70,7 +70,7 @@ func spanOn(t *testing.T, d *Device, s gpu.Stream, steps []gpu.GraphStep) time.D
 // churnModes are what TestGPUStreamChurn does between its two timings,
 // each in a fresh process: N times (32 where the name gives no N).
 var churnModes = []string{"none", "make", "make-launch-2", "make-launch-4", "make-launch-6", "make-launch-8", "make-launch-12", "make-launch-16", "make-launch",
-	"destroy", "destroy-launch", "destroy-launch-least", "alternate", "launch-12", "launch-16", "launch", "graph-launch", "graphs", "events"}
+	"destroy", "destroy-launch", "destroy-launch-least", "make-launch-least", "alternate", "alternate-s0", "alternate-greatest", "alternate-poll", "alternate-nosync", "alternate-16", "alternate-8", "launch-12", "launch-16", "launch", "graph-launch", "graphs", "events"}
 
 // TestGPUStreamChurn measures when every kernel of a process starts to run
 // slower (what made HP requests 5–8 % slower inside a matrix process than
@@ -78,25 +78,31 @@ var churnModes = []string{"none", "make", "make-launch-2", "make-launch-4", "mak
 // (this test binary again): it times a graph of BERT-base's products on a
 // stream of the greatest priority, does one thing N times — make streams
 // (keeping them), launch on them, destroy them, launch on the first
-// stream, make and destroy graphs or events — and times the graph again
-// on the first stream and on a new one. On an H200 (results/churn-h200):
-// work launched on 16 or more streams slows the products 7 % for the rest
-// of the process, on 12 not at all; 32 launches or graph launches on one
-// stream, streams made without work, graphs and events change nothing;
-// 32 streams of alternating priority made, launched on and destroyed slow
-// them 7 % even when DestroyStream keeps the CUDA stream for the next
-// NewStream (so two CUDA streams serve all 32) — a cause not identified —
-// while one-cell matrix processes, with the streams kept, serve HP as fast
-// as a fresh one. The modes "alternate" (launches alternating on two kept
-// streams of the two priorities) and "destroy-launch-least" (the rounds on
-// one priority, so one CUDA stream serves them all) tell the rounds' parts
-// apart. Making streams without launching on them must stay free.
+// stream, alternate launches between two streams, make and destroy graphs
+// or events — and times the graph again on the first stream and on a new
+// one. On H200s (results/churn-h200) the products run 7 % slower for the
+// rest of the process once work has been launched on 16 or more streams,
+// or once 16 launches have moved between two streams of any priorities
+// ("alternate", "alternate-s0" between the timed stream and one of the
+// least priority, "alternate-greatest" between two of the greatest,
+// "alternate-poll" waiting for each launch by polling an event recorded
+// after it as the scheduler does, "alternate-nosync" not waiting);
+// 8 alternations, 12 streams with work, 32 launches on one other stream
+// ("destroy-launch-least": made, launched on and destroyed at one
+// priority, so one kept CUDA stream serves them all), streams made
+// without work, graphs and events change nothing. Making streams without
+// launching on them must stay free.
+// ATOLL_CHURN_MODES (space-separated) runs only the modes it names.
 func TestGPUStreamChurn(t *testing.T) {
 	if mode := os.Getenv("ATOLL_CHURN_MODE"); mode != "" {
 		churn(t, mode)
 		return
 	}
-	for _, mode := range churnModes {
+	modes := churnModes
+	if v := os.Getenv("ATOLL_CHURN_MODES"); v != "" {
+		modes = strings.Fields(v) // a subset, e.g. "none alternate"
+	}
+	for _, mode := range modes {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestGPUStreamChurn$", "-test.v")
 		cmd.Env = append(os.Environ(), "ATOLL_CHURN_MODE="+mode)
 		out, err := cmd.CombinedOutput()
@@ -134,12 +140,20 @@ func churn(t *testing.T, mode string) {
 		}
 	}
 	var pair [2]gpu.Stream
-	if mode == "alternate" {
+	if strings.HasPrefix(mode, "alternate") {
 		for i := range pair {
-			pair[i], err = d.NewStream(gpu.StreamOptions{Priority: []int{pr.Least, pr.Greatest}[i]})
+			p := []int{pr.Least, pr.Greatest}[i]
+			if mode == "alternate-greatest" {
+				p = pr.Greatest
+			}
+			pair[i], err = d.NewStream(gpu.StreamOptions{Priority: p})
 			must(t, err)
 		}
+		if mode == "alternate-s0" {
+			pair[1] = s0
+		}
 	}
+	ev := newEvents(t, d, 1)[0]
 	for i := range n {
 		prio := []int{pr.Least, pr.Greatest}[i%2]
 		if strings.HasSuffix(mode, "-least") {
@@ -147,9 +161,18 @@ func churn(t *testing.T, mode string) {
 		}
 		switch strings.TrimSuffix(mode, "-least") {
 		case "none":
-		case "alternate":
+		case "alternate", "alternate-s0", "alternate-greatest":
 			must(t, d.Launch(pair[i%2], empty))
 			must(t, d.Synchronize())
+		case "alternate-poll":
+			must(t, d.Launch(pair[i%2], empty))
+			must(t, d.Record(ev, pair[i%2]))
+			for done := false; !done; {
+				done, err = d.Query(ev)
+				must(t, err)
+			}
+		case "alternate-nosync":
+			must(t, d.Launch(pair[i%2], empty))
 		case "make", "make-launch", "destroy", "destroy-launch":
 			s, err := d.NewStream(gpu.StreamOptions{Priority: prio})
 			must(t, err)
@@ -185,6 +208,7 @@ func churn(t *testing.T, mode string) {
 			t.Fatalf("unknown mode %q (want one of %v)", mode, churnModes)
 		}
 	}
+	must(t, d.Synchronize())
 	old := spanOn(t, d, s0, steps)
 	s1, err := d.NewStream(gpu.StreamOptions{Priority: pr.Greatest})
 	must(t, err)
