@@ -40,24 +40,21 @@ Examples:
 // the GPU's on the committed matrices (TestSimulatedNoteMatchesResults
 // recomputes its figures from results/).
 const simulatedNote = `note: these co-location figures are simulated. With this build's simulator,
-replaying the latest GPU series on its own arrivals (results/matrix-h200-g8-events:
-an H200, the committed 8-cell matrix under priority, orion, reef and atoll;
-nothing in the simulator set from it), its HP p99 was within 10 % in 12 of 32
-policy runs (median error 18 %), its HP p50 off by a median 10 % and its BE
-throughput by a median 6 %, and it ranked the policies as the GPU did in 8 of 8
-cells by HP p99 and 8 of 8 by BE throughput. Per policy, HP p99 within 10 %:
-priority 0 of 8 (median error 40 %), orion 5 of 8 (median error 10 %), reef 2 of
-8 (median error 35 %), atoll 5 of 8 (median error 10 %). Where it is off: it
-runs HP too fast beside BE under priority (HP's kernels slowed by BE's are
-modelled only in part), and its profiles come from another H200 than the
-series' (a request's kernels ran 1-8 % faster simulated). With profiles measured
-on each series' own machine, over the whole matrix (results/onmachine-all-h200,
-onmachine-train-h200, onmachine-bert-h200), orion's HP p99 was within 10 % in
-4 of 8 runs and atoll's in 4 of 8; those series served HP 5-8 % slower than a
-fresh process does (streams made anew for every run; the CUDA backend now keeps
-them for reuse, docs/cuda.md), and on the first GPU runs since, HP alone was
-within 2 % of the simulator. docs/fidelity.md has every comparison. Run 'atoll demo --backend cuda' or 'atoll matrix
---backend cuda' on a GPU.`
+replaying GPU series on their own arrivals, nothing in the simulator set from
+them: over the whole committed matrix on an H200, each part on profiles measured
+on its own machine (results/onmachine2-all-h200, onmachine2-train-h200,
+onmachine2-bert-h200: 8 cells under priority, orion, reef and atoll), its HP p99
+was within 10 % in 21 of 32 policy runs (median error 7 %), its HP p50 off by a
+median 6 % and its BE throughput by a median 5 %, and it ranked the policies as
+the GPU did in 8 of 8 cells by HP p99 and 8 of 8 by BE throughput. Per policy,
+HP p99 within 10 %: priority 4 of 8 (median error 13 %), orion 8 of 8 (median
+error 5 %), reef 1 of 8 (median error 64 %), atoll 8 of 8 (median error 2 %). On
+profiles from another H200 (results/matrix-h200-g8-events) it was within 10 % in
+18 of 32 (median error 12 %). Where it is off: REEF, which saturates on the GPU
+far more than simulated, and priority beside BE on every SM (HP too slow in the
+ResNet-50 cells, too fast in others: its co-run interference is one mean-field
+fit). docs/fidelity.md has every comparison. Run 'atoll demo --backend cuda' or
+'atoll matrix --backend cuda' on a GPU.`
 
 func init() {
 	register(command{name: "demo", summary: "run the co-location demo under every policy (simulated GPU)", run: runDemo})

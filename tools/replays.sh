@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Regenerates every committed simulator replay of a GPU series (the
+# results/matrix-sim-*-replay directories that docs/fidelity.md, the
+# README, the demo's note and their tests read) with this build's
+# simulator: each replays its GPU series on the same arrivals (atoll
+# matrix --replay), with that series' own profiles where it has them.
+# Run it after a change to the simulator's model or its measured figures,
+# then tools/gendocs.sh. Reports are gzipped as committed (gzip -n: the
+# same bytes for the same report). A few minutes on two cores.
+#
+#   tools/replays.sh            # all of them
+#   tools/replays.sh NAME...    # only these (e.g. onmachine2-train context)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+atoll=${ATOLL:-bin/atoll}
+[ -x "$atoll" ] || { echo "replays: $atoll missing: go build -o bin/atoll ./cmd/atoll" >&2; exit 1; }
+
+# replay OUT GPU-SERIES MATRIX [PROFILES] [FLAGS...]
+replay() {
+	local out=$1 series=$2 matrix=$3 prof=$4 tmp
+	shift 4
+	tmp=$(mktemp -d)
+	if [ -n "$prof" ]; then
+		ATOLL_PROFILES=$prof "$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$tmp/r" "$matrix" >/dev/null
+	else
+		"$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$tmp/r" "$matrix" >/dev/null
+	fi
+	find "$tmp/r" -name '*.json' ! -name cell.json -exec gzip -9n {} +
+	find "$tmp/r" -name arrivals.txt -exec gzip -9n {} +
+	# Keep what is not the replay's own output (READMEs, matrix files).
+	find "$out" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + 2>/dev/null || true
+	mkdir -p "$out"
+	cp -r "$tmp/r/." "$out/"
+	rm -rf "$tmp"
+	echo "replays: $out" >&2
+}
+
+names=("$@")
+pick() { [ ${#names[@]} -eq 0 ] || [[ " ${names[*]} " == *" $1 "* ]]; }
+
+jobs=()
+run() { # NAME then replay's arguments; two at a time
+	local name=$1
+	shift
+	pick "$name" || return 0
+	replay "$@" &
+	jobs+=($!)
+	if [ ${#jobs[@]} -ge 2 ]; then
+		wait "${jobs[0]}"
+		jobs=("${jobs[@]:1}")
+	fi
+}
+
+run g8 results/matrix-sim-h200-g8-replay results/matrix-h200-g8-events bench/matrix/replay-g8-events.yaml ""
+run admission results/matrix-sim-h200-admission-replay results/admission-h200 bench/matrix/replay-admission.yaml ""
+run blas results/matrix-sim-h200-blas-replay results/matrix-h200-blas-events bench/matrix/gpu-blas.yaml ""
+run bequeue-half results/matrix-sim-bequeue-half-replay results/bequeue-half-h200 bench/matrix/gpu-bequeue-half.yaml ""
+for part in all train bert; do
+	run onmachine-$part results/matrix-sim-onmachine-$part-replay results/onmachine-$part-h200 bench/matrix/gpu-onmachine-$part.yaml results/onmachine-$part-h200/profiles
+	run onmachine2-$part results/matrix-sim-onmachine2-$part-replay results/onmachine2-$part-h200 bench/matrix/gpu-onmachine-$part.yaml results/onmachine2-$part-h200/profiles
+done
+run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
+run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
+if pick context; then
+	# Each cell's matrix file is kept beside its replay (cell.yaml); cq
+	# ran BE kernel by kernel.
+	for x in cp co cq; do
+		flags=()
+		[ $x = cq ] && flags=(--be-graphs=false)
+		d=results/matrix-sim-context-replay/$x
+		tmp=$(mktemp -d)
+		cp "$d/cell.yaml" "$tmp/cell.yaml"
+		"$atoll" matrix --gpu H200 --quiet "${flags[@]}" --replay "results/context-h200/$x/m" --out "$tmp/r" "$tmp/cell.yaml" >/dev/null
+		find "$tmp/r" -name '*.json' ! -name cell.json -exec gzip -9n {} +
+		find "$tmp/r" -name arrivals.txt -exec gzip -9n {} +
+		rm -rf "$d/cell"
+		cp -r "$tmp/r/." "$d/"
+		rm -rf "$tmp"
+		echo "replays: $d" >&2
+	done
+fi
+for j in "${jobs[@]}"; do wait "$j"; done
