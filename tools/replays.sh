@@ -15,23 +15,20 @@ cd "$(dirname "$0")/.."
 atoll=${ATOLL:-bin/atoll}
 [ -x "$atoll" ] || { echo "replays: $atoll missing: go build -o bin/atoll ./cmd/atoll" >&2; exit 1; }
 
-# replay OUT GPU-SERIES MATRIX [PROFILES] [FLAGS...]
+# replay OUT GPU-SERIES MATRIX PROFILES [FLAGS...]: OUT's cells are made
+# anew (what else is there, a README, stays); PROFILES "" for the built-in.
 replay() {
-	local out=$1 series=$2 matrix=$3 prof=$4 tmp
+	local out=$1 series=$2 matrix=$3 prof=$4
 	shift 4
-	tmp=$(mktemp -d)
-	if [ -n "$prof" ]; then
-		ATOLL_PROFILES=$prof "$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$tmp/r" "$matrix" >/dev/null
-	else
-		"$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$tmp/r" "$matrix" >/dev/null
-	fi
-	find "$tmp/r" -name '*.json' ! -name cell.json -exec gzip -9n {} +
-	find "$tmp/r" -name arrivals.txt -exec gzip -9n {} +
-	# Keep what is not the replay's own output (READMEs, matrix files).
-	find "$out" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + 2>/dev/null || true
 	mkdir -p "$out"
-	cp -r "$tmp/r/." "$out/"
-	rm -rf "$tmp"
+	find "$out" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+	if [ -n "$prof" ]; then
+		ATOLL_PROFILES=$prof "$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$out" "$matrix" >/dev/null
+	else
+		"$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$out" "$matrix" >/dev/null
+	fi
+	find "$out" -name '*.json' ! -name cell.json -exec gzip -9nf {} +
+	find "$out" -name arrivals.txt -exec gzip -9nf {} +
 	echo "replays: $out" >&2
 }
 
@@ -53,7 +50,7 @@ run() { # NAME then replay's arguments; two at a time
 
 run g8 results/matrix-sim-h200-g8-replay results/matrix-h200-g8-events bench/matrix/replay-g8-events.yaml ""
 run admission results/matrix-sim-h200-admission-replay results/admission-h200 bench/matrix/replay-admission.yaml ""
-run blas results/matrix-sim-h200-blas-replay results/matrix-h200-blas-events bench/matrix/gpu-blas.yaml ""
+run blas results/matrix-sim-h200-blas-replay results/matrix-h200-blas-events bench/matrix/replay-blas-confined.yaml ""
 run bequeue-half results/matrix-sim-bequeue-half-replay results/bequeue-half-h200 bench/matrix/gpu-bequeue-half.yaml ""
 for part in all train bert; do
 	run onmachine-$part results/matrix-sim-onmachine-$part-replay results/onmachine-$part-h200 bench/matrix/gpu-onmachine-$part.yaml results/onmachine-$part-h200/profiles
@@ -68,14 +65,10 @@ if pick context; then
 		flags=()
 		[ $x = cq ] && flags=(--be-graphs=false)
 		d=results/matrix-sim-context-replay/$x
-		tmp=$(mktemp -d)
-		cp "$d/cell.yaml" "$tmp/cell.yaml"
-		"$atoll" matrix --gpu H200 --quiet "${flags[@]}" --replay "results/context-h200/$x/m" --out "$tmp/r" "$tmp/cell.yaml" >/dev/null
-		find "$tmp/r" -name '*.json' ! -name cell.json -exec gzip -9n {} +
-		find "$tmp/r" -name arrivals.txt -exec gzip -9n {} +
 		rm -rf "$d/cell"
-		cp -r "$tmp/r/." "$d/"
-		rm -rf "$tmp"
+		"$atoll" matrix --gpu H200 --quiet "${flags[@]}" --replay "results/context-h200/$x/m" --out "$d" "$d/cell.yaml" >/dev/null
+		find "$d" -name '*.json' ! -name cell.json -exec gzip -9nf {} +
+		find "$d" -name arrivals.txt -exec gzip -9nf {} +
 		echo "replays: $d" >&2
 	done
 fi
