@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -193,6 +194,82 @@ func TestGPUPartitionRest(t *testing.T) {
 	for id := range out {
 		if in[id] {
 			t.Errorf("SM %d ran work of both the partition and its rest", id)
+		}
+	}
+}
+
+// TestGPUBlockPlacement records where the block dispatcher puts a small
+// kernel's blocks (128 threads each, recording their SM): on an idle GPU,
+// and while long blocks of another kernel — one of 128 threads per SM,
+// leaving most of each SM free — hold the SMs of a partition or every SM.
+// The simulator places a kernel's blocks one per SM with room, lowest SM
+// index first, and a partition on the highest SMs, so beside a partition
+// its HP blocks take the SMs the partition leaves first; this says whether
+// the GPU does the same (docs/simulator.md, "Co-run interference").
+func TestGPUBlockPlacement(t *testing.T) {
+	d, _ := openGPU(t)
+	spec := d.Info().Spec
+	fn := smidKernel(t, d)
+	pr := d.Info().Priorities
+	hs, err := d.NewStream(gpu.StreamOptions{Priority: pr.Greatest})
+	must(t, err)
+	// launch starts grid blocks of 128 threads spinning ns on s and returns
+	// a function that waits for them and gives each block's SM.
+	launch := func(s gpu.Stream, grid int, ns int64) func() []uint32 {
+		out, err := d.Alloc(int64(4 * grid))
+		must(t, err)
+		l := &gpu.Launch{Name: "smid", Func: fn, Grid: gpu.D1(grid), Block: gpu.D1(128)}
+		l.Args.Ptr(out).U64(uint64(ns))
+		must(t, d.Launch(s, l))
+		return func() []uint32 {
+			must(t, d.Synchronize())
+			buf := make([]byte, 4*grid)
+			must(t, d.CopyFromDevice(buf, out))
+			ids := make([]uint32, grid)
+			for i := range ids {
+				ids[i] = binary.LittleEndian.Uint32(buf[4*i:])
+			}
+			return ids
+		}
+	}
+	distinct := func(ids []uint32) map[uint32]int {
+		m := map[uint32]int{}
+		for _, id := range ids {
+			m[id]++
+		}
+		return m
+	}
+	for _, g := range []int{8, 32, 66} {
+		for range 2 {
+			ids := launch(hs, g, 20_000)()
+			t.Logf("idle GPU: %d blocks on %d SMs: %v", g, len(distinct(ids)), ids)
+		}
+	}
+	sms := gpu.PartitionFloor(spec, 96)
+	part, err := d.NewPartition(sms)
+	must(t, err)
+	ps, err := d.NewStream(gpu.StreamOptions{Context: part, Priority: pr.Least})
+	must(t, err)
+	ls, err := d.NewStream(gpu.StreamOptions{Priority: pr.Least})
+	must(t, err)
+	for _, c := range []struct {
+		name string
+		s    gpu.Stream
+		grid int
+	}{{fmt.Sprintf("a partition of %d SMs", sms), ps, sms}, {"every SM", ls, spec.SMs}} {
+		for _, g := range []int{8, 32} {
+			wait := launch(c.s, c.grid, int64(20*time.Millisecond))
+			time.Sleep(2 * time.Millisecond)
+			hp := launch(hs, g, 20_000)()
+			be := distinct(wait())
+			on := 0
+			for _, id := range hp {
+				if be[id] > 0 {
+					on++
+				}
+			}
+			t.Logf("beside long blocks on %s (%d blocks on %d SMs): %d HP blocks, %d on SMs holding BE blocks, on %d SMs: %v",
+				c.name, c.grid, len(be), g, on, len(distinct(hp)), hp)
 		}
 	}
 }
