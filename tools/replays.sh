@@ -56,6 +56,7 @@ for part in all train bert; do
 	run onmachine-$part results/matrix-sim-onmachine-$part-replay results/onmachine-$part-h200 bench/matrix/gpu-onmachine-$part.yaml results/onmachine-$part-h200/profiles
 	run onmachine2-$part results/matrix-sim-onmachine2-$part-replay results/onmachine2-$part-h200 bench/matrix/gpu-onmachine-$part.yaml results/onmachine2-$part-h200/profiles
 done
+run onmachine2b-all results/matrix-sim-onmachine2b-all-replay results/onmachine2b-all-h200 bench/matrix/gpu-onmachine-all.yaml results/onmachine2b-all-h200/profiles
 run onmachine2b-train results/matrix-sim-onmachine2b-train-replay results/onmachine2b-train-h200 bench/matrix/gpu-onmachine-train.yaml results/onmachine2b-train-h200/profiles
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
