@@ -5,8 +5,8 @@
 # simulator: each replays its GPU series on the same arrivals (atoll
 # matrix --replay), with that series' own profiles where it has them.
 # Run it after a change to the simulator's model or its measured figures,
-# then tools/gendocs.sh. Reports are gzipped as committed (gzip -n: the
-# same bytes for the same report). A few minutes on two cores.
+# then tools/gendocs.sh (cmd/atoll TestReplaysAreCurrent fails until then).
+# Reports are gzipped as committed (gzip -n). A few minutes on two cores.
 #
 #   tools/replays.sh            # all of them
 #   tools/replays.sh NAME...    # only these (e.g. onmachine2-train context)

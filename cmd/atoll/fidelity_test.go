@@ -205,3 +205,45 @@ func TestFidelitySeveralSeries(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaysAreCurrent: a committed replay of a GPU series is what this
+// build's simulator gives for it, so that docs/fidelity.md, the README and
+// the demo's note (generated from the replays) speak for the simulator as
+// it is. One replay stands for all (the one-cell results/matrix-sim-
+// context-replay/cp: ResNet-50 beside its training step under priority,
+// which moves with every co-run, host and graph figure); a change to the
+// simulator that moves it asks for tools/replays.sh.
+func TestReplaysAreCurrent(t *testing.T) {
+	t.Parallel() // 4 s, 45 s with -race: beside the package's other tests
+	const committed = "../../results/matrix-sim-context-replay/cp"
+	out := t.TempDir()
+	args := []string{"matrix", "--gpu", "H200", "--quiet", "--replay", "../../results/context-h200/cp/m", "--out", out, committed + "/cell.yaml"}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), &env{stdout: &stdout, stderr: &stderr}, args); code != 0 {
+		t.Fatalf("atoll %v: exit %d: %s", args, code, stderr.String())
+	}
+	now, err := bench.ReadMatrixDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, err := bench.ReadMatrixDir(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(now) != 1 || len(was) != 1 || len(now[0].Reports) != len(was[0].Reports) || len(now[0].Reports) == 0 {
+		t.Fatalf("replayed %d cells, committed %d: want one each with the same runs", len(now), len(was))
+	}
+	for i, r := range now[0].Reports {
+		w := was[0].Reports[i]
+		be := func(r *bench.Report) float64 {
+			if r.BENormalized == nil {
+				return 0
+			}
+			return *r.BENormalized
+		}
+		if r.Policy != w.Policy || r.HP.P50 != w.HP.P50 || r.HP.P99 != w.HP.P99 || be(r) != be(w) {
+			t.Errorf("%s: HP p50 %.1f, p99 %.1f µs, BE %.3f replayed; committed %s: %.1f, %.1f, %.3f: the committed replays are stale (tools/replays.sh, then tools/gendocs.sh)",
+				r.Policy, r.HP.P50, r.HP.P99, be(r), w.Policy, w.HP.P50, w.HP.P99, be(w))
+		}
+	}
+}
