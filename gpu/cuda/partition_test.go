@@ -198,14 +198,18 @@ func TestGPUPartitionRest(t *testing.T) {
 	}
 }
 
-// TestGPUBlockPlacement records where the block dispatcher puts a small
+// TestGPUBlockPlacement records where the block dispatcher puts a
 // kernel's blocks (128 threads each, recording their SM): on an idle GPU,
-// and while long blocks of another kernel — one of 128 threads per SM,
-// leaving most of each SM free — hold the SMs of a partition or every SM.
-// The simulator places a kernel's blocks one per SM with room, lowest SM
-// index first, and a partition on the highest SMs, so beside a partition
-// its HP blocks take the SMs the partition leaves first; this says whether
-// the GPU does the same (docs/simulator.md, "Co-run interference").
+// and while long blocks of another kernel — one per SM, of 128 or 1024
+// threads, leaving room on each SM — hold the SMs of a partition or every
+// SM. The simulator places a kernel's blocks one per SM with room per
+// round, breadth first, lowest SM index first, and a partition on the
+// highest SMs: beside a partition a kernel of up to the free SMs' count
+// takes only free SMs, a wider one also the partition's SMs in its first
+// round. On an H200 (results/placement-h200) kernels of 8 and 32 blocks
+// took only free SMs; the wider kernels (66, 132, 264 blocks) say whether
+// the GPU fills the free SMs first (docs/simulator.md, "Co-run
+// interference").
 func TestGPUBlockPlacement(t *testing.T) {
 	d, _ := openGPU(t)
 	spec := d.Info().Spec
@@ -215,10 +219,10 @@ func TestGPUBlockPlacement(t *testing.T) {
 	must(t, err)
 	// launch starts grid blocks of 128 threads spinning ns on s and returns
 	// a function that waits for them and gives each block's SM.
-	launch := func(s gpu.Stream, grid int, ns int64) func() []uint32 {
+	launch := func(s gpu.Stream, grid, block int, ns int64) func() []uint32 {
 		out, err := d.Alloc(int64(4 * grid))
 		must(t, err)
-		l := &gpu.Launch{Name: "smid", Func: fn, Grid: gpu.D1(grid), Block: gpu.D1(128)}
+		l := &gpu.Launch{Name: "smid", Func: fn, Grid: gpu.D1(grid), Block: gpu.D1(block)}
 		l.Args.Ptr(out).U64(uint64(ns))
 		must(t, d.Launch(s, l))
 		return func() []uint32 {
@@ -241,7 +245,7 @@ func TestGPUBlockPlacement(t *testing.T) {
 	}
 	for _, g := range []int{8, 32, 66} {
 		for range 2 {
-			ids := launch(hs, g, 20_000)()
+			ids := launch(hs, g, 128, 20_000)()
 			t.Logf("idle GPU: %d blocks on %d SMs: %v", g, len(distinct(ids)), ids)
 		}
 	}
@@ -253,14 +257,19 @@ func TestGPUBlockPlacement(t *testing.T) {
 	ls, err := d.NewStream(gpu.StreamOptions{Priority: pr.Least})
 	must(t, err)
 	for _, c := range []struct {
-		name string
-		s    gpu.Stream
-		grid int
-	}{{fmt.Sprintf("a partition of %d SMs", sms), ps, sms}, {"every SM", ls, spec.SMs}} {
-		for _, g := range []int{8, 32} {
-			wait := launch(c.s, c.grid, int64(20*time.Millisecond))
+		name  string
+		s     gpu.Stream
+		grid  int
+		block int
+	}{
+		{fmt.Sprintf("a partition of %d SMs", sms), ps, sms, 128},
+		{fmt.Sprintf("a partition of %d SMs", sms), ps, sms, 1024},
+		{"every SM", ls, spec.SMs, 128},
+	} {
+		for _, g := range []int{8, 32, 66, 132, 264} {
+			wait := launch(c.s, c.grid, c.block, int64(20*time.Millisecond))
 			time.Sleep(2 * time.Millisecond)
-			hp := launch(hs, g, 20_000)()
+			hp := launch(hs, g, 128, 20_000)()
 			be := distinct(wait())
 			on := 0
 			for _, id := range hp {
@@ -268,8 +277,8 @@ func TestGPUBlockPlacement(t *testing.T) {
 					on++
 				}
 			}
-			t.Logf("beside long blocks on %s (%d blocks on %d SMs): %d HP blocks, %d on SMs holding BE blocks, on %d SMs: %v",
-				c.name, c.grid, len(be), g, on, len(distinct(hp)), hp)
+			t.Logf("beside long blocks on %s (%d blocks of %d threads on %d SMs): %d HP blocks, %d on SMs holding BE blocks, on %d SMs: %v",
+				c.name, c.grid, c.block, len(be), g, on, len(distinct(hp)), hp)
 		}
 	}
 }
