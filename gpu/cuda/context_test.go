@@ -70,7 +70,7 @@ func spanOn(t *testing.T, d *Device, s gpu.Stream, steps []gpu.GraphStep) time.D
 // churnModes are what TestGPUStreamChurn does between its two timings,
 // each in a fresh process: N times (32 where the name gives no N).
 var churnModes = []string{"none", "make", "make-launch-2", "make-launch-4", "make-launch-6", "make-launch-8", "make-launch-12", "make-launch-16", "make-launch",
-	"destroy", "destroy-launch", "destroy-launch-least", "make-launch-least", "alternate", "alternate-s0", "alternate-greatest", "alternate-poll", "alternate-nosync", "alternate-16", "alternate-8", "launch-12", "launch-16", "launch", "graph-launch", "graphs", "events"}
+	"destroy", "destroy-launch", "destroy-launch-least", "make-launch-least", "alternate", "alternate-s0", "alternate-greatest", "alternate-poll", "alternate-nosync", "alternate-graph", "partition-1", "alternate-16", "alternate-8", "launch-12", "launch-16", "launch", "graph-launch", "graphs", "events"}
 
 // TestGPUStreamChurn measures when every kernel of a process starts to run
 // slower (what made HP requests 5–8 % slower inside a matrix process than
@@ -87,6 +87,11 @@ var churnModes = []string{"none", "make", "make-launch-2", "make-launch-4", "mak
 // least priority, "alternate-greatest" between two of the greatest,
 // "alternate-poll" waiting for each launch by polling an event recorded
 // after it as the scheduler does, "alternate-nosync" not waiting);
+// "alternate-graph" alternates one-kernel graph launches instead, as the
+// scheduler's HP requests and BE chunks go (not yet run: a matrix process,
+// whose launches alternate so, runs at a fresh process's speed);
+// "partition-1" launches once in an SM partition (a matrix process with a
+// partition policy served HP 5–7 % slower, results/partition-process-h200);
 // 8 alternations, 12 streams with work, 32 launches on one other stream
 // ("destroy-launch-least": made, launched on and destroyed at one
 // priority, so one kept CUDA stream serves them all), streams made
@@ -153,6 +158,13 @@ func churn(t *testing.T, mode string) {
 			pair[1] = s0
 		}
 	}
+	var graphs [2]gpu.Graph
+	if mode == "alternate-graph" {
+		for i := range graphs {
+			graphs[i], err = d.NewGraph(pair[i], []gpu.GraphStep{{Launch: empty}})
+			must(t, err)
+		}
+	}
 	ev := newEvents(t, d, 1)[0]
 	for i := range n {
 		prio := []int{pr.Least, pr.Greatest}[i%2]
@@ -173,6 +185,20 @@ func churn(t *testing.T, mode string) {
 			}
 		case "alternate-nosync":
 			must(t, d.Launch(pair[i%2], empty))
+		case "alternate-graph":
+			must(t, d.LaunchGraph(graphs[i%2], pair[i%2]))
+			must(t, d.Synchronize())
+		case "partition":
+			// One launch in an SM partition (a green context), made once.
+			if i == 0 {
+				spec := d.Info().Spec
+				part, err := d.NewPartition(gpu.PartitionFloor(spec, spec.SMs-spec.PartitionStep))
+				must(t, err)
+				ps, err := d.NewStream(gpu.StreamOptions{Context: part, Priority: pr.Least})
+				must(t, err)
+				must(t, d.Launch(ps, empty))
+				must(t, d.Synchronize())
+			}
 		case "make", "make-launch", "destroy", "destroy-launch":
 			s, err := d.NewStream(gpu.StreamOptions{Priority: prio})
 			must(t, err)
