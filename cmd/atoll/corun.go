@@ -158,18 +158,22 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	spec, err := gpu.LookupSpec(*simGPU)
-	if err != nil {
-		return err
+	var sc sim.Config
+	if *backend == "sim" {
+		spec, err := gpu.LookupSpec(*simGPU)
+		if err != nil {
+			return err
+		}
+		// The simulator as bench, demo and matrix run it (every measured
+		// host and GPU cost: events, the profile gap, launches), so that
+		// what this measures of it is what the scheduler's runs meet; the
+		// flags set the rest. With a BLAS, as the GPU whose profiles time
+		// it has cuBLASLt.
+		sc = sim.Defaults(spec, 1)
+		sc.NoticeLatency, sc.BLAS = notice.value(spec.Name), true
+		sc.CoRunDevice, sc.CoRunSM = corun.values(spec.Name)
+		hostCost.apply(&sc)
 	}
-	// The simulator as bench, demo and matrix run it (every measured host
-	// and GPU cost: events, the profile gap, launches), so that what this
-	// measures of it is what the scheduler's runs meet; the flags set the
-	// rest. With a BLAS, as the GPU whose profiles time it has cuBLASLt.
-	sc := sim.Defaults(spec, 1)
-	sc.NoticeLatency, sc.BLAS = notice.value(spec.Name), true
-	sc.CoRunDevice, sc.CoRunSM = corun.values(spec.Name)
-	hostCost.apply(&sc)
 	return runOn(*backend, sc, *simGPU, *ordinal,
 		"--backend sim runs the same measurement on the simulator (its prediction)", measure)
 }
