@@ -13,7 +13,7 @@ export CGO_CFLAGS := $(or $(CGO_CFLAGS),-O2 -g) -Wno-deprecated-declarations
 # a plain `go build` uses the scalar loop.
 export GOEXPERIMENT ?= simd
 
-.PHONY: build demo test bench gpu-build gpu-matrix docs fuzz clean
+.PHONY: build demo test bench gpu-build gpu-matrix docs replays fuzz clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/atoll ./cmd/atoll
@@ -50,6 +50,11 @@ gpu-matrix:
 # committed matrix runs under results/.
 docs: build
 	tools/gendocs.sh
+
+# Every committed replay of a GPU series, with this build's simulator
+# (after a change to the simulator's model or figures; then make docs).
+replays: build
+	tools/replays.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./profiles

@@ -10,7 +10,10 @@
 #
 #   tools/gpu/fidelity-all.sh OUT [SECONDS]   (stop starting parts after SECONDS, default 420)
 #
-# Needs bin/atoll (make gpu-build).
+# Needs bin/atoll (make gpu-build). On a lent machine that goes back when
+# idle, OUT goes with it: bring each finished part back (tar it into the
+# call's output) before the machine is released, or run one part a call
+# with tools/gpu/fidelity.sh OUT/PART 0 bench/matrix/gpu-onmachine-PART.yaml.
 set -euo pipefail
 out=${1:?usage: tools/gpu/fidelity-all.sh OUT [SECONDS]}
 limit=${2:-420}
