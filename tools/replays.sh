@@ -22,11 +22,7 @@ replay() {
 	shift 4
 	mkdir -p "$out"
 	find "$out" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
-	if [ -n "$prof" ]; then
-		ATOLL_PROFILES=$prof "$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$out" "$matrix" >/dev/null
-	else
-		"$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$out" "$matrix" >/dev/null
-	fi
+	env ${prof:+ATOLL_PROFILES="$prof"} "$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$out" "$matrix" >/dev/null
 	find "$out" -name '*.json' ! -name cell.json -exec gzip -9nf {} +
 	find "$out" -name arrivals.txt -exec gzip -9nf {} +
 	echo "replays: $out" >&2
@@ -60,18 +56,9 @@ run onmachine2b-all results/matrix-sim-onmachine2b-all-replay results/onmachine2
 run onmachine2b-train results/matrix-sim-onmachine2b-train-replay results/onmachine2b-train-h200 bench/matrix/gpu-onmachine-train.yaml results/onmachine2b-train-h200/profiles
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
-if pick context; then
-	# Each cell's matrix file is kept beside its replay (cell.yaml); cq
-	# ran BE kernel by kernel.
-	for x in cp co cq; do
-		flags=()
-		[ $x = cq ] && flags=(--be-graphs=false)
-		d=results/matrix-sim-context-replay/$x
-		rm -rf "$d/cell"
-		"$atoll" matrix --gpu H200 --quiet "${flags[@]}" --replay "results/context-h200/$x/m" --out "$d" "$d/cell.yaml" >/dev/null
-		find "$d" -name '*.json' ! -name cell.json -exec gzip -9nf {} +
-		find "$d" -name arrivals.txt -exec gzip -9nf {} +
-		echo "replays: $d" >&2
-	done
-fi
+# The context series' cells, each with its matrix file kept beside its
+# replay (cell.yaml); cq ran BE kernel by kernel.
+run context results/matrix-sim-context-replay/cp results/context-h200/cp/m results/matrix-sim-context-replay/cp/cell.yaml ""
+run context results/matrix-sim-context-replay/co results/context-h200/co/m results/matrix-sim-context-replay/co/cell.yaml ""
+run context results/matrix-sim-context-replay/cq results/context-h200/cq/m results/matrix-sim-context-replay/cq/cell.yaml "" --be-graphs=false
 for j in "${jobs[@]}"; do wait "$j"; done

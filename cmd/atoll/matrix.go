@@ -168,11 +168,11 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 }
 
 // profileApart runs atoll with args (a profile command) in a process of its
-// own. A profile measured after other models in the same process came out
-// up to 10 % slower than the same model's in a fresh process (ResNet-50's
-// graph pass 407-417 against 373-376 µs on an H200, results/onmachine2-h200),
-// while the matrix's runs served it at the fresh process's speed; each
-// profile in a fresh process is also what 'atoll profile' measures.
+// own, as 'atoll profile' measures: a model profiled after others in one
+// process came out up to 12 % slower than in a fresh one (ResNet-50's graph
+// pass 407.7 and 417.1 against 373.4 and 376.3 µs on H200s,
+// results/profile-apart-h200), while the matrix's runs served it at the
+// fresh process's speed.
 func profileApart(ctx context.Context, e *env, args []string) error {
 	// The name atoll was started by, where it finds the binary (as in the
 	// test scripts, where the binary is a test's), else the binary itself.

@@ -558,12 +558,13 @@ func (d *Device) context(c gpu.Context) (int32, error) {
 //
 // It hands out a CUDA stream an earlier DestroyStream let go where one of
 // that context and priority is spare: once work has been launched on 16
-// or more streams of a context, every kernel there runs slower for the
+// or more streams of a context (or 16 launches have moved between two
+// streams, TestGPUStreamChurn), every kernel there runs slower for the
 // rest of the process — cuBLASLt products 7 % and atoll's own kernels 3–4 %
-// on an H200, whichever streams they use (TestGPUStreamChurn; 12 streams
-// left them as they were). Each run of the scheduler makes its own
-// streams, so a process that runs many (atoll matrix) would otherwise
-// serve HP 5–8 % slower than a fresh one (results/context-h200).
+// on an H200, whichever streams they use. Each run of the scheduler makes
+// its own streams; with new CUDA streams each time, a process that runs
+// many (atoll matrix) served HP 5–8 % slower than a fresh one
+// (results/context-h200), with them reused as fast (docs/cuda.md).
 func (d *Device) NewStream(opt gpu.StreamOptions) (gpu.Stream, error) {
 	if err := d.live(); err != nil {
 		return 0, err
