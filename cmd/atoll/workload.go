@@ -272,7 +272,7 @@ func (f *coRunFlag) Set(v string) error {
 	return nil
 }
 
-const simCoRunHelp = "simulator: co-run interference — measured (fitted to atoll corun on the simulated GPU: an H200's figures on an H200, an H100's on others), off, or DEVICE,SM: a block's rate is divided by 1 + DEVICE × (share of the SMs other kernels hold) + SM × (share of its SM's warp slots other kernels hold) (docs/simulator.md, \"Co-run interference\")"
+const simCoRunHelp = "simulator: co-run interference — measured (fitted to atoll corun on the simulated GPU: an H200's figures on an H200, an H100's on others), off, or DEVICE,SM: a block's rate is divided by 1 + DEVICE (while other kernels' blocks run anywhere on the device) + SM × (share of its SM's warp slots other kernels hold) (docs/simulator.md, \"Co-run interference\")"
 
 // defaultSimEventCost is the measured figure (sim.MeasuredEventCost).
 const defaultSimEventCost = sim.MeasuredEventCost

@@ -9,18 +9,19 @@ import (
 )
 
 // With CoRunDevice, a kernel beside another kernel's blocks on the device's
-// other SMs runs 1 + CoRunDevice × (their share of the SMs) slower, and
+// other SMs runs 1 + CoRunDevice slower however many SMs they hold, and
 // alone exactly its profiled time; CoRunSM adds the share of its own SM's
 // warp slots another kernel holds. Computed by hand for kernels that fill
 // whole SMs and take no compute or DRAM share.
 func TestCoRunInterference(t *testing.T) {
 	const hpDur = 100 * us
-	hpTime := func(cfg Config, be bool) time.Duration {
+	hpTime := func(cfg Config, beSMs int) time.Duration {
 		r := newRig(t, cfg)
 		hi := r.partitionStream(96, true, -5) // HP on the 36 lowest SMs
-		if be {
-			// One block per SM of the partition, lasting far longer than HP.
-			r.launch(r.partitionStream(96, false, 0), plain("be", 96, 1024, 10*time.Millisecond))
+		if beSMs > 0 {
+			// One block per SM of the partition (the top beSMs SMs),
+			// lasting far longer than HP.
+			r.launch(r.partitionStream(beSMs, false, 0), plain("be", beSMs, 1024, 10*time.Millisecond))
 		}
 		r.launch(hi, plain("hp", 36, 1024, hpDur))
 		r.drain()
@@ -28,16 +29,18 @@ func TestCoRunInterference(t *testing.T) {
 	}
 	off := Config{}
 	on := Config{CoRunDevice: 0.4}
-	if got := hpTime(on, false); got != hpDur {
+	if got := hpTime(on, 0); got != hpDur {
 		t.Errorf("HP alone with the interference on: %v, want %v", got, hpDur)
 	}
-	if got := hpTime(off, true); got != hpDur {
+	if got := hpTime(off, 96); got != hpDur {
 		t.Errorf("HP beside BE with the interference off: %v, want %v (disjoint SMs, no shares)", got, hpDur)
 	}
-	slow := 1 + 0.4*96.0/132
+	slow := 1 + 0.4
 	want := time.Duration(float64(hpDur) * slow)
-	if got := hpTime(on, true); !near(got, want, 10*time.Nanosecond) {
-		t.Errorf("HP beside BE on 96 other SMs: %v, want %v", got, want)
+	for _, sms := range []int{96, 16} {
+		if got := hpTime(on, sms); !near(got, want, 10*time.Nanosecond) {
+			t.Errorf("HP beside BE on %d other SMs: %v, want %v", sms, got, want)
+		}
 	}
 	// On shared SMs: HP on every SM of the device beside BE blocks of half
 	// an SM's warps on the 96 partition SMs.
@@ -54,8 +57,8 @@ func TestCoRunInterference(t *testing.T) {
 		return r.last()
 	}
 	// HP's blocks on the partition's SMs share them with a BE block (S =
-	// 0.5) and see BE on 96 SMs (D = 96/132); they finish last.
-	slow = 1 + 0.4*96.0/132 + 0.5*0.5
+	// 0.5) and see BE on the device (D = 1); they finish last.
+	slow = 1 + 0.4 + 0.5*0.5
 	want = time.Duration(float64(hpDur) * slow)
 	if got := shared(Config{CoRunDevice: 0.4, CoRunSM: 0.5}); !near(got, want, 10*time.Nanosecond) {
 		t.Errorf("HP sharing SMs with BE: %v, want %v", got, want)

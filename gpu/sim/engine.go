@@ -286,10 +286,18 @@ func (d *Device) rates(m *machine) {
 
 // coRun is the interference term of g's rate (Config.CoRunDevice,
 // CoRunSM): total is the SMs held by every active group, each kernel's occ
-// its own share of them.
+// its own share of them. The device term is whole while any other
+// kernel's blocks are active, however few SMs they hold: on an H200,
+// ResNet-50 bs1 slowed 1.25× beside its training step confined to 32 SMs
+// and 1.15–1.21× confined to the 36 SMs the training step's 96 left it
+// (results/corun-h200), so what it shares beyond its SMs — L2, memory, the
+// front end — does not grow with the SMs the other kernels hold.
 func (d *Device) coRun(g *group, total int) float64 {
 	k := g.kern
-	dev := min(1, float64(total-k.occ)/float64(d.spec.SMs))
+	dev := 0.0
+	if total > k.occ {
+		dev = 1
+	}
 	warps := g.cls.wsum - g.cls.warpsOf(k)
 	sm := min(1, float64(warps)*32/float64(d.spec.MaxThreadsPerSM))
 	return d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm
