@@ -80,7 +80,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	out := fs.String("out", "", "write the report (JSON) here")
 	compare := fs.String("compare", "", "a report to compare with (e.g. the GPU's, when this one is simulated)")
 	corun := measuredCoRun // what the model was fitted to
-	fs.Var(&corun, "sim-corun", "--backend sim: the simulator's co-run interference: measured (fitted to this measurement on the simulated GPU: an H200's on an H200, an H100's on others; docs/simulator.md), off, or DEVICE,SM")
+	fs.Var(&corun, "sim-corun", "--backend sim: the simulator's co-run interference: measured (fitted to this measurement on the simulated GPU: an H200's on an H200, an H100's on others; docs/simulator.md), off, or DEVICE,SM[,MEMORY]")
 	notice := measuredNotice
 	fs.Var(&notice, "sim-notice", "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
 	hostCost := defaultSimLaunchCost
@@ -171,7 +171,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 		// it has cuBLASLt.
 		sc = sim.Defaults(spec, 1)
 		sc.NoticeLatency, sc.BLAS = notice.value(spec.Name), true
-		sc.CoRunDevice, sc.CoRunSM = corun.values(spec.Name)
+		sc.CoRunDevice, sc.CoRunSM, sc.CoRunMemory = corun.values(spec.Name)
 		hostCost.apply(&sc)
 	}
 	return runOn(*backend, sc, *simGPU, *ordinal,

@@ -109,7 +109,7 @@ func (f *simFlags) config(spec gpu.Spec, seed uint64) sim.Config {
 	sc := sim.Defaults(spec, seed)
 	sc.HostQueryCost, sc.HostDecideCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = f.queryCost, f.decide, f.eventCost, f.gap, f.notice.value(spec.Name), f.wake
 	sc.HostCompletionCost = f.completion
-	sc.CoRunDevice, sc.CoRunSM = f.corun.values(spec.Name)
+	sc.CoRunDevice, sc.CoRunSM, sc.CoRunMemory = f.corun.values(spec.Name)
 	f.hostCost.apply(&sc)
 	return sc
 }
@@ -223,33 +223,33 @@ func (f *noticeFlag) Set(v string) error {
 }
 
 // coRunFlag is --sim-corun: the simulator's co-run interference
-// (sim.Config.CoRunDevice, CoRunSM): "off" (the zero value), "measured"
-// (sim.MeasuredCoRun of the simulated GPU; the default of bench, demo and
-// matrix) or "DEVICE,SM".
+// (sim.Config.CoRunDevice, CoRunSM, CoRunMemory): "off" (the zero value),
+// "measured" (sim.MeasuredCoRun of the simulated GPU; the default of
+// bench, demo and matrix) or "DEVICE,SM[,MEMORY]".
 type coRunFlag struct {
-	measured     bool
-	device, onSM float64
+	measured          bool
+	device, onSM, mem float64
 }
 
 // measuredCoRun is --sim-corun measured.
 var measuredCoRun = coRunFlag{measured: true}
 
 // values are the weights on the simulated GPU gpuName.
-func (f *coRunFlag) values(gpuName string) (device, onSM float64) {
+func (f *coRunFlag) values(gpuName string) (device, onSM, mem float64) {
 	if f.measured {
 		return sim.MeasuredCoRun(gpuName)
 	}
-	return f.device, f.onSM
+	return f.device, f.onSM, f.mem
 }
 
 func (f *coRunFlag) String() string {
 	switch {
 	case f.measured:
 		return "measured"
-	case f.device == 0 && f.onSM == 0:
+	case f.device == 0 && f.onSM == 0 && f.mem == 0:
 		return "off"
 	}
-	return strconv.FormatFloat(f.device, 'g', -1, 64) + "," + strconv.FormatFloat(f.onSM, 'g', -1, 64)
+	return strconv.FormatFloat(f.device, 'g', -1, 64) + "," + strconv.FormatFloat(f.onSM, 'g', -1, 64) + "," + strconv.FormatFloat(f.mem, 'g', -1, 64)
 }
 
 func (f *coRunFlag) Set(v string) error {
@@ -261,18 +261,28 @@ func (f *coRunFlag) Set(v string) error {
 		*f = measuredCoRun
 		return nil
 	}
-	a, b, ok := strings.Cut(v, ",")
-	d, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
-	s, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
-	if !ok || err1 != nil || err2 != nil || !(d >= 0 && d <= 10) || !(s >= 0 && s <= 10) {
-		return fmt.Errorf("want off, measured (%g,%g on an H200, %g,%g on other GPUs) or DEVICE,SM: two numbers in [0, 10]",
-			sim.MeasuredCoRunDeviceH200, sim.MeasuredCoRunSMH200, sim.MeasuredCoRunDevice, sim.MeasuredCoRunSM)
+	parts := strings.Split(v, ",")
+	var w [3]float64
+	ok := len(parts) == 2 || len(parts) == 3
+	for i, p := range parts {
+		x, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if !ok || err != nil || !(x >= 0 && x <= 10) {
+			ok = false
+			break
+		}
+		w[i] = x
 	}
-	*f = coRunFlag{device: d, onSM: s}
+	if !ok {
+		d, s, m := sim.MeasuredCoRun(gpu.H200.Name)
+		hd, hs, hm := sim.MeasuredCoRun("")
+		return fmt.Errorf("want off, measured (%g,%g,%g on an H200, %g,%g,%g on other GPUs) or DEVICE,SM[,MEMORY]: numbers in [0, 10]",
+			d, s, m, hd, hs, hm)
+	}
+	*f = coRunFlag{device: w[0], onSM: w[1], mem: w[2]}
 	return nil
 }
 
-const simCoRunHelp = "simulator: co-run interference — measured (fitted to atoll corun on the simulated GPU: an H200's figures on an H200, an H100's on others), off, or DEVICE,SM: a block's rate is divided by 1 + DEVICE (while other kernels' blocks run anywhere on the device) + SM × (share of its SM's warp slots other kernels hold) (docs/simulator.md, \"Co-run interference\")"
+const simCoRunHelp = "simulator: co-run interference — measured (fitted to atoll corun on the simulated GPU: an H200's figures on an H200, an H100's on others), off, or DEVICE,SM[,MEMORY]: a block's rate is divided by 1 + DEVICE (while other kernels' blocks run anywhere on the device) + SM × (share of its SM's warp slots other kernels hold) + MEMORY × (share of the DRAM bandwidth other kernels move)⁴ (docs/simulator.md, \"Co-run interference\")"
 
 // defaultSimEventCost is the measured figure (sim.MeasuredEventCost).
 const defaultSimEventCost = sim.MeasuredEventCost

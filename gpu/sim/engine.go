@@ -53,9 +53,9 @@ type group struct {
 	mi      int  // index in machine.groups
 	// Copies of the part's figures rates reads for every group at every
 	// event (one cache line instead of three).
-	kern  *kernel
-	c, m  float64
-	warps int
+	kern     *kernel
+	c, m, mu float64
+	warps    int
 }
 
 // machine is the SM state of one GPU context. Only the active context's
@@ -231,20 +231,25 @@ func (d *Device) timeslice() {
 
 // rates recomputes every resident group's rate and completion time.
 func (d *Device) rates(m *machine) {
-	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0
+	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0 || d.cfg.CoRunMemory > 0
 	if co {
 		for _, g := range m.groups {
-			g.kern.occ = 0
+			g.kern.occ, g.kern.use = 0, 0
 		}
 	}
-	mem, total := 0.0, 0 // total: SMs held by active groups (co-run interference)
+	// total: SMs held by active groups, use: their DRAM use (co-run
+	// interference).
+	mem, total, use := 0.0, 0, 0.0
 	for _, g := range m.groups {
 		if !g.exit && !g.reading {
 			n := len(g.cls.ids)
 			mem += float64(g.k*n) * g.m
 			if co {
+				gu := float64(g.k*n) * g.mu
 				g.kern.occ += n
+				g.kern.use += gu
 				total += n
+				use += gu
 			}
 		}
 	}
@@ -270,7 +275,7 @@ func (d *Device) rates(m *machine) {
 		if !g.exit {
 			r = 1 / max(lim, g.cls.csum)
 			if co && !g.reading {
-				r /= 1 + d.coRun(g, total)
+				r /= 1 + d.coRun(g, total, use)
 			}
 		}
 		g.rate = r
@@ -285,14 +290,24 @@ func (d *Device) rates(m *machine) {
 }
 
 // coRun is the interference term of g's rate (Config.CoRunDevice,
-// CoRunSM): total is the SMs held by every active group, each kernel's occ
-// its own share of them. The device term is whole while any other
-// kernel's blocks are active, however few SMs they hold: on an H200,
-// ResNet-50 bs1 slowed 1.25× beside its training step confined to 32 SMs
-// and 1.15–1.21× confined to the 36 SMs the training step's 96 left it
-// (results/corun-h200), so what it shares beyond its SMs — L2, memory, the
-// front end — does not grow with the SMs the other kernels hold.
-func (d *Device) coRun(g *group, total int) float64 {
+// CoRunSM, CoRunMemory): total is the SMs held by every active group and
+// use their DRAM use; each kernel's occ and use are its own share of them.
+//
+//   - The device term is whole while any other kernel's blocks are active,
+//     however few SMs they hold: on an H200, ResNet-50 bs1 slowed 1.14×
+//     beside its training step confined to 16 SMs and 1.15–1.21× on the 36
+//     SMs a 96-SM partition left it (results/corun-h200), so what they
+//     share beyond SMs — L2, memory, the front end — is there as soon as
+//     the other kernel runs.
+//   - The SM term is the share of its own SM's warp slots other kernels'
+//     blocks hold.
+//   - The memory term is the fourth power of the share of the DRAM
+//     bandwidth the other kernels move (bytes over duration, at most 1):
+//     beside kernels of ResNet-50's training step moving half the
+//     bandwidth or less HP slowed little more than beside compute-bound
+//     ones, and 5.6× beside VGG-19's first classifier layer, which moves
+//     86 % of it (results/corun-h200 s29a, s30).
+func (d *Device) coRun(g *group, total int, use float64) float64 {
 	k := g.kern
 	dev := 0.0
 	if total > k.occ {
@@ -300,7 +315,9 @@ func (d *Device) coRun(g *group, total int) float64 {
 	}
 	warps := g.cls.wsum - g.cls.warpsOf(k)
 	sm := min(1, float64(warps)*32/float64(d.spec.MaxThreadsPerSM))
-	return d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm
+	u := min(1, max(0, use-k.use))
+	u2 := u * u
+	return d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm + d.cfg.CoRunMemory*u2*u2
 }
 
 // addWarps counts w warps of kernel k's active groups on each SM of c.
@@ -574,7 +591,7 @@ func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 	if !grown {
 		g := d.newGroup()
 		*g = group{part: p, cls: c, k: 1, w: p.tb, born: d.now, reading: p.hostRead, wait: wait, exit: exit, mi: len(m.groups),
-			kern: p.k, c: p.c, m: p.m, warps: p.res.warps}
+			kern: p.k, c: p.c, m: p.m, mu: p.mu, warps: p.res.warps}
 		if exit {
 			g.w = d.blkMin
 		}

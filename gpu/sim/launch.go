@@ -53,6 +53,11 @@ type part struct {
 	// Solo duration of one block (for resumable bodies: of one logical
 	// block), ns, and its compute and DRAM demand shares.
 	tb, c, m float64
+	// mu is one block's DRAM use for the co-run interference: its bytes
+	// over its duration as a share of the spec's DRAM bandwidth (not
+	// capped at the profile's measured peak, as m is), split over its
+	// resident blocks.
+	mu float64
 
 	pending  int // blocks not yet dispatched
 	resident int // blocks on SMs, suspended ones included
@@ -77,8 +82,9 @@ type kernel struct {
 	eligible bool    // at the head of its stream, past launch latency
 	elig     float64 // when it became eligible
 	started  bool
-	inGraph  bool // a step of a graph (Device.profileHeld)
-	occ      int  // SMs its active groups hold (rates, with co-run interference)
+	inGraph  bool    // a step of a graph (Device.profileHeld)
+	occ      int     // SMs its active groups hold (rates, with co-run interference)
+	use      float64 // DRAM use of its active groups (rates, with co-run interference)
 }
 
 func (k *kernel) pendingBlocks() int {
@@ -303,7 +309,7 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 		// rates stay the profile's, as the co-run fit took them).
 		c.Duration, held = c.GraphDuration, 0
 	}
-	p.tb, p.c, p.m = d.timing(c, logical, bpsm, sms, held)
+	p.tb, p.c, p.m, p.mu = d.timing(c, logical, bpsm, sms, held)
 }
 
 // profileHeld is the GPU time a profiled duration holds beyond its kernel
@@ -332,7 +338,7 @@ func (d *Device) profileHeld(inGraph bool) float64 {
 // points takes the points' duration there (gpu.Cost.PartitionDuration),
 // spread over its waves on those SMs; without points its blocks keep their
 // whole-device duration and simply take more rounds.
-func (d *Device) timing(c gpu.Cost, n, bpsm, sms int, held float64) (tb, cs, ms float64) {
+func (d *Device) timing(c gpu.Cost, n, bpsm, sms int, held float64) (tb, cs, ms, mu float64) {
 	s := d.spec
 	spread := s.SMs // the SMs its waves are counted on
 	total := float64(c.Duration)
@@ -368,5 +374,8 @@ func (d *Device) timing(c gpu.Cost, n, bpsm, sms int, held float64) (tb, cs, ms 
 	}
 	resident := min(n, perWave)
 	perSM := (resident + spread - 1) / spread
-	return tb, cf / float64(perSM), mf / float64(resident)
+	if total > 0 && c.Bytes > 0 {
+		mu = min(1, c.Bytes/(total*1e-9*s.DRAMBandwidth)) / float64(resident)
+	}
+	return tb, cf / float64(perSM), mf / float64(resident), mu
 }
