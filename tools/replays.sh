@@ -54,6 +54,9 @@ for part in all train bert; do
 done
 run onmachine2b-all results/matrix-sim-onmachine2b-all-replay results/onmachine2b-all-h200 bench/matrix/gpu-onmachine-all.yaml results/onmachine2b-all-h200/profiles
 run onmachine2b-train results/matrix-sim-onmachine2b-train-replay results/onmachine2b-train-h200 bench/matrix/gpu-onmachine-train.yaml results/onmachine2b-train-h200/profiles
+for x in c d; do # the training part twice in a row on a third H200
+	run onmachine2$x-train results/matrix-sim-onmachine2$x-train-replay results/onmachine2$x-train-h200 bench/matrix/gpu-onmachine-train.yaml results/onmachine2$x-train-h200/profiles
+done
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
 # The context series' cells, each with its matrix file kept beside its
