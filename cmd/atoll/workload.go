@@ -264,17 +264,14 @@ func (f *coRunFlag) Set(v string) error {
 	parts := strings.Split(v, ",")
 	var w [3]float64
 	ok := len(parts) == 2 || len(parts) == 3
-	for i, p := range parts {
-		x, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
-		if !ok || err != nil || !(x >= 0 && x <= 10) {
-			ok = false
-			break
-		}
+	for i := 0; ok && i < len(parts); i++ {
+		x, err := strconv.ParseFloat(strings.TrimSpace(parts[i]), 64)
+		ok = err == nil && x >= 0 && x <= 10
 		w[i] = x
 	}
 	if !ok {
 		d, s, m := sim.MeasuredCoRun(gpu.H200.Name)
-		hd, hs, hm := sim.MeasuredCoRun("")
+		hd, hs, hm := sim.MeasuredCoRun(gpu.H100SXM.Name)
 		return fmt.Errorf("want off, measured (%g,%g,%g on an H200, %g,%g,%g on other GPUs) or DEVICE,SM[,MEMORY]: numbers in [0, 10]",
 			d, s, m, hd, hs, hm)
 	}

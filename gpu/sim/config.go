@@ -271,13 +271,9 @@ const (
 // the GPU's 1.115 / 1.160 / 1.298 / 1.436–1.451 / 1.742 / 1.213–1.233
 // (rms error 6.1 %).
 //
-// The memory weight is 0: with one fitted to these sweeps (6 on an H200,
-// 1.5 on an H100, with the SM weight 1.0 and 1.5) the kernel-level pairs
-// held out came closer — ResNet-50 beside VGG-19 inference 1.703 against
-// the GPU's 1.887, where it is 1.468 without — but the whole matrix held
-// out came further (19 of 32 runs within 10 % on HP p99 against 20, 15 of
-// 24 against 16 on a second machine; docs/simulator.md). Until a form
-// brings both closer the default leaves the term out; --sim-corun
+// The memory weight is 0: fitted to these sweeps (0.2, 1.0, 6 on an H200)
+// it brings the held-out kernel-level pairs closer and the whole matrix
+// held out further from the GPU (docs/simulator.md has both); --sim-corun
 // DEVICE,SM,MEMORY sets it.
 const (
 	MeasuredCoRunDevice = 0.2

@@ -232,23 +232,26 @@ func (d *Device) timeslice() {
 // rates recomputes every resident group's rate and completion time.
 func (d *Device) rates(m *machine) {
 	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0 || d.cfg.CoRunMemory > 0
+	coMem := d.cfg.CoRunMemory > 0
 	if co {
 		for _, g := range m.groups {
 			g.kern.occ, g.kern.use = 0, 0
 		}
 	}
 	// total: SMs held by active groups, use: their DRAM use (co-run
-	// interference).
+	// interference; use only with its memory term).
 	mem, total, use := 0.0, 0, 0.0
 	for _, g := range m.groups {
 		if !g.exit && !g.reading {
 			n := len(g.cls.ids)
 			mem += float64(g.k*n) * g.m
 			if co {
-				gu := float64(g.k*n) * g.mu
 				g.kern.occ += n
-				g.kern.use += gu
 				total += n
+			}
+			if coMem {
+				gu := float64(g.k*n) * g.mu
+				g.kern.use += gu
 				use += gu
 			}
 		}
@@ -315,9 +318,13 @@ func (d *Device) coRun(g *group, total int, use float64) float64 {
 	}
 	warps := g.cls.wsum - g.cls.warpsOf(k)
 	sm := min(1, float64(warps)*32/float64(d.spec.MaxThreadsPerSM))
-	u := min(1, max(0, use-k.use))
-	u2 := u * u
-	return d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm + d.cfg.CoRunMemory*u2*u2
+	f := d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm
+	if d.cfg.CoRunMemory > 0 {
+		u := min(1, max(0, use-k.use))
+		u2 := u * u
+		f += d.cfg.CoRunMemory * u2 * u2
+	}
+	return f
 }
 
 // addWarps counts w warps of kernel k's active groups on each SM of c.
