@@ -44,6 +44,14 @@ type CoRunOptions struct {
 	// graph) with an event after every kernel, as the scheduler submits a
 	// request, instead of a launch and a record per kernel.
 	HPGraph bool
+	// HPPassEvents records one HP event a pass, at its end, instead of
+	// one after every kernel: an event takes GPU time (about 2–3 µs on
+	// an H100 or H200) that BE does not slow, so with one after every
+	// kernel a pass of many short kernels (BERT-base: 137) is mostly
+	// events and its slowdown is diluted. A request's graph in the
+	// scheduler records a few. Per-kernel slowdowns are then not measured:
+	// HPAloneUs and each HPKernelSlowdown hold one figure, the pass's.
+	HPPassEvents bool
 	// BEDepth, when positive, keeps at most this many BE launches queued
 	// (the host launches the next as one completes, between its HP
 	// launches), as a scheduler with a bounded BE queue does; zero queues
@@ -78,7 +86,7 @@ type CoRunOptions struct {
 // kernel of a BE model: for each distinct BE launch shape it queues that
 // kernel back to back on a stream of an SM partition of PartitionSMs, and
 // once it runs times Passes HP passes (a CUDA event between every two HP
-// launches) on a greatest-priority stream of the primary context; the HP
+// launches, or between passes only: HPPassEvents) on a greatest-priority stream of the primary context; the HP
 // model alone is timed the same way every few BE kernels. The same code
 // runs on the simulator (with the profiles' costs), which gives the
 // simulator's prediction of the same figures.
@@ -159,6 +167,7 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 		BEDepth:      opt.BEDepth,
 		BEGraphs:     opt.BEGraphs,
 		HPGraph:      opt.HPGraph,
+		HPPassEvents: opt.HPPassEvents,
 		Passes:       opt.Passes,
 	}
 	for _, l := range hpIn.Graph().Layers {

@@ -23,10 +23,11 @@ type CoRunReport struct {
 	HP           ModelBatch  `json:"hp"`
 	BE           ModelBatch  `json:"be"`
 	PartitionSMs int         `json:"partitionSms"`
-	HPRest       bool        `json:"hpRest,omitempty"`   // HP on the SMs the partition leaves
-	BEDepth      int         `json:"beDepth,omitempty"`  // BE launches queued at most (0: all at once)
-	HPGraph      bool        `json:"hpGraph,omitempty"`  // HP passes submitted as graphs
-	BEGraphs     bool        `json:"beGraphs,omitempty"` // every BE kernel queued in graphs
+	HPRest       bool        `json:"hpRest,omitempty"`       // HP on the SMs the partition leaves
+	BEDepth      int         `json:"beDepth,omitempty"`      // BE launches queued at most (0: all at once)
+	HPGraph      bool        `json:"hpGraph,omitempty"`      // HP passes submitted as graphs
+	HPPassEvents bool        `json:"hpPassEvents,omitempty"` // one HP event a pass: HPAloneUs and HPKernelSlowdown hold the pass's figure only
+	BEGraphs     bool        `json:"beGraphs,omitempty"`     // every BE kernel queued in graphs
 	Passes       int         `json:"passes"`
 	HPKernels    []string    `json:"hpKernels"`
 	HPAloneUs    []float64   `json:"hpAloneUs"`        // per HP kernel, median of every baseline pass
@@ -214,9 +215,13 @@ func ReadCoRun(rd io.Reader) (*CoRunReport, error) {
 	if r.APIVersion != CoRunAPIVersion {
 		return nil, fmt.Errorf("apiVersion %q, want %q (a report of atoll corun)", r.APIVersion, CoRunAPIVersion)
 	}
+	want := len(r.HPKernels)
+	if r.HPPassEvents {
+		want = 1 // the pass's
+	}
 	for _, k := range r.Kernels {
-		if k.Passes > 0 && len(k.HPKernelSlowdown) != len(r.HPKernels) {
-			return nil, fmt.Errorf("BE kernel %d (%s): %d HP kernel slowdowns for %d HP kernels", k.Index, k.Name, len(k.HPKernelSlowdown), len(r.HPKernels))
+		if k.Passes > 0 && len(k.HPKernelSlowdown) != want {
+			return nil, fmt.Errorf("BE kernel %d (%s): %d HP kernel slowdowns, want %d (%d HP kernels, events after each pass: %v)", k.Index, k.Name, len(k.HPKernelSlowdown), want, len(r.HPKernels), r.HPPassEvents)
 		}
 	}
 	return &r, nil

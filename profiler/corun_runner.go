@@ -21,7 +21,8 @@ type coRunner struct {
 	hp, be     gpu.Stream // HP: primary context, greatest priority; BE: the partition, least
 	beCtx      gpu.Context
 	hpLaunches []*gpu.Launch
-	events     []gpu.Event // Passes × HP kernels + 1
+	events     []gpu.Event // Passes × len(ends) + 1
+	ends       []int       // per pass, the HP kernels after which an event is recorded (index + 1)
 	beStart    gpu.Event
 	ring       []gpu.Event // BEDepth: one per BE launch in flight
 	graphs     []gpu.Graph // HPGraph: one per pass
@@ -72,7 +73,14 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 		}
 		c.hpLaunches = append(c.hpLaunches, l)
 	}
-	c.events = make([]gpu.Event, c.opt.Passes*n+1)
+	c.ends = []int{n}
+	if !c.opt.HPPassEvents {
+		c.ends = make([]int, n)
+		for i := range c.ends {
+			c.ends[i] = i + 1
+		}
+	}
+	c.events = make([]gpu.Event, c.opt.Passes*len(c.ends)+1)
 	for i := range c.events {
 		if c.events[i], err = c.dev.NewEvent(); err != nil {
 			return fmt.Errorf("NewEvent: %w", err)
@@ -92,7 +100,11 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 		for p := range c.opt.Passes {
 			steps := make([]gpu.GraphStep, n)
 			for i, l := range c.hpLaunches {
-				steps[i] = gpu.GraphStep{Launch: l, Event: c.events[p*n+i+1]}
+				steps[i].Launch = l
+			}
+			m := len(c.ends)
+			for j, end := range c.ends {
+				steps[end-1].Event = c.events[p*m+j+1]
 			}
 			g, err := gr.NewGraph(c.hp, steps)
 			if err != nil {
@@ -260,7 +272,7 @@ func (c *coRunner) readPasses() ([]hpPass, error) {
 		}
 		ts[i] = t
 	}
-	n := len(c.hpLaunches)
+	n := len(c.ends)
 	passes := make([]hpPass, c.opt.Passes)
 	for p := range passes {
 		us := make([]float64, n)
@@ -289,7 +301,7 @@ func (c *coRunner) enqueuePasses(between func() error) error {
 	if err := c.dev.Record(c.events[0], c.hp); err != nil {
 		return fmt.Errorf("Record: %w", err)
 	}
-	n := len(c.hpLaunches)
+	m := len(c.ends)
 	for p := range c.opt.Passes {
 		if c.graphs != nil {
 			if err := c.dev.(gpu.Grapher).LaunchGraph(c.graphs[p], c.hp); err != nil {
@@ -302,12 +314,16 @@ func (c *coRunner) enqueuePasses(between func() error) error {
 			}
 			continue
 		}
+		j := 0 // the pass's next event
 		for i, l := range c.hpLaunches {
 			if err := c.dev.Launch(c.hp, l); err != nil {
 				return fmt.Errorf("launch %s: %w", l.Name, err)
 			}
-			if err := c.dev.Record(c.events[p*n+i+1], c.hp); err != nil {
-				return fmt.Errorf("Record: %w", err)
+			if c.ends[j] == i+1 {
+				if err := c.dev.Record(c.events[p*m+j+1], c.hp); err != nil {
+					return fmt.Errorf("Record: %w", err)
+				}
+				j = min(j+1, m-1)
 			}
 			if between != nil && i%4 == 3 {
 				if err := between(); err != nil {

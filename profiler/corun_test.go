@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +139,50 @@ func TestCoRunSim(t *testing.T) {
 	}
 }
 
+// With one HP event a pass the pass alone is shorter by the other
+// events' GPU time, there is one HP figure per BE kernel (the pass's), and
+// HP's slowdown is no longer diluted by event time that BE does not slow:
+// it is larger than with an event after every kernel. Both as launches
+// and as graphs.
+func TestCoRunPassEvents(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	wide := byName(t, be, "features.14")
+	const event = 3 * time.Microsecond
+	for _, graph := range []bool{false, true} {
+		run := func(pass bool) *profiler.CoRunReport {
+			dev := simDev(t, sim.Config{Spec: spec, BLAS: true, EventCost: event, CoRunDevice: 0.3})
+			rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+				profiler.CoRunOptions{PartitionSMs: 96, Passes: 3, Kernels: []int{wide}, HP: hp, BE: be, HPGraph: graph, HPPassEvents: pass})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rep
+		}
+		each, pass := run(false), run(true)
+		if !pass.HPPassEvents || each.HPPassEvents {
+			t.Errorf("graph %v: hpPassEvents recorded %v / %v", graph, each.HPPassEvents, pass.HPPassEvents)
+		}
+		if len(pass.HPAloneUs) != 1 || len(pass.Kernels[0].HPKernelSlowdown) != 1 || len(pass.HPKernels) != len(hp.Kernels) {
+			t.Fatalf("graph %v: %d alone figures, %d slowdowns, %d kernels named: want 1, 1, %d", graph, len(pass.HPAloneUs), len(pass.Kernels[0].HPKernelSlowdown), len(pass.HPKernels), len(hp.Kernels))
+		}
+		saved := float64(len(hp.Kernels)-1) * event.Seconds() * 1e6
+		if d := each.HPRequestUs[0] - pass.HPRequestUs[0]; math.Abs(d-saved) > 0.05*saved {
+			t.Errorf("graph %v: one event a pass saves %.1f µs alone, want the other events' %.1f", graph, d, saved)
+		}
+		if !(pass.Kernels[0].HPSlowdown > each.Kernels[0].HPSlowdown) {
+			t.Errorf("graph %v: slowdown %.4f with one event a pass, %.4f with one after each kernel: want the first larger", graph, pass.Kernels[0].HPSlowdown, each.Kernels[0].HPSlowdown)
+		}
+		var buf bytes.Buffer
+		if err := profiler.WriteCoRun(&buf, pass); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := profiler.ReadCoRun(&buf); err != nil {
+			t.Errorf("graph %v: the report does not read back: %v", graph, err)
+		}
+	}
+}
+
 // With HP on the SMs the partition leaves, the two share no SM: HP alone
 // runs on fewer SMs and is slower than on the whole device.
 func TestCoRunHPRest(t *testing.T) {
@@ -223,7 +268,8 @@ func TestReadCoRunRefuses(t *testing.T) {
 		{`{"apiVersion":"atoll/corun/v0"}`, "apiVersion"},
 		{`{"apiVersion":"atoll/corun/v1","extra":1}`, "unknown field"},
 		{`not json`, "not a co-run report"},
-		{`{"apiVersion":"atoll/corun/v1","hpKernels":["a","b"],"beKernels":[{"index":0,"name":"k","passes":2,"hpKernelSlowdown":[1.1]}]}`, "1 HP kernel slowdowns for 2"},
+		{`{"apiVersion":"atoll/corun/v1","hpKernels":["a","b"],"beKernels":[{"index":0,"name":"k","passes":2,"hpKernelSlowdown":[1.1]}]}`, "1 HP kernel slowdowns, want 2"},
+		{`{"apiVersion":"atoll/corun/v1","hpKernels":["a","b"],"hpPassEvents":true,"beKernels":[{"index":0,"name":"k","passes":2,"hpKernelSlowdown":[1.1,1.2]}]}`, "2 HP kernel slowdowns, want 1"},
 	} {
 		if _, err := profiler.ReadCoRun(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%.40s: %v, want %q", tc.in, err, tc.want)
@@ -239,9 +285,13 @@ func FuzzReadCoRun(f *testing.F) {
 		if err != nil {
 			return
 		}
+		want := len(r.HPKernels)
+		if r.HPPassEvents {
+			want = 1
+		}
 		for _, k := range r.Kernels {
-			if k.Passes > 0 && len(k.HPKernelSlowdown) != len(r.HPKernels) {
-				t.Fatalf("accepted a kernel with %d slowdowns for %d HP kernels", len(k.HPKernelSlowdown), len(r.HPKernels))
+			if k.Passes > 0 && len(k.HPKernelSlowdown) != want {
+				t.Fatalf("accepted a kernel with %d slowdowns for %d HP kernels (pass events %v)", len(k.HPKernelSlowdown), len(r.HPKernels), r.HPPassEvents)
 			}
 		}
 	})
