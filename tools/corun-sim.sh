@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The simulator's prediction of committed GPU co-run reports (atoll corun
+# --out): each report's own command re-run with --backend sim on the
+# report's GPU, with the co-run interference given (measured, off, or
+# DEVICE,SM[,MEMORY]), then one line per report — the GPU's mean HP
+# slowdown, the simulator's, the error — and the rms error last. This is
+# how docs/simulator.md's co-run tables are made.
+#
+#   tools/corun-sim.sh measured results/corun-h200/s31-*.json.gz
+#   tools/corun-sim.sh 0.2,1.0,6 results/corun-h200/s31-*-d16gp.json.gz
+#
+# ATOLL names the binary (bin/atoll); JOBS the runs at once (2); OUT keeps
+# the simulated reports and their text (a temporary folder otherwise).
+set -euo pipefail
+corun=${1:?usage: tools/corun-sim.sh measured|off|DEVICE,SM[,MEMORY] REPORT...}
+shift
+[ $# -gt 0 ] || { echo "tools/corun-sim.sh: no GPU report given" >&2; exit 2; }
+atoll=${ATOLL:-bin/atoll}
+[ -x "$atoll" ] || { echo "tools/corun-sim.sh: $atoll is missing: go build -o bin/atoll ./cmd/atoll" >&2; exit 2; }
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+field() { zcat -f "$1" | sed -n "s/^ *\"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -1; }
+jobs=()
+for f in "$@"; do
+	cmd=$(zcat -f "$f" | sed -n 's/^ *"command": "atoll corun \(.*\)",$/\1/p')
+	[ -n "$cmd" ] || { echo "tools/corun-sim.sh: $f: no atoll corun command recorded" >&2; exit 2; }
+	# Drop what names the GPU run's backend, device, output and simulator.
+	args=$(echo "$cmd" | sed -E 's/--(backend|out|gpu|sim-corun|device)[ =][^ ]*//g; s/--quiet//g')
+	name=$(basename "$f" .json.gz)
+	name=${name%.json}
+	jobs+=("$name|$(field "$f" gpu)|$args")
+done
+printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '
+	IFS="|" read -r name gpu args <<<"{}"
+	# shellcheck disable=SC2086
+	"$0" corun --backend sim --gpu "$gpu" --sim-corun "$1" $args --quiet --out "$2/$name.json" >"$2/$name.txt" 2>&1 ||
+		echo "$name: the simulator failed (see $2/$name.txt)" >&2
+' "$atoll" "$corun" "$out"
+printf '%-48s %7s %7s %7s\n' report GPU sim error
+sq=0 n=0
+for f in "$@"; do
+	name=$(basename "$f" .json.gz)
+	name=${name%.json}
+	g=$(zcat -f "$f" | sed -n 's/^ *"meanHpSlowdown": \([0-9.]*\),\{0,1\}$/\1/p')
+	s=$(sed -n 's/^ *"meanHpSlowdown": \([0-9.]*\),\{0,1\}$/\1/p' "$out/$name.json" 2>/dev/null || true)
+	if [ -z "$g" ] || [ -z "$s" ]; then
+		printf '%-48s %7s %7s %7s\n' "$name" "${g:--}" "${s:--}" -
+		continue
+	fi
+	e=$(awk -v g="$g" -v s="$s" 'BEGIN { printf "%.1f", 100 * (s - g) / g }')
+	printf '%-48s %7.3f %7.3f %6s%%\n' "$name" "$g" "$s" "$e"
+	sq=$(awk -v a="$sq" -v e="$e" 'BEGIN { print a + e * e }')
+	n=$((n + 1))
+done
+[ "$n" -gt 0 ] && awk -v a="$sq" -v n="$n" 'BEGIN { printf "rms error over %d reports: %.1f %%\n", n, sqrt(a / n) }'
