@@ -52,6 +52,15 @@ type CoRunOptions struct {
 	// scheduler records a few. Per-kernel slowdowns are then not measured:
 	// HPAloneUs and each HPKernelSlowdown hold one figure, the pass's.
 	HPPassEvents bool
+	// HPGap, when positive, sends each HP pass alone, as a request: the
+	// host waits until the pass before has completed and HPGap more, then
+	// records a start event on the idle HP stream and launches the pass,
+	// which is timed from that event to its end. HP then meets a GPU that
+	// BE has had to itself for HPGap, its SMs taken by BE's resident
+	// blocks — priority's case in the matrix — instead of passes queued
+	// back to back. It needs BEDepth (BE is refilled while the host
+	// waits) and implies HPPassEvents.
+	HPGap time.Duration
 	// BEDepth, when positive, keeps at most this many BE launches queued
 	// (the host launches the next as one completes, between its HP
 	// launches), as a scheduler with a bounded BE queue does; zero queues
@@ -117,6 +126,12 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 	if opt.BEGraphs && opt.BEDepth == 0 {
 		return nil, fmt.Errorf("%w: BE graphs need a bounded BE queue (BEDepth, --be-depth): the whole run queued at once is launched kernel by kernel", ErrMeasure)
 	}
+	if opt.HPGap < 0 || (opt.HPGap > 0 && opt.BEDepth == 0) {
+		return nil, fmt.Errorf("%w: HP gap %v: needs a positive gap and a bounded BE queue (BEDepth, --be-depth), refilled while the host waits", ErrMeasure, opt.HPGap)
+	}
+	if opt.HPGap > 0 {
+		opt.HPPassEvents = true
+	}
 	if opt.BEDepth < 0 || opt.BEDepth > coRunMaxQueue {
 		return nil, fmt.Errorf("%w: BE depth %d: want 0 (all queued at once) to %d", ErrMeasure, opt.BEDepth, coRunMaxQueue)
 	}
@@ -168,6 +183,7 @@ func CoRun(ctx context.Context, dev gpu.Device, lib *kernels.Library, opt CoRunO
 		BEGraphs:     opt.BEGraphs,
 		HPGraph:      opt.HPGraph,
 		HPPassEvents: opt.HPPassEvents,
+		HPGapUs:      float64(opt.HPGap) / float64(time.Microsecond),
 		Passes:       opt.Passes,
 	}
 	for _, l := range hpIn.Graph().Layers {

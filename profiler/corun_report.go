@@ -27,6 +27,7 @@ type CoRunReport struct {
 	BEDepth      int         `json:"beDepth,omitempty"`      // BE launches queued at most (0: all at once)
 	HPGraph      bool        `json:"hpGraph,omitempty"`      // HP passes submitted as graphs
 	HPPassEvents bool        `json:"hpPassEvents,omitempty"` // one HP event a pass: HPAloneUs and HPKernelSlowdown hold the pass's figure only
+	HPGapUs      float64     `json:"hpGapUs,omitempty"`      // each HP pass sent alone, this long after the one before completed
 	BEGraphs     bool        `json:"beGraphs,omitempty"`     // every BE kernel queued in graphs
 	Passes       int         `json:"passes"`
 	HPKernels    []string    `json:"hpKernels"`

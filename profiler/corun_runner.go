@@ -23,6 +23,7 @@ type coRunner struct {
 	hpLaunches []*gpu.Launch
 	events     []gpu.Event // Passes × len(ends) + 1
 	ends       []int       // per pass, the HP kernels after which an event is recorded (index + 1)
+	starts     []gpu.Event // HPGap: each pass's start, recorded on the idle HP stream
 	beStart    gpu.Event
 	ring       []gpu.Event // BEDepth: one per BE launch in flight
 	graphs     []gpu.Graph // HPGraph: one per pass
@@ -81,9 +82,14 @@ func (c *coRunner) setup(lib *kernels.Library, hpIn *exec.Instance, spec gpu.Spe
 		}
 	}
 	c.events = make([]gpu.Event, c.opt.Passes*len(c.ends)+1)
-	for i := range c.events {
-		if c.events[i], err = c.dev.NewEvent(); err != nil {
-			return fmt.Errorf("NewEvent: %w", err)
+	if c.opt.HPGap > 0 {
+		c.starts = make([]gpu.Event, c.opt.Passes)
+	}
+	for _, evs := range [][]gpu.Event{c.events, c.starts} {
+		for i := range evs {
+			if evs[i], err = c.dev.NewEvent(); err != nil {
+				return fmt.Errorf("NewEvent: %w", err)
+			}
 		}
 	}
 	if c.beStart, err = c.dev.NewEvent(); err != nil {
@@ -140,7 +146,7 @@ func (c *coRunner) close() {
 	for _, p := range c.allocs {
 		_ = c.dev.Free(p)
 	}
-	for _, e := range append(append(slices.Clone(c.events), c.ring...), c.beStart, c.beEnd) {
+	for _, e := range slices.Concat(c.events, c.starts, c.ring, []gpu.Event{c.beStart, c.beEnd}) {
 		if e != 0 {
 			_ = c.dev.DestroyEvent(e)
 		}
@@ -246,6 +252,12 @@ type hpPass struct {
 // hpPasses times Passes HP passes on the HP stream behind a blocker (so the
 // host is ahead of the GPU from the first kernel).
 func (c *coRunner) hpPasses() ([]hpPass, error) {
+	if c.opt.HPGap > 0 {
+		if err := c.enqueuePasses(nil); err != nil {
+			return nil, err
+		}
+		return c.readPasses()
+	}
 	for range c.hpBlockers() {
 		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
 			return nil, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
@@ -280,6 +292,13 @@ func (c *coRunner) readPasses() ([]hpPass, error) {
 			us[i] = ts[p*n+i+1] - ts[p*n+i]
 		}
 		passes[p] = hpPass{start: ts[p*n], end: ts[(p+1)*n], us: us}
+		if c.starts != nil { // sent alone: timed from its own start
+			t, err := c.at(c.starts[p])
+			if err != nil {
+				return nil, err
+			}
+			passes[p].start, us[0] = t, ts[(p+1)*n]-t
+		}
 	}
 	return passes, nil
 }
@@ -303,6 +322,11 @@ func (c *coRunner) enqueuePasses(between func() error) error {
 	}
 	m := len(c.ends)
 	for p := range c.opt.Passes {
+		if c.starts != nil {
+			if err := c.gap(p, between); err != nil {
+				return err
+			}
+		}
 		if c.graphs != nil {
 			if err := c.dev.(gpu.Grapher).LaunchGraph(c.graphs[p], c.hp); err != nil {
 				return fmt.Errorf("LaunchGraph: %w", err)
@@ -335,6 +359,58 @@ func (c *coRunner) enqueuePasses(between func() error) error {
 	return nil
 }
 
+// gap waits, calling between meanwhile, until pass p-1 has completed and
+// HPGap has passed since (for the first pass, HPGap from now), then
+// records pass p's start on the idle HP stream.
+func (c *coRunner) gap(p int, between func() error) error {
+	var from float64 // device µs
+	if p == 0 {
+		from = float64(c.dev.Now()) / float64(time.Microsecond)
+	} else {
+		end := c.events[p*len(c.ends)]
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			done, err := c.dev.Query(end)
+			if err != nil {
+				return fmt.Errorf("Query: %w", err)
+			}
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the device did not finish an HP pass within 60 s (a kernel hangs?)")
+			}
+			if err := c.pause(between); err != nil {
+				return err
+			}
+		}
+		var err error
+		if from, err = c.at(end); err != nil {
+			return err
+		}
+	}
+	until := from + float64(c.opt.HPGap)/float64(time.Microsecond)
+	for float64(c.dev.Now())/float64(time.Microsecond) < until {
+		if err := c.pause(between); err != nil {
+			return err
+		}
+	}
+	if err := c.dev.Record(c.starts[p], c.hp); err != nil {
+		return fmt.Errorf("Record: %w", err)
+	}
+	return nil
+}
+
+// pause calls between (when set) and waits 2 µs of device time.
+func (c *coRunner) pause(between func() error) error {
+	if between != nil {
+		if err := between(); err != nil {
+			return err
+		}
+	}
+	return c.dev.Wait(c.ctx, c.dev.Now()+2*time.Microsecond)
+}
+
 // maxBoundedBlockers bounds the blockers before a bounded run's HP passes
 // (at a few hundred µs each, a few tens of ms).
 const maxBoundedBlockers = 256
@@ -361,7 +437,7 @@ func (c *coRunner) beside(l *gpu.Launch, aloneUs float64) (passes [][]float64, b
 		// enqueueing them: the run has sized the blockers for next time.
 		before := c.boundedBlockers
 		passes, be, chunk, err = c.besideBounded(l, chunk)
-		if err == nil && len(passes) < c.opt.Passes && c.boundedBlockers > max(before, 2*c.hpBlockers()) {
+		if err == nil && c.opt.HPGap == 0 && len(passes) < c.opt.Passes && c.boundedBlockers > max(before, 2*c.hpBlockers()) {
 			passes, be, chunk, err = c.besideBounded(l, chunk)
 		}
 		return passes, be, chunk, err
@@ -541,6 +617,9 @@ func (c *coRunner) besideBounded(l *gpu.Launch, chunk int) (passes [][]float64, 
 	// alone: twice hpBlockers, or what the last bounded run's enqueueing
 	// took if more.
 	blockers := max(2*c.hpBlockers(), c.boundedBlockers)
+	if c.opt.HPGap > 0 {
+		blockers = 0 // each pass is sent when its time comes
+	}
 	for range blockers {
 		if err := c.dev.Launch(c.hp, c.blocker); err != nil {
 			return nil, 0, 0, fmt.Errorf("launch %s: %w", c.blocker.Name, err)
@@ -595,7 +674,7 @@ func (c *coRunner) besideBounded(l *gpu.Launch, chunk int) (passes [][]float64, 
 	for _, p := range all {
 		// A pass that began before the host had enqueued every pass may
 		// have waited for its launches: dropped with those outside BE.
-		if p.start < first || p.start < enqueued || p.end > stop {
+		if p.start < first || (c.starts == nil && p.start < enqueued) || p.end > stop {
 			continue
 		}
 		out = append(out, p.us)

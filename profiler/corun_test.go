@@ -183,6 +183,42 @@ func TestCoRunPassEvents(t *testing.T) {
 	}
 }
 
+// With HPGap each pass is sent alone, HPGap after the one before
+// completed: doubling the gap adds it to the device's clock once for every
+// pass (three per baseline, of which there are two, and three beside the
+// one BE kernel); the report records the gap and one event a pass; and BE, on every
+// SM with the interference off, still slows HP: its first kernels wait
+// for BE's resident blocks.
+func TestCoRunGap(t *testing.T) {
+	spec := gpu.H100SXM
+	hp, be := coRunProfiles(t, spec)
+	wide := byName(t, be, "features.14")
+	const gap = 300 * time.Microsecond
+	run := func(gap time.Duration) (*profiler.CoRunReport, time.Duration) {
+		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
+		rep, err := profiler.CoRun(context.Background(), dev, kernels.New(dev),
+			profiler.CoRunOptions{PartitionSMs: spec.SMs, Passes: 3, BEDepth: 8, HPGraph: true, HPGap: gap, Kernels: []int{wide}, HP: hp, BE: be})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep, dev.Now()
+	}
+	queued, _ := run(0)
+	alone, ta := run(gap)
+	_, t2 := run(2 * gap)
+	if alone.HPGapUs != 300 || !alone.HPPassEvents || queued.HPGapUs != 0 {
+		t.Errorf("recorded gap %.1f µs (pass events %v), and %.1f without: want 300 (true) and 0", alone.HPGapUs, alone.HPPassEvents, queued.HPGapUs)
+	}
+	// Within 10 %: where BE's last launch ends after the last pass moves.
+	if sends := 3 * (len(alone.HPRequestUs) + 1); t2-ta < time.Duration(sends)*gap*9/10 || t2-ta > time.Duration(sends)*gap*11/10 {
+		t.Errorf("doubling the gap added %v of device time: want %d gaps of %v (within 10 %%)", t2-ta, sends, gap)
+	}
+	k := alone.Kernels[0]
+	if k.Passes != 3 || !(k.HPSlowdown > 1.02) {
+		t.Errorf("sent alone beside BE on every SM: %d passes, slowdown %.4f: want 3 and above 1 (HP waits for BE's blocks)", k.Passes, k.HPSlowdown)
+	}
+}
+
 // With HP on the SMs the partition leaves, the two share no SM: HP alone
 // runs on fewer SMs and is slower than on the whole device.
 func TestCoRunHPRest(t *testing.T) {
@@ -254,6 +290,8 @@ func TestCoRunRefuses(t *testing.T) {
 		{"stale profile", profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: &short}, "BE: profiles: profile vgg19 bs4 on H100-SXM does not match: kernels"},
 		{"another GPU's profile", profiler.CoRunOptions{PartitionSMs: 96, HP: hp, BE: h200}, "does not match: gpu"},
 		{"unknown model", profiler.CoRunOptions{PartitionSMs: 96, HP: &unknown, BE: be}, "nope"},
+		{"gap without a bounded queue", profiler.CoRunOptions{PartitionSMs: 96, HPGap: time.Millisecond, HP: hp, BE: be}, "bounded BE queue"},
+		{"negative gap", profiler.CoRunOptions{PartitionSMs: 96, HPGap: -time.Microsecond, BEDepth: 4, HP: hp, BE: be}, "HP gap"},
 	} {
 		dev := simDev(t, sim.Config{Spec: spec, BLAS: true})
 		_, err := profiler.CoRun(context.Background(), dev, kernels.New(dev), tc.opt)

@@ -3,14 +3,16 @@
 # --out): each report's own command re-run with --backend sim on the
 # report's GPU, with the co-run interference given (measured, off, or
 # DEVICE,SM[,MEMORY]), then one line per report — the GPU's mean HP
-# slowdown, the simulator's, the error — and the rms error last. This is
+# slowdown, the simulator's, the error, and the same for BE's own slowdown
+# where the report has it (--be-depth) — and the rms errors last. This is
 # how docs/simulator.md's co-run tables are made.
 #
 #   tools/corun-sim.sh measured results/corun-h200/s31-*.json.gz
 #   tools/corun-sim.sh 0.2,1.0,6 results/corun-h200/s31-*-d16gp.json.gz
 #
 # ATOLL names the binary (bin/atoll); JOBS the runs at once (2); OUT keeps
-# the simulated reports and their text (a temporary folder otherwise).
+# the simulated reports and their text (a temporary folder otherwise), and
+# a report already simulated there is reused.
 set -euo pipefail
 corun=${1:?usage: tools/corun-sim.sh measured|off|DEVICE,SM[,MEMORY] REPORT...}
 shift
@@ -32,24 +34,38 @@ for f in "$@"; do
 done
 printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '
 	IFS="|" read -r name gpu args <<<"{}"
+	[ -s "$2/$name.json" ] && exit 0 # simulated before into this OUT
 	# shellcheck disable=SC2086
 	"$0" corun --backend sim --gpu "$gpu" --sim-corun "$1" $args --quiet --out "$2/$name.json" >"$2/$name.txt" 2>&1 ||
 		echo "$name: the simulator failed (see $2/$name.txt)" >&2
 ' "$atoll" "$corun" "$out"
-printf '%-48s %7s %7s %7s\n' report GPU sim error
-sq=0 n=0
+# meanHpSlowdown / meanBeSlowdown of a report (empty if absent).
+mean() { zcat -f "$1" 2>/dev/null | sed -n "s/^ *\"$2\": \([0-9.]*\),\{0,1\}$/\1/p" | head -1; }
+pct() { awk -v g="$1" -v s="$2" 'BEGIN { printf "%.1f", 100 * (s - g) / g }'; }
+printf '%-48s %7s %7s %7s   %7s %7s %7s\n' report 'HP GPU' sim error 'BE GPU' sim error
+hsq=0 hn=0 bsq=0 bn=0
 for f in "$@"; do
 	name=$(basename "$f" .json.gz)
 	name=${name%.json}
-	g=$(zcat -f "$f" | sed -n 's/^ *"meanHpSlowdown": \([0-9.]*\),\{0,1\}$/\1/p')
-	s=$(sed -n 's/^ *"meanHpSlowdown": \([0-9.]*\),\{0,1\}$/\1/p' "$out/$name.json" 2>/dev/null || true)
-	if [ -z "$g" ] || [ -z "$s" ]; then
-		printf '%-48s %7s %7s %7s\n' "$name" "${g:--}" "${s:--}" -
-		continue
+	g=$(mean "$f" meanHpSlowdown) s=$(mean "$out/$name.json" meanHpSlowdown)
+	bg=$(mean "$f" meanBeSlowdown) bs=$(mean "$out/$name.json" meanBeSlowdown)
+	line=$(printf '%-48s' "$name")
+	if [ -n "$g" ] && [ -n "$s" ]; then
+		e=$(pct "$g" "$s")
+		line+=$(printf ' %7.3f %7.3f %6s%%' "$g" "$s" "$e")
+		hsq=$(awk -v a="$hsq" -v e="$e" 'BEGIN { print a + e * e }')
+		hn=$((hn + 1))
+	else
+		line+=$(printf ' %7s %7s %7s' "${g:--}" "${s:--}" -)
 	fi
-	e=$(awk -v g="$g" -v s="$s" 'BEGIN { printf "%.1f", 100 * (s - g) / g }')
-	printf '%-48s %7.3f %7.3f %6s%%\n' "$name" "$g" "$s" "$e"
-	sq=$(awk -v a="$sq" -v e="$e" 'BEGIN { print a + e * e }')
-	n=$((n + 1))
+	if [ -n "$bg" ] && [ -n "$bs" ]; then
+		e=$(pct "$bg" "$bs")
+		line+=$(printf '   %7.3f %7.3f %6s%%' "$bg" "$bs" "$e")
+		bsq=$(awk -v a="$bsq" -v e="$e" 'BEGIN { print a + e * e }')
+		bn=$((bn + 1))
+	fi
+	echo "$line"
 done
-[ "$n" -gt 0 ] && awk -v a="$sq" -v n="$n" 'BEGIN { printf "rms error over %d reports: %.1f %%\n", n, sqrt(a / n) }'
+[ "$hn" -gt 0 ] && awk -v a="$hsq" -v n="$hn" 'BEGIN { printf "rms error of HP slowdown over %d reports: %.1f %%\n", n, sqrt(a / n) }'
+[ "$bn" -gt 0 ] && awk -v a="$bsq" -v n="$bn" 'BEGIN { printf "rms error of BE slowdown over %d reports: %.1f %%\n", n, sqrt(a / n) }'
+exit 0

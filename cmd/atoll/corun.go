@@ -74,6 +74,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	hpRest := fs.Bool("hp-rest", false, "run HP on the SMs the partition leaves, not every SM: the two share no SM, only memory, L2 and the front end")
 	graph := fs.Bool("hp-graph", false, "submit each HP pass as one graph (a CUDA graph) with an event after every kernel, as the scheduler submits a request")
 	passEvents := fs.Bool("hp-pass-events", false, "record one HP event a pass instead of one after every kernel: events take GPU time that BE does not slow, so with many short HP kernels they dilute the slowdown (a request's graph records a few); per-kernel HP slowdowns are then not measured")
+	hpGap := fs.Duration("hp-gap", 0, "send each HP pass alone, this long (e.g. 300us) after the one before completed, timed from a start event on the idle HP stream: HP then meets a GPU BE has had to itself, as a request does under priority; needs --be-depth, implies --hp-pass-events")
 	beGraphs := fs.Bool("be-graphs", false, "with --be-depth: queue every BE kernel in graphs of launches lasting about 50 µs (one launch where a kernel is longer), as atoll submits BE chunks, so that it runs as it does in a graph; its own slowdown is then against its time launched alone")
 	depth := fs.Int("be-depth", 0, "keep at most this many BE launches queued, the next launched as one completes (as atoll's bounded BE queue does; a kernel too short for them to hold 200 µs is queued in graphs of launches lasting 50 µs, so that the host's refills do not set its pace); 0 queues the whole run at once")
 	passes := fs.Int("passes", profiler.DefaultCoRunPasses, "HP passes timed beside each BE kernel")
@@ -122,7 +123,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	opt := profiler.CoRunOptions{HPRest: *hpRest, BEDepth: *depth, HPGraph: *graph, HPPassEvents: *passEvents, BEGraphs: *beGraphs, Passes: *passes, Kernels: kernelList, Seed: 1, Command: "atoll corun " + quoteArgs(args)}
+	opt := profiler.CoRunOptions{HPRest: *hpRest, BEDepth: *depth, HPGraph: *graph, HPPassEvents: *passEvents, HPGap: *hpGap, BEGraphs: *beGraphs, Passes: *passes, Kernels: kernelList, Seed: 1, Command: "atoll corun " + quoteArgs(args)}
 	if !*quiet {
 		bar := profiler.NewBar(e.stderr, isTerminal(e.stderr))
 		defer bar.Done()
@@ -279,6 +280,9 @@ func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Dur
 	if r.HPPassEvents {
 		where += ", one event a pass"
 	}
+	if r.HPGapUs > 0 {
+		where += fmt.Sprintf(", each pass alone %.0f µs after the last", r.HPGapUs)
+	}
 	in := fmt.Sprintf("in a %d-SM partition", r.PartitionSMs)
 	if spec, err := gpu.LookupSpec(r.GPU); err == nil && r.PartitionSMs >= spec.SMs {
 		in = "on every SM at the least priority (no partition)"
@@ -324,7 +328,7 @@ func printCoRun(w io.Writer, r *profiler.CoRunReport, path string, took time.Dur
 // compareCoRun prints how far r's per-kernel HP slowdowns are from ref's
 // (same models and partition).
 func compareCoRun(out io.Writer, r, ref *profiler.CoRunReport, refPath string) {
-	if r.HP != ref.HP || r.BE != ref.BE || r.PartitionSMs != ref.PartitionSMs || r.HPRest != ref.HPRest || r.BEDepth != ref.BEDepth || r.HPGraph != ref.HPGraph || r.HPPassEvents != ref.HPPassEvents || r.BEGraphs != ref.BEGraphs {
+	if r.HP != ref.HP || r.BE != ref.BE || r.PartitionSMs != ref.PartitionSMs || r.HPRest != ref.HPRest || r.BEDepth != ref.BEDepth || r.HPGraph != ref.HPGraph || r.HPPassEvents != ref.HPPassEvents || r.HPGapUs != ref.HPGapUs || r.BEGraphs != ref.BEGraphs {
 		fmt.Fprintf(out, "--compare %s: another measurement (%s bs%d beside %s bs%d, %d SMs): not compared\n",
 			refPath, ref.HP.Model, ref.HP.Batch, ref.BE.Model, ref.BE.Batch, ref.PartitionSMs)
 		return
