@@ -268,3 +268,120 @@ func signedPct(v float64) string {
 func sortedQuantile(xs []float64, p float64) float64 {
 	return Quantile(slices.Sorted(slices.Values(xs)), p)
 }
+
+// FidelityRepeats judges the simulator against repeated GPU series of the
+// same cells — the same matrix file and arrivals run again, on the same
+// machine or another — each with its own simulated replay (gpu[i] and
+// sim[i], every series holding the same cells). A GPU near saturation
+// does not repeat its own tail within 10 %, so beside the acceptance's
+// test (the simulator within 10 % of its own series, or inside that run's
+// CI) it counts the runs where the simulator lies within 10 % of its series
+// or inside the span of the GPU's series (their lowest to highest HP p99),
+// and how often the GPU's later series are within 10 % of its first.
+// Dedicated runs (each cell's first) are compared like the policies'.
+func FidelityRepeats(w io.Writer, gpu, sim [][]*MatrixCell) error {
+	if len(gpu) < 2 || len(gpu) != len(sim) {
+		return fmt.Errorf("%w: repeats: want two or more GPU series, each with its simulated replay (got %d GPU, %d simulated)", ErrMatrix, len(gpu), len(sim))
+	}
+	type key struct{ cell, policy string }
+	runs := func(series []*MatrixCell) map[key]*Report {
+		m := map[key]*Report{}
+		for _, c := range series {
+			if c.Result.Refused != "" {
+				continue
+			}
+			for _, r := range c.Reports {
+				if strings.HasPrefix(r.Policy, "dedicated") && r.Policy != "dedicated-1" {
+					continue
+				}
+				m[key{c.Result.Cell.Name, strings.TrimSuffix(r.Policy, "-1")}] = r
+			}
+		}
+		return m
+	}
+	var keys []key
+	for _, c := range gpu[0] {
+		if c.Result.Refused != "" {
+			continue
+		}
+		for _, r := range c.Reports {
+			if !strings.HasPrefix(r.Policy, "dedicated") || r.Policy == "dedicated-1" {
+				keys = append(keys, key{c.Result.Cell.Name, strings.TrimSuffix(r.Policy, "-1")})
+			}
+		}
+	}
+	gs, ss := make([]map[key]*Report, len(gpu)), make([]map[key]*Report, len(sim))
+	for i := range gpu {
+		gs[i], ss[i] = runs(gpu[i]), runs(sim[i])
+	}
+	ew := &errWriter{w: w}
+	head := "| cell | policy | GPU p99 ms, series 1.." + fmt.Sprint(len(gpu)) + " | GPU's span | sim p99 ms | sim error against its series |"
+	ew.printf("%s\n|---|---|---|---|---|---|\n", head)
+	type tally struct{ own, span, runs, gpuWithin, gpuRuns int }
+	byPolicy := map[string]*tally{}
+	var order []string
+	var all tally
+	for _, k := range keys {
+		g := make([]float64, len(gpu))
+		s := make([]float64, len(sim))
+		ci := make([]*CI, len(gpu))
+		ok := true
+		for i := range gpu {
+			gr, sr := gs[i][k], ss[i][k]
+			if gr == nil || sr == nil || gr.HP.P99 <= 0 {
+				ok = false
+				break
+			}
+			g[i], s[i], ci[i] = gr.HP.P99, sr.HP.P99, gr.P99CI
+		}
+		if !ok {
+			continue // not in every series and replay
+		}
+		t := byPolicy[k.policy]
+		if t == nil {
+			t = &tally{}
+			byPolicy[k.policy] = t
+			order = append(order, k.policy)
+		}
+		lo, hi := slices.Min(g), slices.Max(g)
+		var gcol, scol, ecol []string
+		for i := range g {
+			e := s[i]/g[i] - 1
+			own := math.Abs(e) <= 0.10 || (ci[i] != nil && ci[i].Contains(s[i]))
+			span := own || (s[i] >= lo && s[i] <= hi)
+			for _, x := range []*tally{t, &all} {
+				x.runs++
+				if own {
+					x.own++
+				}
+				if span {
+					x.span++
+				}
+				if i > 0 {
+					x.gpuRuns++
+					if math.Abs(g[i]/g[0]-1) <= 0.10 {
+						x.gpuWithin++
+					}
+				}
+			}
+			m := ""
+			switch {
+			case own:
+				m = " ✓"
+			case span:
+				m = " (span)"
+			}
+			gcol, scol = append(gcol, fmt.Sprintf("%.3f", g[i]/1e3)), append(scol, fmt.Sprintf("%.3f", s[i]/1e3))
+			ecol = append(ecol, fmt.Sprintf("%+.0f%%%s", e*100, m))
+		}
+		ew.printf("| %s | %s | %s | %+.0f%% | %s | %s |\n", k.cell, k.policy, strings.Join(gcol, " / "), (hi/lo-1)*100,
+			strings.Join(scol, " / "), strings.Join(ecol, ", "))
+	}
+	ew.printf("\n| policy | sim within 10 %% of its own series (or its CI) | the same, or inside the GPU series' span | GPU series 2..%d within 10 %% of series 1 |\n|---|---|---|---|\n", len(gpu))
+	for _, p := range order {
+		t := byPolicy[p]
+		ew.printf("| %s | %d of %d | %d of %d | %d of %d |\n", p, t.own, t.runs, t.span, t.runs, t.gpuWithin, t.gpuRuns)
+	}
+	ew.printf("| all | %d of %d | %d of %d | %d of %d |\n", all.own, all.runs, all.span, all.runs, all.gpuWithin, all.gpuRuns)
+	return ew.err
+}

@@ -134,3 +134,41 @@ func TestFidelityDedicated(t *testing.T) {
 		t.Errorf("the kernels-alone line lacks %q:\n%s", want, b.String())
 	}
 }
+
+// FidelityRepeats against hand-computed counts: two series of one cell.
+// priority: GPU 10 and 14 ms (span +40 %), simulated 8 (−20 %, outside the
+// span) and 12 ms (−14 %, inside it); orion: GPU 2.0 and 2.1 ms,
+// simulated 2.1 (+5 %) and 2.0 (−5 %); the second GPU series is within
+// 10 % of the first for orion, not for priority. Mismatched series are
+// refused.
+func TestFidelityRepeats(t *testing.T) {
+	order := []string{"dedicated-1", "priority", "orion", "dedicated-2"}
+	cell := func(ded, prio, orion float64) []*MatrixCell {
+		return []*MatrixCell{fidelityCell("a", map[string][3]float64{"dedicated-1": {500, ded}, "priority": {900, prio}, "orion": {600, orion}, "dedicated-2": {500, 9e9}}, order)}
+	}
+	gpu := [][]*MatrixCell{cell(1800, 10000, 2000), cell(1900, 14000, 2100)}
+	sim := [][]*MatrixCell{cell(1800, 8000, 2100), cell(1900, 12000, 2000)}
+	var b strings.Builder
+	if err := FidelityRepeats(&b, gpu, sim); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| a | priority | 10.000 / 14.000 | +40% | 8.000 / 12.000 | -20%, -14% (span) |",
+		"| a | orion | 2.000 / 2.100 | +5% | 2.100 / 2.000 | +5% ✓, -5% ✓ |",
+		"| priority | 0 of 2 | 1 of 2 | 0 of 1 |",
+		"| orion | 2 of 2 | 2 of 2 | 1 of 1 |",
+		"| dedicated | 2 of 2 | 2 of 2 | 1 of 1 |",
+		"| all | 4 of 6 | 5 of 6 | 2 of 3 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "dedicated-2") || strings.Contains(out, "9000000") {
+		t.Errorf("a dedicated run other than the first is compared:\n%s", out)
+	}
+	if err := FidelityRepeats(&b, gpu[:1], sim[:1]); err == nil {
+		t.Error("one series accepted: want two or more")
+	}
+}

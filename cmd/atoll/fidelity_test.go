@@ -199,10 +199,21 @@ func TestFidelitySeveralSeries(t *testing.T) {
 		{[]string{trainGPU, trainSim, trainGPU, trainSim}, "cell distilbert-train-bursty is in both"},
 		{[]string{trainGPU, trainSim, bertGPU}, "Usage: atoll fidelity"},
 		{[]string{trainSim, trainSim}, "holds simulated reports"},
+		{[]string{"--repeats", trainGPU, trainSim}, "want two or more GPU-DIR SIM-DIR pairs"},
+		{[]string{"--repeats", trainGPU, trainSim, bertGPU, bertSim}, "holds other cells than"},
+		{[]string{"--repeats", trainGPU, trainSim, trainSim, trainSim}, "holds simulated reports"},
 	} {
 		if _, errs, code := fid(tc.args...); code == 0 || !strings.Contains(errs, tc.want) {
 			t.Errorf("atoll fidelity %v: exit %d, stderr %q; want it refused with %q", tc.args, code, errs, tc.want)
 		}
+	}
+	// Repeats of the same cells: the same series twice agrees with itself.
+	out, errs, code := fid("--repeats", trainGPU, trainSim, trainGPU, trainSim)
+	if code != 0 || !strings.Contains(out, "| atoll |") || !strings.Contains(out, "GPU series 2..2 within 10 % of series 1") {
+		t.Fatalf("atoll fidelity --repeats: exit %d, %s\n%s", code, errs, out)
+	}
+	if m := regexp.MustCompile(`\| all \| \d+ of (\d+) \| \d+ of \d+ \| (\d+) of (\d+) \|`).FindStringSubmatch(out); m == nil || m[2] != m[3] {
+		t.Errorf("a series repeated against itself: want every GPU run within 10 %% of the first; got %v\n%s", m, out)
 	}
 }
 
