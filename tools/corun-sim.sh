@@ -4,7 +4,8 @@
 # report's GPU, with the co-run interference given (measured, off, or
 # DEVICE,SM[,MEMORY]), then one line per report — the GPU's mean HP
 # slowdown, the simulator's, the error, and the same for BE's own slowdown
-# where the report has it (--be-depth) — and the rms errors last. This is
+# where the report has it (--be-depth) — and the rms errors, then each
+# report's HP slowdown by BE kernel duration (atoll corun --compare). This is
 # how docs/simulator.md's co-run tables are made.
 #
 #   tools/corun-sim.sh measured results/corun-h200/s31-*.json.gz
@@ -30,13 +31,13 @@ for f in "$@"; do
 	args=$(echo "$cmd" | sed -E 's/--(backend|out|gpu|sim-corun|device)[ =][^ ]*//g; s/--quiet//g')
 	name=$(basename "$f" .json.gz)
 	name=${name%.json}
-	jobs+=("$name|$(field "$f" gpu)|$args")
+	jobs+=("$name|$(field "$f" gpu)|$f|$args")
 done
 printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '
-	IFS="|" read -r name gpu args <<<"{}"
+	IFS="|" read -r name gpu ref args <<<"{}"
 	[ -s "$2/$name.json" ] && exit 0 # simulated before into this OUT
 	# shellcheck disable=SC2086
-	"$0" corun --backend sim --gpu "$gpu" --sim-corun "$1" $args --quiet --out "$2/$name.json" >"$2/$name.txt" 2>&1 ||
+	"$0" corun --backend sim --gpu "$gpu" --sim-corun "$1" $args --quiet --compare "$ref" --out "$2/$name.json" >"$2/$name.txt" 2>&1 ||
 		echo "$name: the simulator failed (see $2/$name.txt)" >&2
 ' "$atoll" "$corun" "$out"
 # meanHpSlowdown / meanBeSlowdown of a report (empty if absent).
@@ -68,4 +69,10 @@ for f in "$@"; do
 done
 [ "$hn" -gt 0 ] && awk -v a="$hsq" -v n="$hn" 'BEGIN { printf "rms error of HP slowdown over %d reports: %.1f %%\n", n, sqrt(a / n) }'
 [ "$bn" -gt 0 ] && awk -v a="$bsq" -v n="$bn" 'BEGIN { printf "rms error of BE slowdown over %d reports: %.1f %%\n", n, sqrt(a / n) }'
+echo "HP slowdown by the BE kernel's profiled time (share of the step; simulator, GPU):"
+for f in "$@"; do
+	name=$(basename "$f" .json.gz)
+	name=${name%.json}
+	echo "  $name: $(sed -n 's/^by the BE kernel.s profiled time ([^)]*): //p' "$out/$name.txt" 2>/dev/null)"
+done
 exit 0

@@ -358,6 +358,54 @@ func compareCoRun(out io.Writer, r, ref *profiler.CoRunReport, refPath string) {
 			here/w, there/w, 100*errs[len(errs)/2], 100*errs[min(len(errs)-1, len(errs)*9/10)])
 	}
 	fmt.Fprintln(out)
+	if bins := coRunByDuration(r, byIndex); bins != "" {
+		fmt.Fprintf(out, "by the BE kernel's profiled time (share of the step; mean HP slowdown here, there): %s\n", bins)
+	}
+}
+
+// coRunDurationBins are the bounds, in µs of a BE kernel's profiled time,
+// of coRunByDuration's bins.
+var coRunDurationBins = []float64{10, 50}
+
+// coRunByDuration is the step-time-weighted mean HP slowdown of r and ref
+// (by BE kernel index) over the BE kernels in each bin of profiled time:
+// a mean over the whole step can hide errors of opposite sign in short and
+// long kernels, which a scheduler's queue weighs differently.
+func coRunByDuration(r *profiler.CoRunReport, ref map[int]profiler.CoRunBE) string {
+	type bin struct{ w, here, there float64 }
+	bins := make([]bin, len(coRunDurationBins)+1)
+	total := 0.0
+	for _, k := range r.Kernels {
+		o, ok := ref[k.Index]
+		if !ok || k.Passes == 0 || o.Passes == 0 {
+			continue
+		}
+		i, _ := slices.BinarySearch(coRunDurationBins, k.ProfileUs)
+		if i < len(coRunDurationBins) && coRunDurationBins[i] == k.ProfileUs {
+			i++ // a bound belongs to the bin above it
+		}
+		bins[i].w += k.ProfileUs
+		bins[i].here += k.ProfileUs * k.HPSlowdown
+		bins[i].there += k.ProfileUs * o.HPSlowdown
+		total += k.ProfileUs
+	}
+	var parts []string
+	for i, b := range bins {
+		if b.w == 0 {
+			continue
+		}
+		var name string
+		switch {
+		case i == 0:
+			name = fmt.Sprintf("< %.0f µs", coRunDurationBins[0])
+		case i == len(coRunDurationBins):
+			name = fmt.Sprintf("≥ %.0f µs", coRunDurationBins[i-1])
+		default:
+			name = fmt.Sprintf("%.0f–%.0f µs", coRunDurationBins[i-1], coRunDurationBins[i])
+		}
+		parts = append(parts, fmt.Sprintf("%s (%.0f %%) %.3f, %.3f", name, 100*b.w/total, b.here/b.w, b.there/b.w))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func medianOf(v []float64) float64 {
