@@ -9,6 +9,9 @@
 #
 #   tools/gpu/fidelity.sh OUT [BUDGET] [MATRIX]    (default bench/matrix/gpu-onmachine-all.yaml)
 #
+# ARGS are more flags for atoll matrix, given to the GPU run and the
+# replay alike (e.g. ARGS=--be-graphs=false).
+#
 # Needs bin/atoll (make gpu-build).
 set -euo pipefail
 out=${1:?usage: tools/gpu/fidelity.sh OUT [BUDGET] [MATRIX]}
@@ -21,7 +24,8 @@ esac
 mkdir -p "$out"
 PROFILE=1 tools/gpu/matrix.sh "$out" "$budget" "$matrix" > "$out/compare.txt"
 rm -rf "$out/sim"
-ATOLL_PROFILES=$out/profiles bin/atoll matrix --gpu "$gpu" --quiet --replay "$out" --out "$out/sim" "$matrix" > /dev/null
+# shellcheck disable=SC2086
+ATOLL_PROFILES=$out/profiles bin/atoll matrix --gpu "$gpu" --quiet ${ARGS:-} --replay "$out" --out "$out/sim" "$matrix" > /dev/null
 bin/atoll fidelity "$out" "$out/sim" > "$out/fidelity.txt.tmp"
 mv "$out/fidelity.txt.tmp" "$out/fidelity.txt"
 grep -E '^HP p99 within|^A request|^\| (priority|orion|reef|atoll)[a-z:=,-]* \| [0-9]' "$out/fidelity.txt"

@@ -8,6 +8,8 @@
 #     BUDGET  wall time atoll matrix may start cells in (e.g. 8m; 0: none)
 #     MATRIX  matrix file (default bench/matrix/gpu.yaml)
 #
+# ARGS are more flags for atoll matrix (e.g. --be-graphs=false).
+#
 # With PROFILE=1 the matrix's models are first profiled on this GPU into
 # OUT/profiles (atoll matrix --profile), and the runs use those profiles:
 # the simulator then replays the series with this machine's kernel times
@@ -25,7 +27,8 @@ if [ "${PROFILE:-0}" = 1 ]; then
 	export ATOLL_PROFILES=$out/profiles
 	[ -d "$ATOLL_PROFILES" ] || profile=(--profile)
 fi
-bin/atoll matrix --backend cuda --budget "$budget" "${profile[@]}" --out "$out" "$matrix" >/dev/null
+# shellcheck disable=SC2086
+bin/atoll matrix --backend cuda --budget "$budget" "${profile[@]}" ${ARGS:-} --out "$out" "$matrix" >/dev/null
 for d in "$out"/*/; do
 	if grep -q '"torch"' "$d/cell.json" 2>/dev/null && [ ! -f "$d/torch-green.json" ]; then
 		PYTHONUNBUFFERED=1 python3 tools/gpu/torch_cell.py "$d"
