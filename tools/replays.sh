@@ -57,6 +57,9 @@ run onmachine2b-train results/matrix-sim-onmachine2b-train-replay results/onmach
 for x in c d; do # the training part twice in a row on a third H200
 	run onmachine2$x-train results/matrix-sim-onmachine2$x-train-replay results/onmachine2$x-train-h200 bench/matrix/gpu-onmachine-train.yaml results/onmachine2$x-train-h200/profiles
 done
+# priority alone on an H100, BE in graph chunks and launched kernel by kernel
+run priority-train-graphs results/priority-train-h100/graphs/sim results/priority-train-h100/graphs bench/matrix/gpu-priority-train.yaml results/priority-train-h100/graphs/profiles --gpu H100-SXM
+run priority-train-launches results/priority-train-h100/launches/sim results/priority-train-h100/launches bench/matrix/gpu-priority-train.yaml results/priority-train-h100/graphs/profiles --gpu H100-SXM --be-graphs=false
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
 # The context series' cells, each with its matrix file kept beside its
