@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 store=${ATOLL_ASIDE:-$HOME/.atoll-aside}
 paths=(results/standby-h200.tgz results/ab-h100-loop.tgz results/jobstart-h200.tgz results/jobstart-h100.tgz results/batching-h200 results/matrix-h100-2 results/matrix-h100-g8 results/matrix-h200-g8 results/matrix-h200-g8-chunks
-	results/matrix-sim-h200-g8 results/matrix-sim-h200-g8-chunks results/matrix-sim-h200-g8-events results/matrix-sim-g8 results/matrix-sim-host0 results/matrix-sim results/corun-h100 results/sched-h200 results/priority-train-h100)
+	results/matrix-sim-h200-g8 results/matrix-sim-h200-g8-chunks results/matrix-sim-h200-g8-events results/matrix-sim-g8 results/matrix-sim-host0 results/matrix-sim results/corun-h100 results/sched-h200 results/priority-train-h100 results/priority-train-h100-2)
 case ${1:-size} in
 size)
 	# Tracked and untracked-not-ignored files, and bin/. Files set aside are
