@@ -78,7 +78,7 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 				// apart from the co-located policies.
 				if o := sr[r.Policy]; r.Policy == "dedicated-1" && o != nil {
 					e := o.HP.P99/r.HP.P99 - 1
-					ok := math.Abs(e) <= 0.10 || (r.P99CI != nil && r.P99CI.Contains(o.HP.P99))
+					ok := p99Within(r, o.HP.P99)
 					ded.runs++
 					if ok {
 						ded.within++
@@ -111,7 +111,7 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 			pp.p99 = append(pp.p99, math.Abs(e))
 			total++
 			pp.runs++
-			ok := math.Abs(e) <= 0.10 || (r.P99CI != nil && r.P99CI.Contains(o.HP.P99))
+			ok := p99Within(r, o.HP.P99)
 			if ok {
 				within++
 				pp.within++
@@ -174,6 +174,12 @@ func fidelity(w io.Writer, gpuCells, simCells []*MatrixCell) (Fidelity, error) {
 		}
 	}
 	return f, ew.err
+}
+
+// p99Within is the acceptance's test of a simulated HP p99 against the GPU
+// run r: within 10 % of r's, or inside r's CI.
+func p99Within(r *Report, sim float64) bool {
+	return math.Abs(sim/r.HP.P99-1) <= 0.10 || (r.P99CI != nil && r.P99CI.Contains(sim))
 }
 
 // gapsOf prints the p50 and p99 of BE's empty spans beside busy HP
@@ -283,9 +289,10 @@ func FidelityRepeats(w io.Writer, gpu, sim [][]*MatrixCell) error {
 	if len(gpu) < 2 || len(gpu) != len(sim) {
 		return fmt.Errorf("%w: repeats: want two or more GPU series, each with its simulated replay (got %d GPU, %d simulated)", ErrMatrix, len(gpu), len(sim))
 	}
+	// A run compared: every policy's and each cell's first dedicated one.
 	type key struct{ cell, policy string }
-	runs := func(series []*MatrixCell) map[key]*Report {
-		m := map[key]*Report{}
+	runs := func(series []*MatrixCell) (map[key]*Report, []key) {
+		m, keys := map[key]*Report{}, []key(nil)
 		for _, c := range series {
 			if c.Result.Refused != "" {
 				continue
@@ -294,25 +301,21 @@ func FidelityRepeats(w io.Writer, gpu, sim [][]*MatrixCell) error {
 				if strings.HasPrefix(r.Policy, "dedicated") && r.Policy != "dedicated-1" {
 					continue
 				}
-				m[key{c.Result.Cell.Name, strings.TrimSuffix(r.Policy, "-1")}] = r
+				k := key{c.Result.Cell.Name, strings.TrimSuffix(r.Policy, "-1")}
+				m[k], keys = r, append(keys, k)
 			}
 		}
-		return m
-	}
-	var keys []key
-	for _, c := range gpu[0] {
-		if c.Result.Refused != "" {
-			continue
-		}
-		for _, r := range c.Reports {
-			if !strings.HasPrefix(r.Policy, "dedicated") || r.Policy == "dedicated-1" {
-				keys = append(keys, key{c.Result.Cell.Name, strings.TrimSuffix(r.Policy, "-1")})
-			}
-		}
+		return m, keys
 	}
 	gs, ss := make([]map[key]*Report, len(gpu)), make([]map[key]*Report, len(sim))
+	var keys []key // in the first series' order
 	for i := range gpu {
-		gs[i], ss[i] = runs(gpu[i]), runs(sim[i])
+		var ks []key
+		gs[i], ks = runs(gpu[i])
+		ss[i], _ = runs(sim[i])
+		if i == 0 {
+			keys = ks
+		}
 	}
 	ew := &errWriter{w: w}
 	head := "| cell | policy | GPU p99 ms, series 1.." + fmt.Sprint(len(gpu)) + " | GPU's span | sim p99 ms | sim error against its series |"
@@ -322,17 +325,16 @@ func FidelityRepeats(w io.Writer, gpu, sim [][]*MatrixCell) error {
 	var order []string
 	var all tally
 	for _, k := range keys {
-		g := make([]float64, len(gpu))
-		s := make([]float64, len(sim))
-		ci := make([]*CI, len(gpu))
+		g, s := make([]float64, len(gpu)), make([]float64, len(sim))
+		gr := make([]*Report, len(gpu))
 		ok := true
 		for i := range gpu {
-			gr, sr := gs[i][k], ss[i][k]
-			if gr == nil || sr == nil || gr.HP.P99 <= 0 {
+			sr := ss[i][k]
+			if gr[i] = gs[i][k]; gr[i] == nil || sr == nil || gr[i].HP.P99 <= 0 {
 				ok = false
 				break
 			}
-			g[i], s[i], ci[i] = gr.HP.P99, sr.HP.P99, gr.P99CI
+			g[i], s[i] = gr[i].HP.P99, sr.HP.P99
 		}
 		if !ok {
 			continue // not in every series and replay
@@ -347,7 +349,7 @@ func FidelityRepeats(w io.Writer, gpu, sim [][]*MatrixCell) error {
 		var gcol, scol, ecol []string
 		for i := range g {
 			e := s[i]/g[i] - 1
-			own := math.Abs(e) <= 0.10 || (ci[i] != nil && ci[i].Contains(s[i]))
+			own := p99Within(gr[i], s[i])
 			span := own || (s[i] >= lo && s[i] <= hi)
 			for _, x := range []*tally{t, &all} {
 				x.runs++

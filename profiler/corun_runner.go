@@ -368,21 +368,8 @@ func (c *coRunner) gap(p int, between func() error) error {
 		from = float64(c.dev.Now()) / float64(time.Microsecond)
 	} else {
 		end := c.events[p*len(c.ends)]
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			done, err := c.dev.Query(end)
-			if err != nil {
-				return fmt.Errorf("Query: %w", err)
-			}
-			if done {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the device did not finish an HP pass within 60 s (a kernel hangs?)")
-			}
-			if err := c.pause(between); err != nil {
-				return err
-			}
+		if err := c.waitCalling(end, between); err != nil {
+			return err
 		}
 		var err error
 		if from, err = c.at(end); err != nil {
@@ -399,6 +386,27 @@ func (c *coRunner) gap(p int, between func() error) error {
 		return fmt.Errorf("Record: %w", err)
 	}
 	return nil
+}
+
+// waitCalling waits until e has completed, calling between (when set)
+// every 2 µs of device time meanwhile; it gives up after 60 s of wall time.
+func (c *coRunner) waitCalling(e gpu.Event, between func() error) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		done, err := c.dev.Query(e)
+		if err != nil {
+			return fmt.Errorf("Query: %w", err)
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
+		}
+		if err := c.pause(between); err != nil {
+			return err
+		}
+	}
 }
 
 // pause calls between (when set) and waits 2 µs of device time.
@@ -632,24 +640,8 @@ func (c *coRunner) besideBounded(l *gpu.Launch, chunk int) (passes [][]float64, 
 	enqUs := float64(c.dev.Now()-start) / float64(time.Microsecond)
 	c.boundedBlockers = min(maxBoundedBlockers, int(math.Ceil(1.3*enqUs/c.blockerHPUs)))
 	enqueued := float64(c.dev.Now()) / float64(time.Microsecond) // device clock
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		done, err := c.dev.Query(c.events[len(c.events)-1])
-		if err != nil {
-			return nil, 0, 0, fmt.Errorf("Query: %w", err)
-		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, 0, 0, fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
-		}
-		if err := refill(); err != nil {
-			return nil, 0, 0, err
-		}
-		if err := c.dev.Wait(c.ctx, c.dev.Now()+2*time.Microsecond); err != nil {
-			return nil, 0, 0, err
-		}
+	if err := c.waitCalling(c.events[len(c.events)-1], refill); err != nil {
+		return nil, 0, 0, err
 	}
 	// The BE queue stops here: its last launch ends the co-run.
 	last := (next + d - 1) % d

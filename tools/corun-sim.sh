@@ -22,16 +22,17 @@ atoll=${ATOLL:-bin/atoll}
 [ -x "$atoll" ] || { echo "tools/corun-sim.sh: $atoll is missing: go build -o bin/atoll ./cmd/atoll" >&2; exit 2; }
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
-field() { zcat -f "$1" | sed -n "s/^ *\"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -1; }
+# field FILE NAME: a report's first "NAME": value (string or number; empty if absent).
+field() { zcat -f "$1" 2>/dev/null | sed -n "s/^ *\"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -1; }
+# name REPORT: its name without .json or .json.gz.
+name() { local n; n=$(basename "$1" .json.gz); echo "${n%.json}"; }
 jobs=()
 for f in "$@"; do
 	cmd=$(zcat -f "$f" | sed -n 's/^ *"command": "atoll corun \(.*\)",$/\1/p')
 	[ -n "$cmd" ] || { echo "tools/corun-sim.sh: $f: no atoll corun command recorded" >&2; exit 2; }
 	# Drop what names the GPU run's backend, device, output and simulator.
 	args=$(echo "$cmd" | sed -E 's/--(backend|out|gpu|sim-corun|device)[ =][^ ]*//g; s/--quiet//g')
-	name=$(basename "$f" .json.gz)
-	name=${name%.json}
-	jobs+=("$name|$(field "$f" gpu)|$f|$args")
+	jobs+=("$(name "$f")|$(field "$f" gpu)|$f|$args")
 done
 printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '
 	IFS="|" read -r name gpu ref args <<<"{}"
@@ -40,17 +41,14 @@ printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '
 	"$0" corun --backend sim --gpu "$gpu" --sim-corun "$1" $args --quiet --compare "$ref" --out "$2/$name.json" >"$2/$name.txt" 2>&1 ||
 		echo "$name: the simulator failed (see $2/$name.txt)" >&2
 ' "$atoll" "$corun" "$out"
-# meanHpSlowdown / meanBeSlowdown of a report (empty if absent).
-mean() { zcat -f "$1" 2>/dev/null | sed -n "s/^ *\"$2\": \([0-9.]*\),\{0,1\}$/\1/p" | head -1; }
 pct() { awk -v g="$1" -v s="$2" 'BEGIN { printf "%.1f", 100 * (s - g) / g }'; }
 printf '%-48s %7s %7s %7s   %7s %7s %7s\n' report 'HP GPU' sim error 'BE GPU' sim error
 hsq=0 hn=0 bsq=0 bn=0
 for f in "$@"; do
-	name=$(basename "$f" .json.gz)
-	name=${name%.json}
-	g=$(mean "$f" meanHpSlowdown) s=$(mean "$out/$name.json" meanHpSlowdown)
-	bg=$(mean "$f" meanBeSlowdown) bs=$(mean "$out/$name.json" meanBeSlowdown)
-	line=$(printf '%-48s' "$name")
+	n=$(name "$f")
+	g=$(field "$f" meanHpSlowdown) s=$(field "$out/$n.json" meanHpSlowdown)
+	bg=$(field "$f" meanBeSlowdown) bs=$(field "$out/$n.json" meanBeSlowdown)
+	line=$(printf '%-48s' "$n")
 	if [ -n "$g" ] && [ -n "$s" ]; then
 		e=$(pct "$g" "$s")
 		line+=$(printf ' %7.3f %7.3f %6s%%' "$g" "$s" "$e")
@@ -71,8 +69,7 @@ done
 [ "$bn" -gt 0 ] && awk -v a="$bsq" -v n="$bn" 'BEGIN { printf "rms error of BE slowdown over %d reports: %.1f %%\n", n, sqrt(a / n) }'
 echo "HP slowdown by the BE kernel's profiled time (share of the step; simulator, GPU):"
 for f in "$@"; do
-	name=$(basename "$f" .json.gz)
-	name=${name%.json}
-	echo "  $name: $(sed -n 's/^by the BE kernel.s profiled time ([^)]*): //p' "$out/$name.txt" 2>/dev/null)"
+	n=$(name "$f")
+	echo "  $n: $(sed -n 's/^by the BE kernel.s profiled time ([^)]*): //p' "$out/$n.txt" 2>/dev/null)"
 done
 exit 0

@@ -57,12 +57,11 @@ run onmachine2b-train results/matrix-sim-onmachine2b-train-replay results/onmach
 for x in c d; do # the training part twice in a row on a third H200
 	run onmachine2$x-train results/matrix-sim-onmachine2$x-train-replay results/onmachine2$x-train-h200 bench/matrix/gpu-onmachine-train.yaml results/onmachine2$x-train-h200/profiles
 done
-# priority alone on an H100, BE in graph chunks and launched kernel by kernel
-run priority-train-graphs results/priority-train-h100/graphs/sim results/priority-train-h100/graphs bench/matrix/gpu-priority-train.yaml results/priority-train-h100/graphs/profiles --gpu H100-SXM
-run priority-train-launches results/priority-train-h100/launches/sim results/priority-train-h100/launches bench/matrix/gpu-priority-train.yaml results/priority-train-h100/graphs/profiles --gpu H100-SXM --be-graphs=false
-for x in 2; do # the same on a second H100
-	run priority-train-graphs-$x results/priority-train-h100-$x/graphs/sim results/priority-train-h100-$x/graphs bench/matrix/gpu-priority-train.yaml results/priority-train-h100-$x/graphs/profiles --gpu H100-SXM
-	run priority-train-launches-$x results/priority-train-h100-$x/launches/sim results/priority-train-h100-$x/launches bench/matrix/gpu-priority-train.yaml results/priority-train-h100-$x/graphs/profiles --gpu H100-SXM --be-graphs=false
+# priority alone on two H100s, BE in graph chunks and launched kernel by kernel
+for x in "" -2; do
+	d=results/priority-train-h100$x
+	run priority-train-graphs$x $d/graphs/sim $d/graphs bench/matrix/gpu-priority-train.yaml $d/graphs/profiles --gpu H100-SXM
+	run priority-train-launches$x $d/launches/sim $d/launches bench/matrix/gpu-priority-train.yaml $d/graphs/profiles --gpu H100-SXM --be-graphs=false
 done
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles

@@ -380,9 +380,9 @@ func coRunByDuration(r *profiler.CoRunReport, ref map[int]profiler.CoRunBE) stri
 		if !ok || k.Passes == 0 || o.Passes == 0 {
 			continue
 		}
-		i, _ := slices.BinarySearch(coRunDurationBins, k.ProfileUs)
-		if i < len(coRunDurationBins) && coRunDurationBins[i] == k.ProfileUs {
-			i++ // a bound belongs to the bin above it
+		i := 0 // a bound belongs to the bin above it
+		for i < len(coRunDurationBins) && k.ProfileUs >= coRunDurationBins[i] {
+			i++
 		}
 		bins[i].w += k.ProfileUs
 		bins[i].here += k.ProfileUs * k.HPSlowdown
