@@ -86,7 +86,7 @@ func (s *State) LaunchBEChunk(b *BEClient) int {
 		n++
 	}
 	if n > 0 {
-		s.flights[last].callEnd = true
+		s.flights.get(last).callEnd = true
 		b.calls++
 	}
 	return n

@@ -2,7 +2,6 @@ package sched
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"atoll/gpu"
@@ -46,7 +45,6 @@ func NewCore(cfg Config) (*Core, error) {
 	c := &Core{policy: cfg.Policy}
 	s := &c.st
 	s.spec = cfg.Spec
-	s.flights = make(map[LaunchID]*flight)
 	for i, p := range cfg.HP {
 		if err := ValidateProfile(p); err != nil {
 			return nil, fmt.Errorf("HP client %d: %w", i, err)
@@ -142,29 +140,24 @@ func (c *Core) Decisions() []Decision {
 func (c *Core) NextWake() (time.Duration, bool) { return c.st.wake, c.st.wake > 0 }
 
 // InFlight is the number of launches not yet completed.
-func (c *Core) InFlight() int { return len(c.st.flights) }
+func (c *Core) InFlight() int { return c.st.flights.n }
 
 // InFlightIDs lists the launches not yet completed, in launch order.
 func (c *Core) InFlightIDs() []LaunchID {
-	ids := make([]LaunchID, 0, len(c.st.flights))
-	for id := range c.st.flights {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return c.st.flights.ids()
 }
 
 // Flight returns the launch decision of an in-flight launch.
 func (c *Core) Flight(id LaunchID) (Launch, bool) {
-	f, ok := c.st.flights[id]
-	if !ok {
+	f := c.st.flights.get(id)
+	if f == nil {
 		return Launch{}, false
 	}
 	return f.l, true
 }
 
 // Quiescent reports whether nothing is in flight and no HP request waits.
-func (c *Core) Quiescent() bool { return len(c.st.flights) == 0 && c.st.hpBusy == 0 }
+func (c *Core) Quiescent() bool { return c.st.flights.n == 0 && c.st.hpBusy == 0 }
 
 // Describe summarises the state in one line (for errors and scripts).
 func (c *Core) Describe() string { return c.st.describe() }
@@ -220,8 +213,8 @@ func (c *Core) apply(ev Event) error {
 			s.startBE(b, ev.Time, ev.Iterations)
 		}
 	case EvComplete:
-		f, ok := s.flights[ev.Launch]
-		if !ok {
+		f := s.flights.get(ev.Launch)
+		if f == nil {
 			return fmt.Errorf("%w: completion of L%d, which is not in flight", ErrEvent, ev.Launch)
 		}
 		if err := s.checkOrder(f); err != nil {
@@ -231,7 +224,7 @@ func (c *Core) apply(ev Event) error {
 			return err
 		}
 		s.advance(ev.Time)
-		delete(s.flights, ev.Launch)
+		s.flights.del(ev.Launch)
 		if f.l.Client.Class == HP {
 			s.completeHP(f, ev.Time)
 		}

@@ -35,7 +35,7 @@ type State struct {
 	now         time.Duration
 	hp          []*HPClient
 	be          []*BEClient
-	flights     map[LaunchID]*flight
+	flights     flightTable
 	nextID      LaunchID
 	out         []Decision
 	wake        time.Duration
@@ -307,7 +307,7 @@ func (s *State) RunningHP() *profiles.Kernel {
 		if len(c.inflight) == 0 {
 			continue
 		}
-		f := s.flights[c.inflight[0]]
+		f := s.flights.get(c.inflight[0])
 		if best == nil || f.at < best.at {
 			best = f
 		}
@@ -352,7 +352,7 @@ func (s *State) newLaunch(l Launch, f flight) LaunchID {
 	l.ID = s.nextID
 	f.l = l
 	f.at = s.now
-	s.flights[l.ID] = &f
+	s.flights.put(l.ID, &f)
 	s.stats.Launches++
 	s.emit(Decision{Kind: DecLaunch, Launch: l})
 	return l.ID
@@ -419,7 +419,7 @@ func (s *State) PadHP(c *HPClient, b *BEClient, blocks int) (LaunchID, bool) {
 	}
 	id := s.launchHP(c, ki, Launch{Client: c.id, Kernel: ki, Stream: c.id, Form: gpu.Padded,
 		Pad: Pad{Client: b.id, Kernel: b.head, Blocks: blocks}})
-	s.flights[id].inst = b.inst
+	s.flights.get(id).inst = b.inst
 	b.inflight = append(b.inflight, id)
 	b.nPads++
 	b.padStream = c.id
@@ -473,7 +473,7 @@ func (s *State) CanLaunchBE(b *BEClient, form gpu.Form) bool {
 func (s *State) LaunchBE(b *BEClient, form gpu.Form) (LaunchID, bool) {
 	id, ok := s.launchBE(b, form)
 	if ok {
-		s.flights[id].callEnd = true
+		s.flights.get(id).callEnd = true
 		b.calls++
 	}
 	return id, ok
@@ -518,7 +518,7 @@ func (s *State) Preempt(b *BEClient) bool {
 	s.stats.Preemptions++
 	var waiting []LaunchID
 	for _, id := range b.inflight {
-		if f := s.flights[id]; f.l.Form == gpu.Reset || f.l.Form == gpu.Resumable {
+		if f := s.flights.get(id); f.l.Form == gpu.Reset || f.l.Form == gpu.Resumable {
 			waiting = append(waiting, id)
 		}
 	}
@@ -646,7 +646,7 @@ func (s *State) completeHP(f *flight, t time.Duration) {
 	// The next launch on the stream starts now; if it begins a pass, that
 	// is its first request's start.
 	if len(c.inflight) > 0 {
-		nf := s.flights[c.inflight[0]]
+		nf := s.flights.get(c.inflight[0])
 		if nf.l.Kernel == 0 {
 			for i := range c.reqs {
 				if c.reqs[i].id == nf.req && !c.reqs[i].started {

@@ -101,8 +101,7 @@ func (d *Device) mergeTouched(m *machine) {
 			i--
 		}
 	}
-	clear(d.touched)
-	d.touched = d.touched[:0]
+	d.touched = d.touched[:0] // stale pointers name pooled classes only
 }
 
 func sameState(a, b *smClass, tol float64) bool {

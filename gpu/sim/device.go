@@ -73,7 +73,6 @@ type Device struct {
 	chosen  []*smClass
 	due     []*group
 	touched []*smClass
-	marks   []bool
 	blocked []smSpan // dispatch scratch: SMs a pending kernel holds back
 	// mergeBuf: mergeSorted's scratch.
 	mergeBuf []int16
@@ -94,7 +93,6 @@ func New(cfg Config) (*Device, error) {
 		hostLat:  float64(cfg.HostReadLatency),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x61746f6c6c)), // "atoll"
 		fnByName: map[string]gpu.Func{},
-		marks:    make([]bool, cfg.Spec.SMs),
 	}
 	d.mem.init(cfg.Memory)
 	d.words.init()

@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"math"
-	"slices"
 
 	"atoll/gpu"
 )
@@ -68,6 +67,7 @@ type machine struct {
 	rr      [prioLevels]int // RoundRobin: rotating offset of each level
 	dirty   bool            // rates need recomputing
 	next    float64         // earliest group completion at the current rates
+	freed   uint64          // retirements so far: SM room only grows then (part.full)
 }
 
 func (m *machine) hasWork() bool { return len(m.groups) > 0 || len(m.pending) > 0 }
@@ -276,18 +276,28 @@ func (d *Device) rates(m *machine) {
 	for _, g := range m.groups {
 		r := 1.0
 		if !g.exit {
-			r = 1 / max(lim, g.cls.csum)
+			// Plain compares: no NaN reaches here, and min and max
+			// would pay for one.
+			den := lim
+			if cs := g.cls.csum; cs > den {
+				den = cs
+			}
+			r = 1 / den
 			if co && !g.reading {
 				r /= 1 + d.coRun(g, total, use)
 			}
 		}
 		g.rate = r
+		var tc float64
 		if g.reading {
-			g.tc = d.now + max(g.wait, 0)
+			tc = d.now + max(g.wait, 0)
 		} else {
-			g.tc = d.now + g.w/r
+			tc = d.now + g.w/r
 		}
-		next = min(next, g.tc)
+		g.tc = tc
+		if tc < next {
+			next = tc
+		}
 	}
 	m.next, m.dirty = next, false
 }
@@ -489,6 +499,9 @@ func (d *Device) placeLevel(m *machine, k *kernel) int {
 			limit = min(limit, avail)
 		}
 	}
+	if p.full == m.freed+1 {
+		return 0
+	}
 	n := d.place(m, p, limit, exit)
 	if n > 0 && p.resumable && !exit {
 		d.take(p, counter, n)
@@ -519,43 +532,28 @@ func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 	} else {
 		hi = int16(d.spec.SMs)
 	}
+	whole := d.everySM(lo, hi)
 	for _, c := range m.classes {
-		if c.ids[0] >= lo && c.ids[len(c.ids)-1] < hi && c.free.fits(p.res) {
+		if c.free.fits(p.res) && (whole || c.ids[0] >= lo && c.ids[len(c.ids)-1] < hi) {
 			cands = append(cands, c)
 			total += len(c.ids)
 		}
+	}
+	if total == 0 && limit > 0 {
+		p.full = m.freed + 1
 	}
 	chosen := d.chosen[:0]
 	switch {
 	case total == 0 || limit <= 0:
 	case limit >= total:
 		chosen = append(chosen, cands...)
+	case len(cands) == 1:
+		chosen = append(chosen, d.splitLow(m, cands[0], limit))
+		sortClasses(m)
 	default:
+		theta := lowestSM(cands, limit)
 		for _, c := range cands {
-			for _, id := range c.ids {
-				d.marks[id] = true
-			}
-		}
-		theta, cnt := -1, 0
-		for id, ok := range d.marks {
-			if ok {
-				if cnt++; cnt == limit {
-					theta = id
-					break
-				}
-			}
-		}
-		for _, c := range cands {
-			for _, id := range c.ids {
-				d.marks[id] = false
-			}
-		}
-		for _, c := range cands {
-			n := 0
-			for n < len(c.ids) && int(c.ids[n]) <= theta {
-				n++
-			}
-			switch n {
+			switch n := atOrBelow(c.ids, theta); n {
 			case 0:
 			case len(c.ids):
 				chosen = append(chosen, c)
@@ -570,10 +568,46 @@ func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 		d.addBlock(m, c, p, exit)
 		placed += len(c.ids)
 	}
-	clear(cands)
-	clear(chosen)
+	// The scratch lists keep their stale pointers: every class they name
+	// lives on in the machine or the class pool.
 	d.cands, d.chosen = cands[:0], chosen[:0]
 	return placed
+}
+
+// lowestSM is the limit-th lowest SM index among the classes' SMs
+// (0 < limit < their total): the least t with limit SMs at or below it.
+func lowestSM(cs []*smClass, limit int) int16 {
+	lo, hi := int16(0), int16(0)
+	for _, c := range cs {
+		hi = max(hi, c.ids[len(c.ids)-1])
+	}
+	for lo < hi {
+		t := lo + (hi-lo)/2
+		n := 0
+		for _, c := range cs {
+			n += atOrBelow(c.ids, t)
+		}
+		if n >= limit {
+			hi = t
+		} else {
+			lo = t + 1
+		}
+	}
+	return lo
+}
+
+// atOrBelow is the number of ids (ascending) at most t.
+func atOrBelow(ids []int16, t int16) int {
+	i, j := 0, len(ids)
+	for i < j {
+		h := int(uint(i+j) >> 1)
+		if ids[h] <= t {
+			i = h + 1
+		} else {
+			j = h
+		}
+	}
+	return i
 }
 
 // addBlock puts one block of p on every SM of c.
@@ -679,8 +713,7 @@ func (d *Device) complete() {
 		}
 		d.finish(m, g)
 	}
-	clear(due)
-	d.due = due[:0]
+	d.due = due[:0] // stale pointers name pooled groups only
 	d.mergeTouched(m)
 	m.dirty = true
 }
@@ -743,6 +776,7 @@ func (d *Device) retire(m *machine, g *group, drop int) {
 	}
 	p, c := g.part, g.cls
 	c.free.add(p.res, drop)
+	m.freed++
 	p.resident -= drop * len(c.ids)
 	d.traceBlocks(TraceRetire, p, c.ids, drop, g.exit)
 	if g.k -= drop; g.k == 0 {
@@ -760,8 +794,14 @@ func (d *Device) removeGroup(m *machine, g *group) {
 	m.groups[len(m.groups)-1] = nil
 	m.groups = m.groups[:len(m.groups)-1]
 	c := g.cls
-	if i := slices.Index(c.groups, g); i >= 0 {
-		c.groups = slices.Delete(c.groups, i, i+1) // clears the freed slot
+	gs := c.groups
+	for i, h := range gs {
+		if h == g {
+			copy(gs[i:], gs[i+1:])
+			gs[len(gs)-1] = nil
+			c.groups = gs[:len(gs)-1]
+			break
+		}
 	}
 	*g = group{}
 	d.gpool = append(d.gpool, g)

@@ -70,6 +70,11 @@ type part struct {
 	counter   gpu.Ptr
 	logical   int
 	taken     int // logical blocks this launch's workers took and have not finished
+
+	// full is its machine's freed count + 1 when place last found no SM
+	// with room for a block of it (0: not known to be full): until a block
+	// leaves an SM of that machine, placing it again would find none.
+	full uint64
 }
 
 // kernel is one launch in flight.
