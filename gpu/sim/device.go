@@ -76,6 +76,12 @@ type Device struct {
 	blocked []smSpan // dispatch scratch: SMs a pending kernel holds back
 	// mergeBuf: mergeSorted's scratch.
 	mergeBuf []int16
+
+	// co and coMem: co-run interference is on, and its memory term;
+	// smShare[w] is the share of an SM's warp slots w warps hold, at most
+	// 1 (rates and coRun, computed once).
+	co, coMem bool
+	smShare   []float64
 }
 
 // New makes a simulated device.
@@ -93,6 +99,12 @@ func New(cfg Config) (*Device, error) {
 		hostLat:  float64(cfg.HostReadLatency),
 		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x61746f6c6c)), // "atoll"
 		fnByName: map[string]gpu.Func{},
+	}
+	d.co = cfg.CoRunDevice > 0 || cfg.CoRunSM > 0 || cfg.CoRunMemory > 0
+	d.coMem = cfg.CoRunMemory > 0
+	d.smShare = make([]float64, cfg.Spec.MaxThreadsPerSM/max(cfg.Spec.WarpSize, 1)+1)
+	for w := range d.smShare {
+		d.smShare[w] = min(1, float64(w)*32/float64(cfg.Spec.MaxThreadsPerSM))
 	}
 	d.mem.init(cfg.Memory)
 	d.words.init()

@@ -231,8 +231,7 @@ func (d *Device) timeslice() {
 
 // rates recomputes every resident group's rate and completion time.
 func (d *Device) rates(m *machine) {
-	co := d.cfg.CoRunDevice > 0 || d.cfg.CoRunSM > 0 || d.cfg.CoRunMemory > 0
-	coMem := d.cfg.CoRunMemory > 0
+	co, coMem := d.co, d.coMem
 	if co {
 		for _, g := range m.groups {
 			g.kern.occ, g.kern.use = 0, 0
@@ -327,7 +326,12 @@ func (d *Device) coRun(g *group, total int, use float64) float64 {
 		dev = 1
 	}
 	warps := g.cls.wsum - g.cls.warpsOf(k)
-	sm := min(1, float64(warps)*32/float64(d.spec.MaxThreadsPerSM))
+	var sm float64
+	if warps < len(d.smShare) {
+		sm = d.smShare[warps]
+	} else {
+		sm = min(1, float64(warps)*32/float64(d.spec.MaxThreadsPerSM))
+	}
 	f := d.cfg.CoRunDevice*dev + d.cfg.CoRunSM*sm
 	if d.cfg.CoRunMemory > 0 {
 		u := min(1, max(0, use-k.use))
@@ -542,16 +546,21 @@ func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 	if total == 0 && limit > 0 {
 		p.full = m.freed + 1
 	}
-	chosen := d.chosen[:0]
+	// chosen: the classes that take a block, all candidates or some of
+	// them (kept in d.chosen's storage); the scratch lists keep stale
+	// pointers, which name classes that live on in the machine or the pool.
+	var chosen []*smClass
 	switch {
 	case total == 0 || limit <= 0:
 	case limit >= total:
-		chosen = append(chosen, cands...)
+		chosen = cands
 	case len(cands) == 1:
-		chosen = append(chosen, d.splitLow(m, cands[0], limit))
+		chosen = append(d.chosen[:0], d.splitLow(m, cands[0], limit))
+		d.chosen = chosen
 		sortClasses(m)
 	default:
 		theta := lowestSM(cands, limit)
+		chosen = d.chosen[:0]
 		for _, c := range cands {
 			switch n := atOrBelow(c.ids, theta); n {
 			case 0:
@@ -561,6 +570,7 @@ func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 				chosen = append(chosen, d.splitLow(m, c, n))
 			}
 		}
+		d.chosen = chosen
 		sortClasses(m)
 	}
 	placed := 0
@@ -568,9 +578,7 @@ func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 		d.addBlock(m, c, p, exit)
 		placed += len(c.ids)
 	}
-	// The scratch lists keep their stale pointers: every class they name
-	// lives on in the machine or the class pool.
-	d.cands, d.chosen = cands[:0], chosen[:0]
+	d.cands = cands[:0]
 	return placed
 }
 
