@@ -396,7 +396,7 @@ func (d *Device) dispatchFIFO(m *machine) {
 	for _, k := range m.pending {
 		lo, hi := d.smRange(k.st)
 		if !overlaps(blocked, lo, hi) {
-			for k.pendingBlocks() > 0 && d.placeLevel(m, k) > 0 {
+			for k.pendingBlocks() > 0 && d.placeLevel(m, k, true) > 0 {
 			}
 		}
 		if k.pendingBlocks() > 0 {
@@ -457,7 +457,7 @@ func (d *Device) dispatchRR(m *machine) {
 				if k.pendingBlocks() == 0 {
 					continue
 				}
-				if lo, hi := d.smRange(k.st); !overlaps(blocked, lo, hi) && d.placeLevel(m, k) > 0 {
+				if lo, hi := d.smRange(k.st); !overlaps(blocked, lo, hi) && d.placeLevel(m, k, false) > 0 {
 					progress = true
 				}
 			}
@@ -485,8 +485,9 @@ func (d *Device) dispatchRR(m *machine) {
 }
 
 // placeLevel places at most one block of k's current part on each SM with
-// room, reading the part's flag and counter as its blocks would.
-func (d *Device) placeLevel(m *machine, k *kernel) int {
+// room (with rounds, as many as place's rounds allow), reading the part's
+// flag and counter as its blocks would.
+func (d *Device) placeLevel(m *machine, k *kernel, rounds bool) int {
 	p := k.cur()
 	limit, exit := p.pending, false
 	// A block reading the host word directly learns the flag only when its
@@ -506,7 +507,7 @@ func (d *Device) placeLevel(m *machine, k *kernel) int {
 	if p.full == m.freed+1 {
 		return 0
 	}
-	n := d.place(m, p, limit, exit)
+	n := d.place(m, p, limit, exit, rounds)
 	if n > 0 && p.resumable && !exit {
 		d.take(p, counter, n)
 	}
@@ -524,8 +525,10 @@ func (d *Device) take(p *part, first, n int) {
 }
 
 // place puts one block of p on each of at most limit SMs with room, lowest
-// SM index first, splitting classes as needed. It returns the blocks placed.
-func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
+// SM index first, splitting classes as needed; with rounds, it repeats that
+// while the same SMs would all take another (a caller placing the part
+// until it places none: FIFO). It returns the blocks placed.
+func (d *Device) place(m *machine, p *part, limit int, exit, rounds bool) int {
 	cands, total := d.cands[:0], 0
 	lo, hi := p.k.st.lo, p.k.st.hi
 	if lo > 0 && limit > 0 {
@@ -573,10 +576,21 @@ func (d *Device) place(m *machine, p *part, limit int, exit bool) int {
 		d.chosen = chosen
 		sortClasses(m)
 	}
+	// Every candidate takes a block: as long as each still has room and
+	// the limit allows, the next rounds would place one more on the same
+	// SMs, so place those rounds at once (not with host reads, whose
+	// blocks each queue a read).
+	r := 1
+	if rounds && len(chosen) > 0 && limit >= total && !p.hostRead {
+		r = limit / total
+		for _, c := range chosen {
+			r = min(r, c.free.room(p.res))
+		}
+	}
 	placed := 0
 	for _, c := range chosen {
-		d.addBlock(m, c, p, exit)
-		placed += len(c.ids)
+		d.addBlocks(m, c, p, exit, r)
+		placed += r * len(c.ids)
 	}
 	d.cands = cands[:0]
 	return placed
@@ -618,9 +632,9 @@ func atOrBelow(ids []int16, t int16) int {
 	return i
 }
 
-// addBlock puts one block of p on every SM of c.
-func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
-	c.free.add(p.res, -1)
+// addBlocks puts r blocks of p on every SM of c (one with host reads).
+func (d *Device) addBlocks(m *machine, c *smClass, p *part, exit bool, r int) {
+	c.free.add(p.res, -r)
 	n := len(c.ids)
 	wait := 0.0
 	if p.hostRead {
@@ -631,15 +645,17 @@ func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 		if g.part == p && g.born == d.now && g.exit == exit {
 			// Placed at this instant: no time has passed, so the mean
 			// wait over the group's blocks is exact.
-			g.wait = (float64(g.k)*g.wait + wait) / float64(g.k+1)
-			g.k++
+			if p.hostRead {
+				g.wait = (float64(g.k)*g.wait + wait) / float64(g.k+1)
+			}
+			g.k += r
 			grown = true
 			break
 		}
 	}
 	if !grown {
 		g := d.newGroup()
-		*g = group{part: p, cls: c, k: 1, w: p.tb, born: d.now, reading: p.hostRead, wait: wait, exit: exit, mi: len(m.groups),
+		*g = group{part: p, cls: c, k: r, w: p.tb, born: d.now, reading: p.hostRead, wait: wait, exit: exit, mi: len(m.groups),
 			kern: p.k, c: p.c, m: p.m, mu: p.mu, warps: p.res.warps}
 		if exit {
 			g.w = d.blkMin
@@ -647,8 +663,8 @@ func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 		m.groups = append(m.groups, g)
 		c.groups = append(c.groups, g)
 	}
-	p.pending -= n
-	p.resident += n
+	p.pending -= r * n
+	p.resident += r * n
 	m.dirty = true
 	k := p.k
 	if !k.started {
@@ -657,7 +673,7 @@ func (d *Device) addBlock(m *machine, c *smClass, p *part, exit bool) {
 			d.trace(TraceEvent{Kind: TraceKernelStart, Kernel: k.seq, Name: k.name, Stream: k.st.id, Context: k.st.ctx, Priority: k.st.prio})
 		}
 	}
-	d.traceBlocks(TraceDispatch, p, c.ids, 1, exit)
+	d.traceBlocks(TraceDispatch, p, c.ids, r, exit)
 }
 
 // readHost queues n block-start reads of mapped host memory (one per block

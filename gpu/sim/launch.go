@@ -16,6 +16,17 @@ func (r resources) fits(b resources) bool {
 	return r.warps >= b.warps && r.regs >= b.regs && r.smem >= b.smem && r.blocks >= b.blocks
 }
 
+// room is how many blocks of usage b fit in r.
+func (r resources) room(b resources) int {
+	n := math.MaxInt
+	for _, q := range [...][2]int{{r.warps, b.warps}, {r.regs, b.regs}, {r.smem, b.smem}, {r.blocks, b.blocks}} {
+		if q[1] > 0 {
+			n = min(n, q[0]/q[1])
+		}
+	}
+	return n
+}
+
 func (r *resources) add(b resources, k int) {
 	r.warps += k * b.warps
 	r.regs += k * b.regs
