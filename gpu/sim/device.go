@@ -82,6 +82,7 @@ type Device struct {
 	// 1 (rates and coRun, computed once).
 	co, coMem bool
 	smShare   []float64
+	stamp     uint64 // rates calls so far (kernel.stamp)
 }
 
 // New makes a simulated device.

@@ -232,20 +232,21 @@ func (d *Device) timeslice() {
 // rates recomputes every resident group's rate and completion time.
 func (d *Device) rates(m *machine) {
 	co, coMem := d.co, d.coMem
-	if co {
-		for _, g := range m.groups {
-			g.kern.occ, g.kern.use = 0, 0
-		}
-	}
 	// total: SMs held by active groups, use: their DRAM use (co-run
-	// interference; use only with its memory term).
+	// interference; use only with its memory term). A kernel's own
+	// counts start from zero at its first active group of this call.
+	d.stamp++
 	mem, total, use := 0.0, 0, 0.0
 	for _, g := range m.groups {
 		if !g.exit && !g.reading {
 			n := len(g.cls.ids)
 			mem += float64(g.k*n) * g.m
 			if co {
-				g.kern.occ += n
+				k := g.kern
+				if k.stamp != d.stamp {
+					k.stamp, k.occ, k.use = d.stamp, 0, 0
+				}
+				k.occ += n
 				total += n
 			}
 			if coMem {
@@ -587,10 +588,15 @@ func (d *Device) place(m *machine, p *part, limit int, exit, rounds bool) int {
 			r = min(r, c.free.room(p.res))
 		}
 	}
-	placed := 0
+	placed, roomLeft := 0, false
 	for _, c := range chosen {
 		d.addBlocks(m, c, p, exit, r)
 		placed += r * len(c.ids)
+		roomLeft = roomLeft || c.free.fits(p.res)
+	}
+	if limit > 0 && limit >= total && !roomLeft {
+		// Every SM that had room for it has none now.
+		p.full = m.freed + 1
 	}
 	d.cands = cands[:0]
 	return placed

@@ -101,6 +101,7 @@ type kernel struct {
 	inGraph  bool    // a step of a graph (Device.profileHeld)
 	occ      int     // SMs its active groups hold (rates, with co-run interference)
 	use      float64 // DRAM use of its active groups (rates, with co-run interference)
+	stamp    uint64  // the rates call occ and use were counted in
 }
 
 func (k *kernel) pendingBlocks() int {
