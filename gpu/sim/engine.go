@@ -21,16 +21,8 @@ type smClass struct {
 	csum   float64  // Σ k·c over groups: compute demand on each SM
 	gone   bool     // merged away (waiting in the free list)
 	// With co-run interference (rates): the warps active groups hold on
-	// each SM, and their split by kernel.
+	// each SM.
 	wsum int
-	kw   []kernelWarps
-}
-
-// kernelWarps is the warps one kernel's active groups hold on each SM of
-// a class.
-type kernelWarps struct {
-	k     *kernel
-	warps int
 }
 
 // group is k blocks of one part on every SM of its class, dispatched at the
@@ -258,17 +250,14 @@ func (d *Device) rates(m *machine) {
 	}
 	for _, c := range m.classes {
 		s := 0.0
-		if co {
-			c.wsum, c.kw = 0, c.kw[:0]
-		}
+		w := 0
 		for _, g := range c.groups {
 			if !g.exit && !g.reading {
 				s += float64(g.k) * g.c
-				if co {
-					c.addWarps(g.kern, g.k*g.warps)
-				}
+				w += g.k * g.warps
 			}
 		}
+		c.wsum = w
 		c.csum = s
 	}
 	lim := max(1, mem)
@@ -342,26 +331,15 @@ func (d *Device) coRun(g *group, total int, use float64) float64 {
 	return f
 }
 
-// addWarps counts w warps of kernel k's active groups on each SM of c.
-func (c *smClass) addWarps(k *kernel, w int) {
-	c.wsum += w
-	for i := range c.kw {
-		if c.kw[i].k == k {
-			c.kw[i].warps += w
-			return
-		}
-	}
-	c.kw = append(c.kw, kernelWarps{k, w})
-}
-
 // warpsOf is the warps kernel k's active groups hold on each SM of c.
 func (c *smClass) warpsOf(k *kernel) int {
-	for _, kw := range c.kw {
-		if kw.k == k {
-			return kw.warps
+	w := 0
+	for _, g := range c.groups {
+		if g.kern == k && !g.exit && !g.reading {
+			w += g.k * g.warps
 		}
 	}
-	return 0
+	return w
 }
 
 // dispatch places pending blocks: priority levels from the most urgent,

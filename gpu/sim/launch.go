@@ -16,13 +16,17 @@ func (r resources) fits(b resources) bool {
 	return r.warps >= b.warps && r.regs >= b.regs && r.smem >= b.smem && r.blocks >= b.blocks
 }
 
-// room is how many blocks of usage b fit in r.
+// room is how many blocks of usage b (b.blocks is 1) fit in r.
 func (r resources) room(b resources) int {
-	n := math.MaxInt
-	for _, q := range [...][2]int{{r.warps, b.warps}, {r.regs, b.regs}, {r.smem, b.smem}, {r.blocks, b.blocks}} {
-		if q[1] > 0 {
-			n = min(n, q[0]/q[1])
-		}
+	n := r.blocks / b.blocks
+	if b.warps > 0 {
+		n = min(n, r.warps/b.warps)
+	}
+	if b.regs > 0 {
+		n = min(n, r.regs/b.regs)
+	}
+	if b.smem > 0 {
+		n = min(n, r.smem/b.smem)
 	}
 	return n
 }
