@@ -81,6 +81,14 @@ type Config struct {
 	// nothing more; bench, demo and matrix set MeasuredProfileGap
 	// (--sim-profile-gap).
 	ProfileGap time.Duration
+	// KernelGap is the GPU time a kernel's stream holds after it
+	// completes before the stream's next op starts (the front end's turn
+	// from one dependent kernel to the next): the kernel's SMs are free
+	// meanwhile, and pending blocks of other streams, however low their
+	// priority, take them. A profiled duration holds it, so a kernel runs
+	// its Cost.Duration (or GraphDuration) less KernelGap as well (within
+	// the same cap). Zero (the default) starts the next op at once.
+	KernelGap time.Duration
 	// NoticeLatency is the time from an event's completion on the device
 	// until the host sees it: Query answers true and Wait returns only
 	// then (Time still gives the completion time). It stands for the
@@ -249,6 +257,13 @@ const (
 	// SM. A graph with an event after each kernel took 2.50 and 2.17 µs
 	// per kernel more than with one (TestGPUGraphEventGPUCost, same log).
 	MeasuredProfileGap = 2670 * time.Nanosecond
+	// MeasuredKernelGap is the turn from one kernel of a graph to the
+	// next on an H100: 20 kernels of 32 one-warp blocks spinning 10 µs,
+	// one graph, took 224.6 µs alone, 1.23 µs a kernel beyond its spin
+	// (gpu/cuda TestGPUBEGraphsBesideHP, results/begraphs-h100). Not in
+	// Defaults: with it the whole matrix's replay came out further from
+	// the GPU (docs/simulator.md, "The turn between kernels").
+	MeasuredKernelGap = 1200 * time.Nanosecond
 	// MeasuredWakeLatency is how late the CUDA backend's Wait returned
 	// after a deadline 300 µs ahead on an H200 host, the median over 41
 	// waits with 0, 1, 13 and 26 events pending (7.7, 8.8, 7.9 and 9.9 µs;
@@ -392,7 +407,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphLaunchCost", c.HostGraphLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"HostCompletionCost", c.HostCompletionCost}, {"HostDecideCost", c.HostDecideCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
+	}{{"LaunchLatency", c.LaunchLatency}, {"BlockMin", c.BlockMin}, {"TimeSlice", c.TimeSlice}, {"SwitchCost", c.SwitchCost}, {"HostReadLatency", c.HostReadLatency}, {"HostLaunchCost", c.HostLaunchCost}, {"HostGraphLaunchCost", c.HostGraphLaunchCost}, {"HostGraphEventCost", c.HostGraphEventCost}, {"HostMatmulCost", c.HostMatmulCost}, {"HostConvCost", c.HostConvCost}, {"HostQueryCost", c.HostQueryCost}, {"HostCompletionCost", c.HostCompletionCost}, {"HostDecideCost", c.HostDecideCost}, {"NoticeLatency", c.NoticeLatency}, {"WakeLatency", c.WakeLatency}, {"EventCost", c.EventCost}, {"ProfileGap", c.ProfileGap}, {"KernelGap", c.KernelGap}, {"Coalesce", c.Coalesce}, {"Spec.LaunchLatency", c.Spec.LaunchLatency}} {
 		if err := neg(f.name, f.d); err != nil {
 			return c, err
 		}

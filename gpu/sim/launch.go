@@ -325,10 +325,11 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 	}
 	c, held := l.Cost, d.profileHeld(k.inGraph)
 	if k.inGraph && c.GraphDuration > 0 {
-		// Its duration timed in a graph, holding nothing more (its
-		// partition points scale with it; its shares of the device's
-		// rates stay the profile's, as the co-run fit took them).
-		c.Duration, held = c.GraphDuration, 0
+		// Its duration timed in a graph, holding nothing more than the
+		// turn to the next kernel (its partition points scale with it;
+		// its shares of the device's rates stay the profile's, as the
+		// co-run fit took them).
+		c.Duration, held = c.GraphDuration, float64(d.cfg.KernelGap)
 	}
 	p.tb, p.c, p.m, p.mu = d.timing(c, logical, bpsm, sms, held)
 }
@@ -345,10 +346,11 @@ func (d *Device) profileHeld(inGraph bool) float64 {
 	if gap == 0 {
 		gap = ec
 	}
+	kg := float64(d.cfg.KernelGap)
 	if inGraph {
-		return gap
+		return gap + kg
 	}
-	return ec
+	return ec + kg
 }
 
 // timing is the calibrated model: the solo duration of one block of a body

@@ -116,7 +116,8 @@ func (d *Device) kernelDone(k *kernel) {
 	d.trace(TraceEvent{Kind: TraceKernelEnd, Kernel: k.seq, Name: k.name, Stream: s.id, Context: s.ctx, Priority: s.prio})
 	s.ops[s.head] = op{}
 	s.head++
-	s.lastDone = d.now
-	s.wake = d.now
+	// The stream holds KernelGap before its next op.
+	s.lastDone = d.now + float64(d.cfg.KernelGap)
+	s.wake = s.lastDone
 	d.kpool = append(d.kpool, k)
 }
