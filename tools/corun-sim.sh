@@ -13,7 +13,8 @@
 #
 # ATOLL names the binary (bin/atoll); JOBS the runs at once (2); OUT keeps
 # the simulated reports and their text (a temporary folder otherwise), and
-# a report already simulated there is reused.
+# a report already simulated there is reused; SIMARGS are more flags for
+# the simulator's runs (e.g. --sim-kernel-gap 1.2us).
 set -euo pipefail
 corun=${1:?usage: tools/corun-sim.sh measured|off|DEVICE,SM[,MEMORY] REPORT...}
 shift
@@ -38,9 +39,9 @@ printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '
 	IFS="|" read -r name gpu ref args <<<"{}"
 	[ -s "$2/$name.json" ] && exit 0 # simulated before into this OUT
 	# shellcheck disable=SC2086
-	"$0" corun --backend sim --gpu "$gpu" --sim-corun "$1" $args --quiet --compare "$ref" --out "$2/$name.json" >"$2/$name.txt" 2>&1 ||
+	"$0" corun --backend sim --gpu "$gpu" --sim-corun "$1" $args $3 --quiet --compare "$ref" --out "$2/$name.json" >"$2/$name.txt" 2>&1 ||
 		echo "$name: the simulator failed (see $2/$name.txt)" >&2
-' "$atoll" "$corun" "$out"
+' "$atoll" "$corun" "$out" "${SIMARGS:-}"
 pct() { awk -v g="$1" -v s="$2" 'BEGIN { printf "%.1f", 100 * (s - g) / g }'; }
 printf '%-48s %7s %7s %7s   %7s %7s %7s\n' report 'HP GPU' sim error 'BE GPU' sim error
 hsq=0 hn=0 bsq=0 bn=0
