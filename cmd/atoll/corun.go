@@ -87,7 +87,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	fs.Var(&notice, "sim-notice", "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", "--backend sim: "+strings.TrimPrefix(simLaunchCostHelp, "simulator: ")+" (with --be-depth it bounds how fast the host refills BE, as on the GPU)")
-	kernelGap := fs.Duration("sim-kernel-gap", 0, "--backend sim: "+strings.TrimPrefix(simKernelGapHelp, "simulator: "))
+	kernelGap := fs.Duration("sim-kernel-gap", sim.MeasuredKernelGap, "--backend sim: "+strings.TrimPrefix(simKernelGapHelp, "simulator: "))
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
 		return err

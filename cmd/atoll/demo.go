@@ -44,16 +44,16 @@ replaying GPU series on their own arrivals, nothing in the simulator set from
 them: over the whole committed matrix on an H200, each part on profiles measured
 on its own machine (results/onmachine2-all-h200, onmachine2-train-h200,
 onmachine2-bert-h200: 8 cells under priority, orion, reef and atoll), its HP p99
-was within 10 % in 20 of 32 policy runs (median error 7 %), its HP p50 off by a
+was within 10 % in 21 of 32 policy runs (median error 8 %), its HP p50 off by a
 median 6 % and its BE throughput by a median 4 %, and it ranked the policies as
 the GPU did in 8 of 8 cells by HP p99 and 8 of 8 by BE throughput. Per policy,
-HP p99 within 10 %: priority 3 of 8 (median error 23 %), orion 8 of 8 (median
-error 5 %), reef 1 of 8 (median error 64 %), atoll 8 of 8 (median error 2 %). On
+HP p99 within 10 %: priority 4 of 8 (median error 23 %), orion 8 of 8 (median
+error 5 %), reef 1 of 8 (median error 64 %), atoll 8 of 8 (median error 3 %). On
 profiles from another H200 (results/matrix-h200-g8-events) it was within 10 % in
-16 of 32 (median error 15 %). Where it is off: REEF, which saturates on the GPU
-far more than simulated, and priority beside BE on every SM (HP too fast beside
-training jobs, too slow beside VGG-19: its co-run interference is one mean-field
-fit). docs/fidelity.md has every comparison. Run 'atoll demo --backend cuda' or
+16 of 32 (median error 13 %). Where it is off: REEF, which saturates on the GPU
+far more than simulated, and priority beside VGG-19 on every SM (HP too slow
+there: its co-run interference is one mean-field fit). docs/fidelity.md has
+every comparison. Run 'atoll demo --backend cuda' or
 'atoll matrix --backend cuda' on a GPU.`
 
 func init() {

@@ -97,7 +97,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.decide, "sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
 	fs.DurationVar(&f.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	fs.DurationVar(&f.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
-	fs.DurationVar(&f.kernelGap, "sim-kernel-gap", 0, simKernelGapHelp)
+	fs.DurationVar(&f.kernelGap, "sim-kernel-gap", sim.MeasuredKernelGap, simKernelGapHelp)
 	f.notice = measuredNotice
 	fs.Var(&f.notice, "sim-notice", simNoticeHelp)
 	fs.DurationVar(&f.wake, "sim-wake", defaultSimWake, simWakeHelp)
@@ -131,7 +131,7 @@ func (f *simFlags) onGPU() error {
 		{set(f.decide, defaultSimDecideCost), "--sim-decide-cost", "decisions cost the host what they cost (reports show hostPerLaunch decideUs)"},
 		{set(f.eventCost, defaultSimEventCost), "--sim-event-cost", "events cost the GPU what they cost (results/hpevents-h200 measures it)"},
 		{set(f.gap, defaultSimProfileGap), "--sim-profile-gap", "kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)"},
-		{f.kernelGap != 0, "--sim-kernel-gap", "kernels follow each other as they do (gpu/cuda TestGPUBEGraphsBesideHP measures it)"},
+		{set(f.kernelGap, sim.MeasuredKernelGap), "--sim-kernel-gap", "kernels follow each other as they do (gpu/cuda TestGPUBEGraphsBesideHP measures it)"},
 		{set(f.wake, defaultSimWake), "--sim-wake", "the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)"},
 		{!f.notice.measured && f.notice.d != 0, "--sim-notice", "the host sees completions when it does (tools/gpu/launchpath.sh measures it)"},
 	} {
@@ -294,7 +294,7 @@ const defaultSimProfileGap = sim.MeasuredProfileGap
 
 const simProfileGapHelp = "simulator: what a profiled kernel duration holds beyond the kernel when it runs inside a graph (the profiler's launch and event record of each kernel); a kernel in a graph runs that much less, its graph's events hold the stream --sim-event-cost each, so a request as a graph runs faster than its profiled sum, as on the GPU (the default is measured, docs/simulator.md; 0: only the record, --sim-event-cost)"
 
-const simKernelGapHelp = "simulator: GPU time a stream holds after each kernel before its next op (the turn between dependent kernels; an H100 measured 1.2µs, sim.MeasuredKernelGap); the kernel's SMs are free meanwhile, so a lower-priority stream's pending blocks take them before the next kernel can; taken off profiled durations, so a pass alone takes as long (0, the default, leaves it out: with it the simulator's replay of the matrix came out further from the GPU, docs/simulator.md)"
+const simKernelGapHelp = "simulator: GPU time a stream holds after each kernel before its next op (the turn between dependent kernels); the kernel's SMs are free meanwhile, so a lower-priority stream's pending blocks take them before the next kernel can; taken off profiled durations, so a pass alone takes as long (the default is measured, docs/simulator.md; 0 turns it off)"
 
 // defaultSimWake is the measured figure (sim.MeasuredWakeLatency).
 const defaultSimWake = sim.MeasuredWakeLatency
