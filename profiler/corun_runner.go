@@ -391,22 +391,7 @@ func (c *coRunner) gap(p int, between func() error) error {
 // waitCalling waits until e has completed, calling between (when set)
 // every 2 µs of device time meanwhile; it gives up after 60 s of wall time.
 func (c *coRunner) waitCalling(e gpu.Event, between func() error) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		done, err := c.dev.Query(e)
-		if err != nil {
-			return fmt.Errorf("Query: %w", err)
-		}
-		if done {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
-		}
-		if err := c.pause(between); err != nil {
-			return err
-		}
-	}
+	return waitDone(c.dev, e, func() error { return c.pause(between) })
 }
 
 // pause calls between (when set) and waits 2 µs of device time.

@@ -479,6 +479,12 @@ func (mt *meter) wait(e gpu.Event) error { return waitEvent(mt.ctx, mt.dev, e) }
 
 // waitEvent waits until e has completed on dev, for at most 60 s.
 func waitEvent(ctx context.Context, dev gpu.Device, e gpu.Event) error {
+	return waitDone(dev, e, func() error { return dev.Wait(ctx, dev.Now()+20*time.Microsecond) })
+}
+
+// waitDone polls e until it has completed on dev, calling step between
+// polls; it gives up after 60 s of wall time.
+func waitDone(dev gpu.Device, e gpu.Event, step func() error) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ok, err := dev.Query(e)
@@ -491,7 +497,7 @@ func waitEvent(ctx context.Context, dev gpu.Device, e gpu.Event) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the device did not finish within 60 s (a kernel hangs?)")
 		}
-		if err := dev.Wait(ctx, dev.Now()+20*time.Microsecond); err != nil {
+		if err := step(); err != nil {
 			return err
 		}
 	}

@@ -284,8 +284,7 @@ const (
 // a 96-SM partition leaves. On an H100 (results/corun-h100, HP launched
 // kernel by kernel) the simulator's mean HP slowdowns are 1.206 / 1.236 /
 // 1.268 / 1.349 / 1.349 / 1.198 against the GPU's 1.115 / 1.160 / 1.298 /
-// 1.450 / 1.436 / 1.233 in those reports (rms error 5.9 %; 5.5 % at 0.2,
-// 1.8 without the turn, which these weights replace).
+// 1.450 / 1.436 / 1.233 in those reports (rms error 5.9 %).
 //
 // The memory weight is 0: fitted to these sweeps (0.2, 1.0, 6 on an H200,
 // without the turn) it brings the held-out kernel-level pairs closer and
@@ -300,10 +299,9 @@ const (
 	// kernel sweeps (every SM, the rest), the sweep with HP as graphs and
 	// 16 BE launches queued (BE in 32, 64, 96 and 120 SMs, on every SM)
 	// and BE in graphs with HP sent 300 µs apart (s31h gg300): rms 4.4 %
-	// over those eight reports (5.3 % at 0.25, 1.2 without the turn, 9.9 %
-	// with the turn at those weights); on the nine event-free pairs held
-	// out (s31) 9.3 % for HP and 17.7 % for BE's own slowdown, against
-	// 9.0 % and 21.6 % before (tools/corun-sim.sh).
+	// over those eight reports; on the nine event-free pairs held out
+	// (s31) 9.3 % for HP and 17.7 % for BE's own slowdown
+	// (tools/corun-sim.sh).
 	MeasuredCoRunDeviceH200 = 0.35
 	MeasuredCoRunSMH200     = 1.8
 	MeasuredCoRunMemoryH200 = 0
