@@ -87,7 +87,8 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	fs.Var(&notice, "sim-notice", "--backend sim: "+simNoticeHelp+" (with --be-depth BE's refills wait for it)")
 	hostCost := defaultSimLaunchCost
 	fs.Var(&hostCost, "sim-launch-cost", "--backend sim: "+strings.TrimPrefix(simLaunchCostHelp, "simulator: ")+" (with --be-depth it bounds how fast the host refills BE, as on the GPU)")
-	kernelGap := fs.Duration("sim-kernel-gap", sim.MeasuredKernelGap, "--backend sim: "+strings.TrimPrefix(simKernelGapHelp, "simulator: "))
+	kernelGap := measuredTurn
+	fs.Var(&kernelGap, "sim-kernel-gap", "--backend sim: "+strings.TrimPrefix(simKernelGapHelp, "simulator: "))
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -175,7 +176,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 		sc = sim.Defaults(spec, 1)
 		sc.NoticeLatency, sc.BLAS = notice.value(spec.Name), true
 		sc.CoRunDevice, sc.CoRunSM, sc.CoRunMemory = corun.values(spec.Name)
-		sc.KernelGap = *kernelGap
+		sc.KernelGap = kernelGap.value(spec.Name)
 		hostCost.apply(&sc)
 	}
 	return runOn(*backend, sc, *simGPU, *ordinal,

@@ -92,7 +92,8 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 		"--sim-completion-cost": func(w *workloadFlags) { w.completion = time.Microsecond },
 		"--sim-decide-cost":     func(w *workloadFlags) { w.decide = time.Microsecond },
 		"--sim-event-cost":      func(w *workloadFlags) { w.eventCost = time.Microsecond },
-		"--sim-notice":          func(w *workloadFlags) { w.notice = noticeFlag{d: time.Microsecond} },
+		"--sim-notice":          func(w *workloadFlags) { w.notice.Set("1us") },
+		"--sim-kernel-gap":      func(w *workloadFlags) { w.kernelGap.Set("2us") },
 		"--sim-profile-gap":     func(w *workloadFlags) { w.gap = time.Microsecond },
 		"--sim-wake":            func(w *workloadFlags) { w.wake = time.Microsecond },
 	} {

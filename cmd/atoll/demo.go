@@ -47,10 +47,10 @@ onmachine2-bert-h200: 8 cells under priority, orion, reef and atoll), its HP p99
 was within 10 % in 21 of 32 policy runs (median error 8 %), its HP p50 off by a
 median 6 % and its BE throughput by a median 4 %, and it ranked the policies as
 the GPU did in 8 of 8 cells by HP p99 and 8 of 8 by BE throughput. Per policy,
-HP p99 within 10 %: priority 4 of 8 (median error 23 %), orion 8 of 8 (median
+HP p99 within 10 %: priority 4 of 8 (median error 22 %), orion 8 of 8 (median
 error 5 %), reef 1 of 8 (median error 64 %), atoll 8 of 8 (median error 3 %). On
 profiles from another H200 (results/matrix-h200-g8-events) it was within 10 % in
-16 of 32 (median error 13 %). Where it is off: REEF, which saturates on the GPU
+16 of 32 (median error 12 %). Where it is off: REEF, which saturates on the GPU
 far more than simulated, and priority beside VGG-19 on every SM (HP too slow
 there: its co-run interference is one mean-field fit). docs/fidelity.md has
 every comparison. Run 'atoll demo --backend cuda' or

@@ -84,8 +84,7 @@ const hpGraphsHelp = "submit each HP request launched whole (kernels all at once
 type simFlags struct {
 	hostCost                                            launchCosts
 	queryCost, completion, decide, eventCost, gap, wake time.Duration
-	kernelGap                                           time.Duration
-	notice                                              noticeFlag
+	notice, kernelGap                                   gpuFigure
 	corun                                               coRunFlag
 }
 
@@ -97,7 +96,8 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.decide, "sim-decide-cost", defaultSimDecideCost, simDecideCostHelp)
 	fs.DurationVar(&f.eventCost, "sim-event-cost", defaultSimEventCost, simEventCostHelp)
 	fs.DurationVar(&f.gap, "sim-profile-gap", defaultSimProfileGap, simProfileGapHelp)
-	fs.DurationVar(&f.kernelGap, "sim-kernel-gap", sim.MeasuredKernelGap, simKernelGapHelp)
+	f.kernelGap = measuredTurn
+	fs.Var(&f.kernelGap, "sim-kernel-gap", simKernelGapHelp)
 	f.notice = measuredNotice
 	fs.Var(&f.notice, "sim-notice", simNoticeHelp)
 	fs.DurationVar(&f.wake, "sim-wake", defaultSimWake, simWakeHelp)
@@ -110,7 +110,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 func (f *simFlags) config(spec gpu.Spec, seed uint64) sim.Config {
 	sc := sim.Defaults(spec, seed)
 	sc.HostQueryCost, sc.HostDecideCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = f.queryCost, f.decide, f.eventCost, f.gap, f.notice.value(spec.Name), f.wake
-	sc.HostCompletionCost, sc.KernelGap = f.completion, f.kernelGap
+	sc.HostCompletionCost, sc.KernelGap = f.completion, f.kernelGap.value(spec.Name)
 	sc.CoRunDevice, sc.CoRunSM, sc.CoRunMemory = f.corun.values(spec.Name)
 	f.hostCost.apply(&sc)
 	return sc
@@ -131,9 +131,9 @@ func (f *simFlags) onGPU() error {
 		{set(f.decide, defaultSimDecideCost), "--sim-decide-cost", "decisions cost the host what they cost (reports show hostPerLaunch decideUs)"},
 		{set(f.eventCost, defaultSimEventCost), "--sim-event-cost", "events cost the GPU what they cost (results/hpevents-h200 measures it)"},
 		{set(f.gap, defaultSimProfileGap), "--sim-profile-gap", "kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)"},
-		{set(f.kernelGap, sim.MeasuredKernelGap), "--sim-kernel-gap", "kernels follow each other as they do (gpu/cuda TestGPUBEGraphsBesideHP measures it)"},
+		{f.kernelGap.given(), "--sim-kernel-gap", "kernels follow each other as they do (gpu/cuda TestGPUBEGraphsBesideHP measures it)"},
 		{set(f.wake, defaultSimWake), "--sim-wake", "the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)"},
-		{!f.notice.measured && f.notice.d != 0, "--sim-notice", "the host sees completions when it does (tools/gpu/launchpath.sh measures it)"},
+		{f.notice.given(), "--sim-notice", "the host sees completions when it does (tools/gpu/launchpath.sh measures it)"},
 	} {
 		if c.set {
 			return fmt.Errorf("%s is a simulator parameter; on --backend cuda %s", c.flag, c.what)
@@ -186,42 +186,51 @@ func (c *launchCosts) Set(s string) error {
 	return nil
 }
 
-// noticeFlag is --sim-notice: the simulator's time from a completion to
-// the host seeing it (sim.Config.NoticeLatency): "measured" (the default:
-// sim.MeasuredNotice of the simulated GPU; results/launchpath-h100,
-// launchpath-h200) or a duration.
-type noticeFlag struct {
+// gpuFigure is a simulator flag whose default is measured on each GPU:
+// "measured" (the default: the figure of the simulated GPU, of) or a
+// duration. --sim-notice (sim.MeasuredNotice; results/launchpath-h100,
+// launchpath-h200) and --sim-kernel-gap (sim.MeasuredTurn;
+// results/begraphs-h100, begraphs-h200) are ones.
+type gpuFigure struct {
 	measured bool
 	d        time.Duration
+	of       func(gpuName string) time.Duration
 }
 
-// measuredNotice is --sim-notice measured.
-var measuredNotice = noticeFlag{measured: true}
+// measuredNotice and measuredTurn are --sim-notice and --sim-kernel-gap
+// measured.
+var (
+	measuredNotice = gpuFigure{measured: true, of: sim.MeasuredNotice}
+	measuredTurn   = gpuFigure{measured: true, of: sim.MeasuredTurn}
+)
 
-func (f *noticeFlag) value(gpuName string) time.Duration {
+func (f *gpuFigure) value(gpuName string) time.Duration {
 	if f.measured {
-		return sim.MeasuredNotice(gpuName)
+		return f.of(gpuName)
 	}
 	return f.d
 }
 
-func (f *noticeFlag) String() string {
+// given reports whether the flag was set to a duration other than 0.
+func (f *gpuFigure) given() bool { return !f.measured && f.d != 0 }
+
+func (f *gpuFigure) String() string {
 	if f.measured {
 		return "measured"
 	}
 	return f.d.String()
 }
 
-func (f *noticeFlag) Set(v string) error {
+func (f *gpuFigure) Set(v string) error {
 	if v == "measured" {
-		*f = measuredNotice
+		f.measured, f.d = true, 0
 		return nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		return fmt.Errorf("want measured or a duration of 0 or more (%v on an H200, %v on other GPUs)", sim.MeasuredNoticeLatencyH200, sim.MeasuredNoticeLatency)
+		return fmt.Errorf("want measured or a duration of 0 or more (%v on an H200, %v on other GPUs)", f.of(gpu.H200.Name), f.of(gpu.H100SXM.Name))
 	}
-	*f = noticeFlag{d: d}
+	f.measured, f.d = false, d
 	return nil
 }
 
@@ -294,7 +303,7 @@ const defaultSimProfileGap = sim.MeasuredProfileGap
 
 const simProfileGapHelp = "simulator: what a profiled kernel duration holds beyond the kernel when it runs inside a graph (the profiler's launch and event record of each kernel); a kernel in a graph runs that much less, its graph's events hold the stream --sim-event-cost each, so a request as a graph runs faster than its profiled sum, as on the GPU (the default is measured, docs/simulator.md; 0: only the record, --sim-event-cost)"
 
-const simKernelGapHelp = "simulator: GPU time a stream holds after each kernel before its next op (the turn between dependent kernels); the kernel's SMs are free meanwhile, so a lower-priority stream's pending blocks take them before the next kernel can; taken off profiled durations, so a pass alone takes as long (the default is measured, docs/simulator.md; 0 turns it off)"
+const simKernelGapHelp = "simulator: GPU time a stream holds after each kernel before its next op (the turn between dependent kernels); the kernel's SMs are free meanwhile, so a lower-priority stream's pending blocks take them before the next kernel can; taken off profiled durations, so a pass alone takes as long: measured (on the simulated GPU: 0.9µs on an H200, 1.2µs on others; docs/simulator.md) or a duration; 0 turns it off"
 
 // defaultSimWake is the measured figure (sim.MeasuredWakeLatency).
 const defaultSimWake = sim.MeasuredWakeLatency

@@ -263,6 +263,11 @@ const (
 	// (gpu/cuda TestGPUBEGraphsBesideHP, results/begraphs-h100); 64
 	// empty kernels in a graph took 0.82 µs each (TestGPUProfileGap).
 	MeasuredKernelGap = 1200 * time.Nanosecond
+	// MeasuredKernelGapH200 is the same turn on an H200: the same graph
+	// took 217.5–219.3 µs alone, about 0.9 µs a kernel beyond its spin
+	// (results/begraphs-h200); 64 empty kernels in a graph took 0.54 µs
+	// each.
+	MeasuredKernelGapH200 = 900 * time.Nanosecond
 	// MeasuredWakeLatency is how late the CUDA backend's Wait returned
 	// after a deadline 300 µs ahead on an H200 host, the median over 41
 	// waits with 0, 1, 13 and 26 events pending (7.7, 8.8, 7.9 and 9.9 µs;
@@ -279,7 +284,7 @@ const (
 // measurements (atoll corun, ResNet-50 bs1 beside each kernel of ResNet-50
 // training bs32; docs/simulator.md, "Co-run interference"), on the
 // simulator as bench and matrix run it, the turn between kernels
-// (MeasuredKernelGap) included: a small grid's least squares over BE
+// (MeasuredTurn) included: a small grid's least squares over BE
 // confined to 16, 32, 64 and 96 SMs, BE on every SM, and HP on the 36 SMs
 // a 96-SM partition leaves. On an H100 (results/corun-h100, HP launched
 // kernel by kernel) the simulator's mean HP slowdowns are 1.206 / 1.236 /
@@ -295,14 +300,14 @@ const (
 	MeasuredCoRunSM     = 2.1
 	MeasuredCoRunMemory = 0
 	// MeasuredCoRunDeviceH200 and MeasuredCoRunSMH200 are the same fit on
-	// an H200 (results/corun-h200), with the turn, over the kernel by
-	// kernel sweeps (every SM, the rest), the sweep with HP as graphs and
-	// 16 BE launches queued (BE in 32, 64, 96 and 120 SMs, on every SM)
-	// and BE in graphs with HP sent 300 µs apart (s31h gg300): rms 4.4 %
-	// over those eight reports; on the nine event-free pairs held out
-	// (s31) 9.3 % for HP and 17.7 % for BE's own slowdown
-	// (tools/corun-sim.sh).
-	MeasuredCoRunDeviceH200 = 0.35
+	// an H200 (results/corun-h200), with the H200's turn
+	// (MeasuredKernelGapH200), over the kernel by kernel sweeps (every SM,
+	// the rest), the sweep with HP as graphs and 16 BE launches queued (BE
+	// in 32, 64, 96 and 120 SMs, on every SM) and BE in graphs with HP
+	// sent 300 µs apart (s31h gg300): rms 4.2 % over those eight reports;
+	// on the nine event-free pairs held out (s31) 9.8 % for HP and 18.1 %
+	// for BE's own slowdown (tools/corun-sim.sh).
+	MeasuredCoRunDeviceH200 = 0.3
 	MeasuredCoRunSMH200     = 1.8
 	MeasuredCoRunMemoryH200 = 0
 )
@@ -328,7 +333,7 @@ func Defaults(spec gpu.Spec, seed uint64) Config {
 		HostLaunchCost: MeasuredHostLaunchCost, HostMatmulCost: MeasuredHostMatmulCost, HostConvCost: MeasuredHostConvCost,
 		HostQueryCost: MeasuredHostQueryCost, HostCompletionCost: MeasuredHostCompletionCost, HostDecideCost: MeasuredHostDecideCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
 		HostGraphLaunchCost: graph, HostGraphEventCost: graphEvent,
-		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap, KernelGap: MeasuredKernelGap,
+		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap, KernelGap: MeasuredTurn(spec.Name),
 		CoRunDevice: dev, CoRunSM: onSM, CoRunMemory: memory, Coalesce: CommandCoalesce,
 	}
 }
@@ -356,6 +361,15 @@ func MeasuredNotice(gpuName string) time.Duration {
 		return MeasuredNoticeLatencyH200
 	}
 	return MeasuredNoticeLatency
+}
+
+// MeasuredTurn is the turn between kernels (Config.KernelGap) measured on
+// the named GPU: the H200's on an H200, the H100's on any other.
+func MeasuredTurn(gpuName string) time.Duration {
+	if gpuName == gpu.H200.Name {
+		return MeasuredKernelGapH200
+	}
+	return MeasuredKernelGap
 }
 
 // MeasuredCoRun is the co-run interference fitted on the named GPU
