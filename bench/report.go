@@ -124,6 +124,14 @@ type Report struct {
 	SoloKernelsUs float64     `json:"soloKernelsUs,omitempty"`
 	Causes        []CauseStat `json:"causes,omitempty"`
 	Blame         []BlameStat `json:"blame,omitempty"`
+	// HPKernels is each HP kernel's device span in this run (completion −
+	// max(submission, the previous completion); Config.KernelSpans), mean
+	// and median over the measured requests, beside the solo baseline the
+	// causes measure against, in the pass's order. Kernels that complete
+	// at one event (a chunk of the request's graph without
+	// --hp-kernel-events) count as one: the first holds their span, the
+	// others 0.
+	HPKernels []KernelSpan `json:"hpKernels,omitempty"`
 
 	Preemptions    int     `json:"preemptions"`
 	PreemptLatency Latency `json:"preemptLatency"`
@@ -190,6 +198,14 @@ type CauseStat struct {
 	Cause  string  `json:"cause"`
 	MeanUs float64 `json:"meanUs"`
 	P99Us  float64 `json:"p99Us"`
+}
+
+// KernelSpan is one HP kernel's device span in a run (Report.HPKernels).
+type KernelSpan struct {
+	Kernel   string  `json:"kernel"`
+	SoloUs   float64 `json:"soloUs"`
+	MeanUs   float64 `json:"meanUs"`
+	MedianUs float64 `json:"medianUs"`
 }
 
 // BlameStat is the HP delay one BE kernel was beside.
@@ -437,6 +453,77 @@ func CauseTable(w io.Writer, rs []*Report) error {
 		if err := t.Append(append(row, top, split)); err != nil {
 			return err
 		}
+	}
+	return t.Render()
+}
+
+// KernelTable writes, for reports that list HP kernels' spans (Report.
+// HPKernels, the same model's), one row per kernel: its solo baseline and
+// each report's mean span with its ratio to the solo time of the kernels
+// that span covers (a report whose kernels completed in chunks holds a
+// chunk's span at its first kernel and "–" at the others), then the
+// pass's sum. It writes nothing when no report lists them, and refuses
+// reports of different models.
+func KernelTable(w io.Writer, rs []*Report) error {
+	var with []*Report
+	for _, r := range rs {
+		if len(r.HPKernels) > 0 {
+			with = append(with, r)
+		}
+	}
+	if len(with) == 0 {
+		return nil
+	}
+	ks := with[0].HPKernels
+	for _, r := range with[1:] {
+		if len(r.HPKernels) != len(ks) || r.HPKernels[0].Kernel != ks[0].Kernel {
+			return fmt.Errorf("HP kernel spans of different models (%s, %d kernels; %s, %d kernels)", with[0].Workload.HPModel, len(ks), r.Workload.HPModel, len(r.HPKernels))
+		}
+	}
+	t := tablewriter.NewTable(w,
+		tablewriter.WithRenderer(renderer.NewBlueprint()),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithRowAlignment(tw.AlignRight),
+	)
+	header := []string{"HP kernel (µs)", "solo"}
+	for _, r := range with {
+		header = append(header, r.Policy+" "+r.Backend+" mean span (× solo)")
+	}
+	t.Header(header)
+	var solo float64
+	span := make([]float64, len(with))
+	for i, k := range ks {
+		solo += k.SoloUs
+		row := []string{k.Kernel, fmt.Sprintf("%.1f", k.SoloUs)}
+		for n, r := range with {
+			m := r.HPKernels[i].MeanUs
+			if m == 0 && i > 0 {
+				row = append(row, "–") // completed with the kernel before
+				continue
+			}
+			// The span covers this kernel and those after it that
+			// completed with it.
+			s := r.HPKernels[i].SoloUs
+			for j := i + 1; j < len(ks) && r.HPKernels[j].MeanUs == 0; j++ {
+				s += r.HPKernels[j].SoloUs
+			}
+			span[n] += m
+			row = append(row, fmt.Sprintf("%.1f (%.2f)", m, m/max(s, 1e-9)))
+		}
+		if err := t.Append(row); err != nil {
+			return err
+		}
+	}
+	row := []string{"pass", fmt.Sprintf("%.1f", solo)}
+	for n, r := range with {
+		var s float64
+		for _, k := range r.HPKernels {
+			s += k.SoloUs
+		}
+		row = append(row, fmt.Sprintf("%.1f (%.2f)", span[n], span[n]/max(s, 1e-9)))
+	}
+	if err := t.Append(row); err != nil {
+		return err
 	}
 	return t.Render()
 }

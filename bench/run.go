@@ -66,6 +66,10 @@ type Config struct {
 	// DecisionOrder sends each round's launches in decision order, not HP
 	// first (sched.Options.DecisionOrder).
 	DecisionOrder bool
+	// KernelSpans lists each HP kernel's device span in the policy runs'
+	// reports (Report.HPKernels): per kernel with HPKernelEvents, per chunk
+	// of the request's graph without.
+	KernelSpans bool
 	// HPStreams serves the HP model with this many clients (0: one), each
 	// with its own stream and buffers (on a GPU, its own instance of the
 	// model), an arrival going to the client with the fewest requests
@@ -218,7 +222,7 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	if withBE && c.BE != nil {
 		w.BE = []sched.BEWorkload{{Name: c.BE.Model, Profile: c.BE}}
 	}
-	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans, NoHPGraphs: c.NoHPGraphs, NoBEGraphs: c.NoBEGraphs, HPKernelEvents: c.HPKernelEvents, DecisionOrder: c.DecisionOrder}
+	opt := sched.Options{Policy: p, Duration: c.Warmup + c.Duration, Warmup: c.Warmup, RecordSpans: c.recordSpans || c.KernelSpans, NoHPGraphs: c.NoHPGraphs, NoBEGraphs: c.NoBEGraphs, HPKernelEvents: c.HPKernelEvents, DecisionOrder: c.DecisionOrder}
 	if c.KernelSolo != nil {
 		for range w.HP {
 			opt.KernelSolo = append(opt.KernelSolo, c.KernelSolo)
@@ -230,7 +234,7 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 		}
 	}
 	tr, err := sched.Run(ctx, dev, w, opt)
-	if err == nil && len(tr.KernelSpans) > 0 {
+	if err == nil && c.recordSpans && len(tr.KernelSpans) > 0 {
 		c.lastSpans = tr.KernelSpans[0]
 	}
 	return tr, err
@@ -385,6 +389,9 @@ func (c *Config) report(b *Baseline, policy string, tr *sched.Trace) *Report {
 	}
 	r.SoloKernelsUs, r.Causes = causeStats(tr)
 	r.Blame = blameStats(tr, len(lat))
+	if c.KernelSpans {
+		r.HPKernels = c.kernelSpans(tr)
+	}
 	r.Unpadded = tr.UnpaddedLaunches
 	var pl []time.Duration
 	for _, p := range tr.Preemptions {
@@ -490,6 +497,30 @@ func causeStats(tr *sched.Trace) (float64, []CauseStat) {
 
 // blameStats lists the BE kernels HP was slowed beside, most delay first
 // (at most 10).
+// kernelSpans is HP client 0's kernels' spans in tr against the baseline
+// attribution measures them by (KernelSolo, else the profile).
+func (c *Config) kernelSpans(tr *sched.Trace) []KernelSpan {
+	if len(tr.KernelSpans) == 0 || len(tr.KernelSpanMeans) == 0 {
+		return nil
+	}
+	med, mean := tr.KernelSpans[0], tr.KernelSpanMeans[0]
+	out := make([]KernelSpan, 0, len(med))
+	for k := range med {
+		if k >= len(c.HP.Kernels) || k >= len(mean) {
+			break
+		}
+		solo := c.HP.Kernels[k].Duration()
+		if k < len(c.KernelSolo) {
+			solo = c.KernelSolo[k]
+		}
+		out = append(out, KernelSpan{Kernel: c.HP.Kernels[k].Name, SoloUs: microseconds(solo), MeanUs: microseconds(mean[k]), MedianUs: microseconds(med[k])})
+	}
+	return out
+}
+
+// microseconds is d in µs, to the ns.
+func microseconds(d time.Duration) float64 { return round3(float64(d) / 1e3) }
+
 func blameStats(tr *sched.Trace, requests int) []BlameStat {
 	var out []BlameStat
 	for k, d := range tr.BlameByKernel {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -285,5 +286,82 @@ func TestDescribeSaysWhatRan(t *testing.T) {
 	r.Workload.HPStreams = 2
 	if got := Describe(r); !strings.Contains(got, "served by 2 streams") {
 		t.Errorf("header %q does not say HP had two streams", got)
+	}
+}
+
+// With KernelSpans the reports list every HP kernel's span: with an event
+// after each kernel every one is measured, beside BE under priority the
+// pass takes longer than alone, the spans add up to about a request's
+// service, and KernelTable sets the runs side by side; with one event per
+// chunk a chunk's span sits at its first kernel.
+func TestKernelSpans(t *testing.T) {
+	c := demoConfig(t, 150*time.Millisecond)
+	c.KernelSpans, c.HPKernelEvents = true, true
+	b, err := Measure(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(r *Report) (span, solo float64) {
+		for _, k := range r.HPKernels {
+			span += k.MeanUs
+			solo += k.SoloUs
+		}
+		return span, solo
+	}
+	var rs []*Report
+	for _, p := range []string{"dedicated", "priority"} {
+		r, err := RunPolicy(context.Background(), c, b, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.HPKernels) != len(c.HP.Kernels) {
+			t.Fatalf("%s: %d kernels listed, the model has %d", p, len(r.HPKernels), len(c.HP.Kernels))
+		}
+		for i, k := range r.HPKernels {
+			if k.Kernel != c.HP.Kernels[i].Name || k.MeanUs <= 0 || k.MedianUs <= 0 || k.SoloUs <= 0 {
+				t.Fatalf("%s: kernel %d: %+v", p, i, k)
+			}
+		}
+		span, _ := sum(r)
+		if d := math.Abs(span-r.HPService.Mean) / r.HPService.Mean; d > 0.1 {
+			t.Errorf("%s: the kernels' mean spans add up to %.0f µs, the mean service is %.0f µs", p, span, r.HPService.Mean)
+		}
+		rs = append(rs, r)
+	}
+	alone, _ := sum(rs[0])
+	beside, _ := sum(rs[1])
+	if beside <= alone*1.05 {
+		t.Errorf("beside BE under priority the pass's spans add up to %.0f µs, alone %.0f", beside, alone)
+	}
+	var out strings.Builder
+	if err := KernelTable(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), c.HP.Kernels[0].Name) || !strings.Contains(out.String(), "pass") {
+		t.Errorf("KernelTable:\n%s", out.String())
+	}
+
+	c.HPKernelEvents = false
+	r, err := RunPolicy(context.Background(), c, b, "priority")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zeros := 0
+	for _, k := range r.HPKernels {
+		if k.MeanUs == 0 {
+			zeros++
+		}
+	}
+	if r.HPKernels[0].MeanUs <= 0 || zeros == 0 {
+		t.Errorf("one event per chunk: %d of %d kernels without a span of their own, the first %v", zeros, len(r.HPKernels), r.HPKernels[0].MeanUs)
+	}
+	out.Reset()
+	if err := KernelTable(&out, append(rs, r)); err != nil || !strings.Contains(out.String(), "–") {
+		t.Errorf("KernelTable with a chunked run: %v\n%s", err, out.String())
+	}
+	other := *r
+	other.HPKernels = other.HPKernels[1:]
+	if err := KernelTable(io.Discard, []*Report{r, &other}); err == nil || !strings.Contains(err.Error(), "different models") {
+		t.Errorf("KernelTable of two models' kernels: %v, want the refusal", err)
 	}
 }

@@ -318,25 +318,33 @@ func (a *attributor) blamed() map[string]time.Duration {
 	return out
 }
 
-// medianSpans is each HP client's median device span per kernel over the
-// measured requests (nil without RecordSpans).
-func (a *attributor) medianSpans() [][]time.Duration {
+// spanStats is each HP client's median and mean device span per kernel
+// over the measured requests (nil without RecordSpans); a kernel never
+// measured takes its baseline.
+func (a *attributor) spanStats() (median, mean [][]time.Duration) {
 	if a.spans == nil {
-		return nil
+		return nil, nil
 	}
-	out := make([][]time.Duration, len(a.spans))
+	median = make([][]time.Duration, len(a.spans))
+	mean = make([][]time.Duration, len(a.spans))
 	for c := range a.spans {
-		out[c] = make([]time.Duration, len(a.spans[c]))
+		median[c] = make([]time.Duration, len(a.spans[c]))
+		mean[c] = make([]time.Duration, len(a.spans[c]))
 		for k, xs := range a.spans[c] {
 			if len(xs) == 0 {
-				out[c][k] = a.solo[c][0][k]
+				median[c][k], mean[c][k] = a.solo[c][0][k], a.solo[c][0][k]
 				continue
 			}
+			var sum time.Duration
+			for _, x := range xs {
+				sum += x
+			}
+			mean[c][k] = sum / time.Duration(len(xs))
 			slices.Sort(xs)
-			out[c][k] = xs[len(xs)/2]
+			median[c][k] = xs[len(xs)/2]
 		}
 	}
-	return out
+	return median, mean
 }
 
 func (a *attributor) blameName(b Blame) string {

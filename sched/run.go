@@ -172,9 +172,12 @@ type Trace struct {
 	// measured HP requests' kernels that ran beside it (co-run, drain and
 	// padded causes; see Cause).
 	BlameByKernel map[string]time.Duration
-	// KernelSpans is, per HP client and kernel, the median device span
-	// over the measured requests (Options.RecordSpans).
-	KernelSpans [][]time.Duration
+	// KernelSpans and KernelSpanMeans are, per HP client and kernel, the
+	// median and the mean device span over the measured requests
+	// (Options.RecordSpans). Kernels that complete together (one event of
+	// an HP graph's chunk) count as one: the first holds their span, the
+	// others 0.
+	KernelSpans, KernelSpanMeans [][]time.Duration
 }
 
 // HostTime is where the driver's host (wall) time went over a run, for
@@ -363,7 +366,7 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	}
 	d.trace.Stats = d.core.State().Stats()
 	d.trace.BlameByKernel = d.attr.blamed()
-	d.trace.KernelSpans = d.attr.medianSpans()
+	d.trace.KernelSpans, d.trace.KernelSpanMeans = d.attr.spanStats()
 	return d.trace, nil
 }
 

@@ -63,6 +63,9 @@ for x in "" -2; do
 	run priority-train-graphs$x $d/graphs/sim $d/graphs bench/matrix/gpu-priority-train.yaml $d/graphs/profiles --gpu H100-SXM
 	run priority-train-launches$x $d/launches/sim $d/launches bench/matrix/gpu-priority-train.yaml $d/graphs/profiles --gpu H100-SXM --be-graphs=false
 done
+# HP kernel by kernel under priority (an event after each HP kernel, each
+# kernel's span in the reports)
+run kernelspans results/matrix-sim-kernelspans-replay results/kernelspans-h200 bench/matrix/gpu-kernelspans.yaml results/kernelspans-h200/profiles --hp-kernel-events --hp-kernel-spans
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
 # The context series' cells, each with its matrix file kept beside its

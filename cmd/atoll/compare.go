@@ -18,7 +18,8 @@ Usage: atoll compare [flags] REPORT.json...
 Prints the interference table of one or more reports written by 'atoll bench'
 (one row per report, in the order given), then each run's HP delay by cause
 (sched.Cause: hp-queue, policy, host, drain, padded, co-run, variance) and
-the BE kernels HP ran slower beside. Reports must come from the same
+the BE kernels HP ran slower beside, and, for reports made with
+--hp-kernel-spans, each HP kernel's mean span beside its solo time. Reports must come from the same
 workload on the same device; pass --force to tabulate them anyway.
 
 Given the directory of an 'atoll matrix' run, it prints every cell's tables
@@ -92,6 +93,9 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if err := bench.CauseTable(e.stdout, rs); err != nil {
+		return err
+	}
+	if err := bench.KernelTable(e.stdout, rs); err != nil {
 		return err
 	}
 	if *plotPath != "" {

@@ -76,6 +76,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	graphs := fs.Bool("hp-graphs", true, hpGraphsHelp)
 	beGraphs := fs.Bool("be-graphs", true, beGraphsHelp)
 	hpEvents := fs.Bool("hp-kernel-events", false, hpKernelEventsHelp)
+	spans := fs.Bool("hp-kernel-spans", false, hpKernelSpansHelp)
 	var files []string
 	for rest := args; ; {
 		if err := parse(fs, rest); err != nil {
@@ -138,7 +139,7 @@ func runMatrix(ctx context.Context, e *env, args []string) error {
 	env.Config = func(c bench.CellSpec) (*bench.Config, func(), error) {
 		w := workloadFlags{gpuName: *gpuName, hp: c.HP, hpBatch: c.HPBatch, maxBatch: max(c.HPMaxBatch, 1), be: c.BE, beBatch: c.BEBatch,
 			arrival: c.Arrival, sigma: c.Sigma, load: c.Load, seed: c.Seed, backend: *backend,
-			duration: time.Second, warmup: 0, simFlags: sf, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents}
+			duration: time.Second, warmup: 0, simFlags: sf, order: *order, graphs: *graphs, beGraphs: *beGraphs, hpEvents: *hpEvents, spans: *spans}
 		if err := w.checkPolicies(spec.Policies); err != nil {
 			return nil, nil, err
 		}

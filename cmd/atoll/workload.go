@@ -40,6 +40,7 @@ type workloadFlags struct {
 	graphs   bool
 	beGraphs bool
 	hpEvents bool
+	spans    bool
 	streams  int
 	maxBatch int
 }
@@ -64,6 +65,7 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&w.graphs, "hp-graphs", true, hpGraphsHelp)
 	fs.BoolVar(&w.beGraphs, "be-graphs", true, beGraphsHelp)
 	fs.BoolVar(&w.hpEvents, "hp-kernel-events", false, hpKernelEventsHelp)
+	fs.BoolVar(&w.spans, "hp-kernel-spans", false, hpKernelSpansHelp)
 	fs.IntVar(&w.streams, "hp-streams", 1, hpStreamsHelp)
 	fs.IntVar(&w.maxBatch, "hp-max-batch", 1, hpMaxBatchHelp)
 }
@@ -71,6 +73,8 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 const hpMaxBatchHelp = "serve the HP requests waiting when the model's stream empties together, in one pass of the largest batch of 2, 4, 8, ... up to this many requests that does not exceed them (a queue is then served faster than one request after another; each size needs the model's profile at that batch, 'atoll profile --model M --batch B'; 1: one request per pass)"
 
 const hpStreamsHelp = "serve HP with this many clients of the model, each its own stream and buffers (on a GPU, its own copy of the model's activations and weights), each arrival going to the one with the fewest requests unfinished: up to this many requests run at once (1: one after another; more raises the rate HP alone sustains where one request leaves the GPU partly idle, and lowers it where one request fills the GPU — measure per model, docs/kernels.md — at the memory of a copy each)"
+
+const hpKernelSpansHelp = "list in the report each HP kernel's mean and median device span over the measured requests beside its solo time (hpKernels; 'atoll compare' tabulates them, e.g. a GPU run beside its simulated replay): which kernels a request's time went to; with --hp-kernel-events each kernel its own, otherwise each chunk of the request's graph as one"
 
 const hpKernelEventsHelp = "record an event after every kernel of an HP request's graph, so the scheduler sees each HP kernel complete (per-kernel timing and attribution); by default a graph records one event per chunk of its kernels (up to 50 µs of profiled work together), which costs the host far less per request (each recorded event adds about a quarter of a launch to the graph's launch call)"
 
@@ -389,6 +393,7 @@ func (w *workloadFlags) config() (*bench.Config, error) {
 	c.NoHPGraphs = !w.graphs
 	c.NoBEGraphs = !w.beGraphs
 	c.HPKernelEvents = w.hpEvents
+	c.KernelSpans = w.spans
 	switch w.order {
 	case "hp-first", "":
 	case "decision":
