@@ -2,8 +2,12 @@ package cuda
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"testing"
+	"time"
 
+	"atoll/gpu"
 	"atoll/gpu/scenario"
 )
 
@@ -25,6 +29,138 @@ func TestGPUBEGraphsBesideHP(t *testing.T) {
 	for _, x := range r.Rows {
 		if x.HPPass < r.Alone/2 || x.BEPerMs <= 0 {
 			t.Errorf("BE %d µs, %s: HP pass %v against %v alone, BE %.1f kernels/ms: the timing is wrong", x.BlockUs, x.Mode, x.HPPass, r.Alone, x.BEPerMs)
+		}
+	}
+}
+
+// TestGPUWholeSMBesideWaves runs scenario.WholeSMBesideWaves on the GPU: HP
+// kernels whose blocks each take a whole SM (as cuBLASLt's GEMMs do) beside
+// least-priority waves of 5 and 20 µs blocks in graphs. The simulator's
+// side: gpu/scenario TestWholeSMBesideWavesOnSim.
+//
+//	go test -c -o bin/cuda.test ./gpu/cuda
+//	(cd gpu/cuda && ../../bin/cuda.test -test.run 'WholeSMBesideWaves$' -test.v)
+func TestGPUWholeSMBesideWaves(t *testing.T) {
+	d, _ := openGPU(t)
+	r, err := scenario.WholeSMBesideWaves(context.Background(), d, []int{5, 20}, 3, scenario.Held{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + r.Table())
+	for _, x := range r.Rows {
+		if x.HPPass < r.Alone/2 || x.BEPerMs <= 0 {
+			t.Errorf("BE %d µs: HP pass %v against %v alone, BE %.1f kernels/ms: the timing is wrong", x.BlockUs, x.HPPass, r.Alone, x.BEPerMs)
+		}
+	}
+}
+
+// stampSource's kernel spins its argument's nanoseconds and has each
+// block's first thread write its start and end on the GPU's global timer
+// and its SM.
+var stampSource = gpu.ModuleSource{Name: "block-stamps", CUDA: `
+extern "C" __global__ void stamp(unsigned long long* out, unsigned long long ns) {
+	unsigned long long t0, t;
+	unsigned int sm;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+	do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+	if (threadIdx.x == 0) {
+		out[3 * blockIdx.x] = t0;
+		out[3 * blockIdx.x + 1] = t;
+		out[3 * blockIdx.x + 2] = sm;
+	}
+}
+`}
+
+// TestGPUBlockStarts measures how far apart a kernel's blocks start and
+// end on an idle GPU (the simulator starts a wave's blocks at one instant
+// and ends them together), and, for two whole-SM kernels in one graph, when
+// the second's blocks start after the first's end (the turn, block by
+// block):
+//
+//	(cd gpu/cuda && ../../bin/cuda.test -test.run 'BlockStarts$' -test.v)
+func TestGPUBlockStarts(t *testing.T) {
+	d, _ := openGPU(t)
+	mod, err := d.LoadModule(stampSource)
+	must(t, err)
+	f, err := mod.Function("stamp")
+	must(t, err)
+	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Greatest})
+	must(t, err)
+	const maxBlocks = 2048
+	bufs := make([]gpu.Ptr, 2)
+	for i := range bufs {
+		bufs[i], err = d.Alloc(maxBlocks * 24)
+		must(t, err)
+	}
+	launch := func(sh scenario.Shape, ns int, buf gpu.Ptr) *gpu.Launch {
+		l := &gpu.Launch{Name: "stamp", Func: f, Grid: gpu.D1(sh.Blocks), Block: gpu.D1(sh.Threads), SharedMem: sh.SharedMem}
+		l.Args.Ptr(buf).U64(uint64(ns))
+		return l
+	}
+	type stamp struct{ start, end, sm uint64 }
+	read := func(buf gpu.Ptr, n int) []stamp {
+		raw := make([]byte, n*24)
+		must(t, d.CopyFromDevice(raw, buf))
+		out := make([]stamp, n)
+		for i := range out {
+			out[i] = stamp{binary.LittleEndian.Uint64(raw[24*i:]), binary.LittleEndian.Uint64(raw[24*i+8:]), binary.LittleEndian.Uint64(raw[24*i+16:])}
+		}
+		return out
+	}
+	spread := func(xs []stamp) (startSpread, endSpread time.Duration, firstEnd, lastEnd uint64) {
+		minS, maxS, minE, maxE := uint64(math.MaxUint64), uint64(0), uint64(math.MaxUint64), uint64(0)
+		for _, x := range xs {
+			minS, maxS, minE, maxE = min(minS, x.start), max(maxS, x.start), min(minE, x.end), max(maxE, x.end)
+		}
+		return time.Duration(maxS - minS), time.Duration(maxE - minE), minE, maxE
+	}
+	wave := scenario.WholeSMBE
+	per, _, err := d.Info().Spec.Occupancy(wave.Threads, 0, wave.SharedMem)
+	must(t, err)
+	wave.Blocks = d.Info().Spec.SMs * per
+	for _, c := range []struct {
+		name string
+		sh   scenario.Shape
+		ns   int
+	}{
+		{"whole-SM kernel (scenario.WholeSMHP), 10 µs", scenario.WholeSMHP, 10_000},
+		{"a wave of scenario.WholeSMBE blocks, 5 µs", wave, 5_000},
+		{"a wave of scenario.WholeSMBE blocks, 20 µs", wave, 20_000},
+	} {
+		for trial := range 3 {
+			must(t, d.Launch(s, launch(c.sh, c.ns, bufs[0])))
+			must(t, d.Synchronize())
+			xs := read(bufs[0], c.sh.Blocks)
+			ss, es, _, _ := spread(xs)
+			for _, x := range xs {
+				if x.end-x.start < uint64(c.ns) {
+					t.Fatalf("%s: a block spun %d ns, want %d", c.name, x.end-x.start, c.ns)
+				}
+			}
+			t.Logf("%s, trial %d: %d blocks start within %v, end within %v", c.name, trial, len(xs), ss, es)
+		}
+	}
+	// Two whole-SM kernels in a graph: when do the second's blocks start
+	// after the first's blocks end?
+	steps := []gpu.GraphStep{{Launch: launch(scenario.WholeSMHP, 10_000, bufs[0])}, {Launch: launch(scenario.WholeSMHP, 10_000, bufs[1])}}
+	g, err := d.NewGraph(s, steps)
+	must(t, err)
+	defer d.DestroyGraph(g)
+	for trial := range 3 {
+		must(t, d.LaunchGraph(g, s))
+		must(t, d.Synchronize())
+		a, b := read(bufs[0], scenario.WholeSMHP.Blocks), read(bufs[1], scenario.WholeSMHP.Blocks)
+		_, _, firstEnd, lastEnd := spread(a)
+		ss, _, _, _ := spread(b)
+		firstStart := uint64(math.MaxUint64)
+		for _, x := range b {
+			firstStart = min(firstStart, x.start)
+		}
+		t.Logf("graph of two whole-SM kernels, trial %d: the first's blocks end within %v; the second's first block starts %v after the first's last end (%v after its first end), its blocks within %v",
+			trial, time.Duration(lastEnd-firstEnd), time.Duration(int64(firstStart)-int64(lastEnd)), time.Duration(int64(firstStart)-int64(firstEnd)), ss)
+		if firstStart < lastEnd {
+			t.Errorf("the graph's second kernel started before its first ended")
 		}
 	}
 }

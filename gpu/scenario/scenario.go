@@ -31,11 +31,17 @@ type Held struct {
 	Turn   time.Duration // the turn to the next kernel (sim.Config.KernelGap)
 }
 
-// spinLaunch is a launch of spin: blocks of threads each spinning d. Its
+// Shape is the blocks of a spin kernel: Blocks of Threads threads, each
+// holding SharedMem bytes of dynamic shared memory it does not use (so
+// that the dispatcher places fewer of them on an SM). Blocks 0: as many as
+// fit on every SM at once.
+type Shape struct{ Blocks, Threads, SharedMem int }
+
+// spinLaunch is a launch of spin: blocks of shape s each spinning d. Its
 // Cost says the same as a profile would (one wave: the grid fits the
 // device at once).
-func spinLaunch(f gpu.Func, blocks, threads int, d time.Duration, h Held) *gpu.Launch {
-	l := &gpu.Launch{Name: "spin", Func: f, Grid: gpu.D1(blocks), Block: gpu.D1(threads),
+func spinLaunch(f gpu.Func, s Shape, d time.Duration, h Held) *gpu.Launch {
+	l := &gpu.Launch{Name: "spin", Func: f, Grid: gpu.D1(s.Blocks), Block: gpu.D1(s.Threads), SharedMem: s.SharedMem,
 		Cost: gpu.Cost{Duration: d + h.Record + h.Turn, GraphDuration: d + h.Turn}}
 	l.Args.U64(uint64(d.Nanoseconds()))
 	return l
@@ -51,10 +57,11 @@ type BEGraphsRow struct {
 	BEPerMs float64       // BE kernels completed per ms over the passes
 }
 
-// BEGraphs is what BEGraphsBesideHP measured.
+// BEGraphs is what BEGraphsBesideHP (or WholeSMBesideWaves) measured.
 type BEGraphs struct {
-	Alone time.Duration // HP's mean pass with the GPU to itself
-	Rows  []BEGraphsRow
+	HP, BE Shape         // the kernels' blocks (BE's grid: a wave)
+	Alone  time.Duration // HP's mean pass with the GPU to itself
+	Rows   []BEGraphsRow
 }
 
 // BEGraphsModes are the ways BEGraphsBesideHP queues BE, in its order:
@@ -73,6 +80,34 @@ var BEGraphsModes = []string{"singles", "graphs", "events"}
 // trials runs of every B and mode, interleaved. held is what the
 // kernels' costs hold beyond their spin (for the simulator).
 func BEGraphsBesideHP(ctx context.Context, dev gpu.Device, blockUs []int, trials int, held Held) (*BEGraphs, error) {
+	return beside(ctx, dev, Shape{Blocks: 32, Threads: 32}, Shape{Threads: 256}, BEGraphsModes, blockUs, trials, held)
+}
+
+// WholeSMHP is the shape of HP's kernels in WholeSMBesideWaves: 96 blocks
+// of 384 threads, one per SM by their 220 KB of shared memory, as
+// cuBLASLt's GEMMs hold the whole SM (results/vendor-launches-h200: 384
+// threads, 168 registers, 165–233 KB of shared memory).
+var WholeSMHP = Shape{Blocks: 96, Threads: 384, SharedMem: 220 << 10}
+
+// WholeSMBE is the shape of BE's blocks beside WholeSMHP: 256 threads and
+// 16 KB of shared memory, eight on an SM (by warps), so that an SM takes
+// one of HP's blocks only once none of BE's is left on it, and none of
+// BE's while HP's is there.
+var WholeSMBE = Shape{Threads: 256, SharedMem: 16 << 10}
+
+// WholeSMBesideWaves is BEGraphsBesideHP with HP's kernels shaped as
+// cuBLASLt's GEMMs (WholeSMHP) and BE's waves of WholeSMBE blocks queued
+// in graphs: how long does a kernel that needs whole SMs wait for a
+// stream of BE waves to leave them, on the GPU and on the simulator?
+func WholeSMBesideWaves(ctx context.Context, dev gpu.Device, blockUs []int, trials int, held Held) (*BEGraphs, error) {
+	return beside(ctx, dev, WholeSMHP, WholeSMBE, []string{"graphs"}, blockUs, trials, held)
+}
+
+// beside runs passes of a graph of 20 kernels of hp shape spinning 10 µs
+// on the greatest priority, alone and beside least-priority waves of be
+// shape spinning each of blockUs queued in each of modes (see
+// BEGraphsBesideHP).
+func beside(ctx context.Context, dev gpu.Device, hpShape, beShape Shape, modes []string, blockUs []int, trials int, held Held) (*BEGraphs, error) {
 	const group, depth, passes, gap = 4, 64, 40, 300 * time.Microsecond
 	d, ok := dev.(graphDevice)
 	if !ok {
@@ -93,7 +128,7 @@ func BEGraphsBesideHP(ctx context.Context, dev gpu.Device, blockUs []int, trials
 	start, end := e.event(d), e.event(d)
 	hpSteps := make([]gpu.GraphStep, 20)
 	for i := range hpSteps {
-		hpSteps[i].Launch = spinLaunch(spin, 32, 32, 10*time.Microsecond, held)
+		hpSteps[i].Launch = spinLaunch(spin, hpShape, 10*time.Microsecond, held)
 	}
 	hpSteps[len(hpSteps)-1].Event = end
 	if e.err != nil {
@@ -104,12 +139,13 @@ func BEGraphsBesideHP(ctx context.Context, dev gpu.Device, blockUs []int, trials
 		return nil, err
 	}
 	defer d.DestroyGraph(hp)
-	perSM, _, err := in.Spec.Occupancy(256, 0, 0)
+	perSM, _, err := in.Spec.Occupancy(beShape.Threads, 0, beShape.SharedMem)
 	if err != nil {
 		return nil, err
 	}
+	beShape.Blocks = in.Spec.SMs * perSM
 	be := func(us int) *gpu.Launch {
-		return spinLaunch(spin, in.Spec.SMs*perSM, 256, time.Duration(us)*time.Microsecond, held)
+		return spinLaunch(spin, beShape, time.Duration(us)*time.Microsecond, held)
 	}
 
 	// A feed keeps depth groups of BE queued on lo.
@@ -268,10 +304,10 @@ func BEGraphsBesideHP(ctx context.Context, dev gpu.Device, blockUs []int, trials
 	if err != nil {
 		return nil, err
 	}
-	r := &BEGraphs{Alone: alone}
+	r := &BEGraphs{Alone: alone, HP: hpShape, BE: beShape}
 	for _, us := range blockUs {
 		for trial := range trials {
-			for _, mode := range BEGraphsModes {
+			for _, mode := range modes {
 				f, err := newFeed(mode, us)
 				if err != nil {
 					return nil, err
@@ -290,7 +326,8 @@ func BEGraphsBesideHP(ctx context.Context, dev gpu.Device, blockUs []int, trials
 // Table is r as text: the pass alone, then a line a run.
 func (r *BEGraphs) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "HP pass alone %v (20 × 10 µs kernels of 32 blocks)\n", r.Alone.Round(100*time.Nanosecond))
+	fmt.Fprintf(&b, "HP pass alone %v (20 × 10 µs kernels of %d blocks of %d threads, %d B of shared memory each; BE waves of %d blocks of %d threads, %d B)\n",
+		r.Alone.Round(100*time.Nanosecond), r.HP.Blocks, r.HP.Threads, r.HP.SharedMem, r.BE.Blocks, r.BE.Threads, r.BE.SharedMem)
 	fmt.Fprintf(&b, "%-6s %-8s %-6s %-10s %-7s %s\n", "BE µs", "mode", "trial", "HP pass", "ratio", "BE kernels/ms")
 	for _, x := range r.Rows {
 		fmt.Fprintf(&b, "%-6d %-8s %-6d %-10v %-7.3f %.1f\n", x.BlockUs, x.Mode, x.Trial, x.HPPass.Round(100*time.Nanosecond), x.Ratio, x.BEPerMs)
