@@ -52,8 +52,8 @@ error 5 %), reef 1 of 8 (median error 64 %), atoll 8 of 8 (median error 3 %). On
 profiles from another H200 (results/matrix-h200-g8-events) it was within 10 % in
 16 of 32 (median error 12 %). Where it is off: REEF, which saturates on the GPU
 far more than simulated, and priority beside VGG-19 on every SM (HP too slow
-there: its co-run interference is one mean-field fit). docs/fidelity.md has
-every comparison. Run 'atoll demo --backend cuda' or
+there: the simulator runs cuBLASLt's GEMMs, which hold whole SMs, as atoll's
+own smaller blocks). docs/fidelity.md has every comparison. Run 'atoll demo --backend cuda' or
 'atoll matrix --backend cuda' on a GPU.`
 
 func init() {
