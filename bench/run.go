@@ -235,7 +235,11 @@ func (c *Config) run(ctx context.Context, policy string, arrivals []time.Duratio
 	}
 	tr, err := sched.Run(ctx, dev, w, opt)
 	if err == nil && c.recordSpans && len(tr.KernelSpans) > 0 {
-		c.lastSpans = tr.KernelSpans[0]
+		spans := make([]time.Duration, len(tr.KernelSpans[0]))
+		for k, st := range tr.KernelSpans[0] {
+			spans[k] = st.Median
+		}
+		c.lastSpans = spans
 	}
 	return tr, err
 }
@@ -492,28 +496,18 @@ func causeStats(tr *sched.Trace) (float64, []CauseStat) {
 		s := Summarize(xs)
 		out = append(out, CauseStat{Cause: c.String(), MeanUs: round3(s.Mean), P99Us: round3(s.P99)})
 	}
-	return round3(float64(tr.Requests[0].Solo) / 1e3), out
+	return microseconds(tr.Requests[0].Solo), out
 }
 
-// blameStats lists the BE kernels HP was slowed beside, most delay first
-// (at most 10).
-// kernelSpans is HP client 0's kernels' spans in tr against the baseline
-// attribution measures them by (KernelSolo, else the profile).
+// kernelSpans is HP client 0's kernels' spans in tr (its first pass
+// variant's kernels, the profile's).
 func (c *Config) kernelSpans(tr *sched.Trace) []KernelSpan {
-	if len(tr.KernelSpans) == 0 || len(tr.KernelSpanMeans) == 0 {
+	if len(tr.KernelSpans) == 0 {
 		return nil
 	}
-	med, mean := tr.KernelSpans[0], tr.KernelSpanMeans[0]
-	out := make([]KernelSpan, 0, len(med))
-	for k := range med {
-		if k >= len(c.HP.Kernels) || k >= len(mean) {
-			break
-		}
-		solo := c.HP.Kernels[k].Duration()
-		if k < len(c.KernelSolo) {
-			solo = c.KernelSolo[k]
-		}
-		out = append(out, KernelSpan{Kernel: c.HP.Kernels[k].Name, SoloUs: microseconds(solo), MeanUs: microseconds(mean[k]), MedianUs: microseconds(med[k])})
+	out := make([]KernelSpan, 0, len(tr.KernelSpans[0]))
+	for k, st := range tr.KernelSpans[0] {
+		out = append(out, KernelSpan{Kernel: c.HP.Kernels[k].Name, SoloUs: microseconds(st.Solo), MeanUs: microseconds(st.Mean), MedianUs: microseconds(st.Median)})
 	}
 	return out
 }
@@ -521,10 +515,12 @@ func (c *Config) kernelSpans(tr *sched.Trace) []KernelSpan {
 // microseconds is d in µs, to the ns.
 func microseconds(d time.Duration) float64 { return round3(float64(d) / 1e3) }
 
+// blameStats lists the BE kernels HP was slowed beside, most delay first
+// (at most 10).
 func blameStats(tr *sched.Trace, requests int) []BlameStat {
 	var out []BlameStat
 	for k, d := range tr.BlameByKernel {
-		st := BlameStat{Kernel: k, TotalUs: round3(float64(d) / 1e3)}
+		st := BlameStat{Kernel: k, TotalUs: microseconds(d)}
 		if requests > 0 {
 			st.PerRequestUs = round3(st.TotalUs / float64(requests))
 		}

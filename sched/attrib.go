@@ -318,33 +318,31 @@ func (a *attributor) blamed() map[string]time.Duration {
 	return out
 }
 
-// spanStats is each HP client's median and mean device span per kernel
-// over the measured requests (nil without RecordSpans); a kernel never
-// measured takes its baseline.
-func (a *attributor) spanStats() (median, mean [][]time.Duration) {
+// spanStats is each HP client's spans per kernel over the measured
+// requests (nil without RecordSpans); a kernel never measured takes its
+// baseline.
+func (a *attributor) spanStats() [][]SpanStat {
 	if a.spans == nil {
-		return nil, nil
+		return nil
 	}
-	median = make([][]time.Duration, len(a.spans))
-	mean = make([][]time.Duration, len(a.spans))
+	out := make([][]SpanStat, len(a.spans))
 	for c := range a.spans {
-		median[c] = make([]time.Duration, len(a.spans[c]))
-		mean[c] = make([]time.Duration, len(a.spans[c]))
+		out[c] = make([]SpanStat, len(a.spans[c]))
 		for k, xs := range a.spans[c] {
-			if len(xs) == 0 {
-				median[c][k], mean[c][k] = a.solo[c][0][k], a.solo[c][0][k]
-				continue
+			solo := a.solo[c][0][k]
+			st := SpanStat{Solo: solo, Median: solo, Mean: solo}
+			if len(xs) > 0 {
+				var sum time.Duration
+				for _, x := range xs {
+					sum += x
+				}
+				slices.Sort(xs)
+				st.Median, st.Mean = xs[len(xs)/2], sum/time.Duration(len(xs))
 			}
-			var sum time.Duration
-			for _, x := range xs {
-				sum += x
-			}
-			mean[c][k] = sum / time.Duration(len(xs))
-			slices.Sort(xs)
-			median[c][k] = xs[len(xs)/2]
+			out[c][k] = st
 		}
 	}
-	return median, mean
+	return out
 }
 
 func (a *attributor) blameName(b Blame) string {

@@ -172,13 +172,17 @@ type Trace struct {
 	// measured HP requests' kernels that ran beside it (co-run, drain and
 	// padded causes; see Cause).
 	BlameByKernel map[string]time.Duration
-	// KernelSpans and KernelSpanMeans are, per HP client and kernel, the
-	// median and the mean device span over the measured requests
-	// (Options.RecordSpans). Kernels that complete together (one event of
-	// an HP graph's chunk) count as one: the first holds their span, the
-	// others 0.
-	KernelSpans, KernelSpanMeans [][]time.Duration
+	// KernelSpans is, per HP client and kernel, its device spans over the
+	// measured requests (Options.RecordSpans). Kernels that complete
+	// together (one event of an HP graph's chunk) count as one: the first
+	// holds their span, the others 0.
+	KernelSpans [][]SpanStat
 }
+
+// SpanStat is one HP kernel's device spans over a run's measured requests
+// (Trace.KernelSpans): their median and mean, and the solo baseline
+// attribution measures them by (Options.KernelSolo, else the profile).
+type SpanStat struct{ Solo, Median, Mean time.Duration }
 
 // HostTime is where the driver's host (wall) time went over a run, for
 // the host-launch path's cost on a real GPU (on the simulator it is the Go
@@ -366,7 +370,7 @@ func Run(ctx context.Context, dev gpu.Device, w Workload, opt Options) (*Trace, 
 	}
 	d.trace.Stats = d.core.State().Stats()
 	d.trace.BlameByKernel = d.attr.blamed()
-	d.trace.KernelSpans, d.trace.KernelSpanMeans = d.attr.spanStats()
+	d.trace.KernelSpans = d.attr.spanStats()
 	return d.trace, nil
 }
 
