@@ -156,6 +156,25 @@ type Launch struct {
 	Done    HostWord // Resumable: set to 1 by the worker that finishes the last logical block
 	Logical int      // Resumable: logical blocks of the body
 	Pad     *Launch  // Padded: the BE launch whose body fills the remaining blocks
+
+	// Vendor is, for a Plain launch of a vendor function (a BLAS call),
+	// the launches the library makes for it, in order (a profile's
+	// vendor launches): a device that times launches by their Cost (the
+	// simulator) runs them one after another on the stream, each with its
+	// own geometry and share of Cost, instead of Grid and Block; the call
+	// is complete when the last is. Real devices ignore it.
+	Vendor []VendorLaunch
+}
+
+// VendorLaunch is one launch of a vendor call (Launch.Vendor).
+type VendorLaunch struct {
+	Name                 string // the library's function, for traces
+	Grid, Block          int    // blocks, threads per block
+	Registers, SharedMem int    // per thread; bytes per block
+	// Share is its part of the call's Cost (Duration, FLOPs, Bytes).
+	Share float64
+	// ComputeFrac and MemoryFrac are its own (0: the call's Cost's).
+	ComputeFrac, MemoryFrac float64
 }
 
 // LogicalBlocks is the number of logical blocks of the body.

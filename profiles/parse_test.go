@@ -273,3 +273,49 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load error does not name the file and line: %v", err)
 	}
 }
+
+// A vendor kernel's launches must each fit an SM of the profile's GPU and
+// share out the whole call's time; only a kernel tagged blas has them.
+func TestValidateLaunches(t *testing.T) {
+	good := []profiles.Launch{
+		{Function: "atoll_im2col8", Grid: 600, Block: 256, Registers: 32, Share: 0.4},
+		{Function: "nvjet_sm90", Grid: 132, Block: 384, Registers: 168, SharedMem: 200 << 10, Share: 0.6, ComputePct: 60, MemoryPct: 20},
+	}
+	vendor := func(p *profiles.Profile, ls []profiles.Launch) {
+		p.Kernels[0].Tags = append(p.Kernels[0].Tags, profiles.TagBLAS)
+		p.Kernels[0].Launches = ls
+	}
+	p := base()
+	vendor(p, good)
+	if err := p.Validate(); err != nil {
+		t.Fatalf("good launches: %v", err)
+	}
+	with := func(f func(l *profiles.Launch)) []profiles.Launch {
+		ls := append([]profiles.Launch(nil), good...)
+		f(&ls[1])
+		return ls
+	}
+	for name, c := range map[string]struct {
+		mut  func(p *profiles.Profile)
+		want string
+	}{
+		"untagged":    {func(p *profiles.Profile) { p.Kernels[0].Launches = good }, "launches"},
+		"no function": {func(p *profiles.Profile) { vendor(p, with(func(l *profiles.Launch) { l.Function = " " })) }, "launches[1].function"},
+		"no grid":     {func(p *profiles.Profile) { vendor(p, with(func(l *profiles.Launch) { l.Grid = 0 })) }, "launches[1].grid"},
+		"huge block":  {func(p *profiles.Profile) { vendor(p, with(func(l *profiles.Launch) { l.Block = 2048 })) }, "launches[1].block"},
+		"smem":        {func(p *profiles.Profile) { vendor(p, with(func(l *profiles.Launch) { l.SharedMem = 300 << 10 })) }, "launches[1].sharedMem"},
+		"registers": {func(p *profiles.Profile) {
+			vendor(p, with(func(l *profiles.Launch) { l.Block, l.Registers = 1024, 255 }))
+		}, "launches[1].registers"},
+		"no share":     {func(p *profiles.Profile) { vendor(p, with(func(l *profiles.Launch) { l.Share = 0 })) }, "launches[1].share"},
+		"shares short": {func(p *profiles.Profile) { vendor(p, with(func(l *profiles.Launch) { l.Share = 0.5 })) }, "add up to"},
+		"percent":      {func(p *profiles.Profile) { vendor(p, with(func(l *profiles.Launch) { l.MemoryPct = 101 })) }, "launches[1].memoryPct"},
+	} {
+		p := base()
+		c.mut(p)
+		err := p.Validate()
+		if !errors.Is(err, profiles.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrInvalid naming %s", name, err, c.want)
+		}
+	}
+}

@@ -74,8 +74,33 @@ type Kernel struct {
 	// (a green context) of each size, the last point the whole GPU.
 	// Measured for vendor-library kernels (TagBLAS), whose grid the driver
 	// does not report: their SMsNeeded then comes from it (PartitionSMs).
-	Partition []Point  `json:"partition,omitempty"`
-	Tags      []string `json:"tags,omitempty"`
+	Partition []Point `json:"partition,omitempty"`
+	// Launches are, for a kernel tagged blas, the launches its vendor call
+	// made on the GPU, in order, as Nsight Compute saw them (atoll profile
+	// --launches): the library's products and atoll's gathers and scatters
+	// around them, each with its geometry and share of the call's time.
+	// The simulator runs the kernel's plain form as these, one after
+	// another; without them, as one launch of the kernel's own geometry
+	// (the geometry of atoll's kernel for the op, which its other forms use).
+	Launches []Launch `json:"launches,omitempty"`
+	Tags     []string `json:"tags,omitempty"`
+}
+
+// Launch is one launch of a vendor call (Kernel.Launches).
+type Launch struct {
+	Function  string `json:"function"` // the CUDA function, without template or parameter list
+	Grid      int    `json:"grid"`     // blocks
+	Block     int    `json:"block"`    // threads per block
+	Registers int    `json:"registers"`
+	SharedMem int    `json:"sharedMem"` // bytes per block (static + dynamic)
+	// Share is its part of the call's time (Nsight Compute's durations,
+	// serialised at base clocks: shares, not durations); the shares of a
+	// kernel's launches add up to 1.
+	Share float64 `json:"share"`
+	// ComputePct and MemoryPct are its own throughputs as the kernel's
+	// are (0: not measured; the kernel's apply).
+	ComputePct float64 `json:"computePct,omitempty"`
+	MemoryPct  float64 `json:"memoryPct,omitempty"`
 }
 
 // Point is the kernel's duration when it is confined to SMs multiprocessors.

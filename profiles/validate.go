@@ -166,8 +166,44 @@ func (k *Kernel) validate(spec gpu.Spec) *Error {
 			return bad(fmt.Sprintf("tags[%d]", j), "must not be empty")
 		}
 	}
+	if len(k.Launches) > 0 && !k.HasTag(TagBLAS) {
+		return bad("launches", "only a kernel tagged %q (a vendor call) has launches of its own", TagBLAS)
+	}
+	sum := 0.0
+	for j, l := range k.Launches {
+		at := func(f string) string { return fmt.Sprintf("launches[%d].%s", j, f) }
+		switch {
+		case strings.TrimSpace(l.Function) == "":
+			return bad(at("function"), "must not be empty")
+		case l.Grid < 1 || l.Grid > maxGridX:
+			return bad(at("grid"), "must be in 1..%d, got %d", maxGridX, l.Grid)
+		case l.Block < 1 || l.Block > spec.MaxThreadsPerBlock:
+			return bad(at("block"), "must be in 1..%d (threads per block on %s), got %d", spec.MaxThreadsPerBlock, spec.Name, l.Block)
+		case l.Registers < 0 || l.Registers > 255:
+			return bad(at("registers"), "must be in 0..255, got %d", l.Registers)
+		case l.SharedMem < 0 || l.SharedMem > spec.MaxSharedMemPerBlock:
+			return bad(at("sharedMem"), "must be in 0..%d (bytes per block on %s), got %d", spec.MaxSharedMemPerBlock, spec.Name, l.SharedMem)
+		case !(l.Share > 0 && l.Share <= 1):
+			return bad(at("share"), "must be in (0,1], got %v", l.Share)
+		case !(l.ComputePct >= 0 && l.ComputePct <= 100):
+			return bad(at("computePct"), "must be in [0,100], got %v", l.ComputePct)
+		case !(l.MemoryPct >= 0 && l.MemoryPct <= 100):
+			return bad(at("memoryPct"), "must be in [0,100], got %v", l.MemoryPct)
+		}
+		if _, limit, err := spec.Occupancy(l.Block, l.Registers, l.SharedMem); err != nil {
+			return bad(at(map[string]string{"registers": "registers", "shared memory": "sharedMem"}[limit]), "the launch does not fit one SM of %s: %v", spec.Name, err)
+		}
+		sum += l.Share
+	}
+	if len(k.Launches) > 0 && math.Abs(sum-1) > LaunchShareSlack {
+		return bad("launches", "the shares add up to %v, not 1", sum)
+	}
 	return nil
 }
+
+// LaunchShareSlack is how far from 1 a kernel's launch shares may add up
+// (they are rounded when written).
+const LaunchShareSlack = 0.01
 
 // isName reports whether s can name a model in a file name.
 func isName(s string) bool {

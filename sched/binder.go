@@ -81,11 +81,28 @@ type ProfileBinder struct {
 // device charges the host a vendor call's cost), and when measured on SM
 // partitions as one wave over the SMs it was measured to need
 // (profiles.Kernel.PartitionSMs), not in the geometry of atoll's own
-// kernel for the op, which its other forms use.
+// kernel for the op, which its other forms use; where the profile
+// recorded the call's launches (profiles.Kernel.Launches) they ride on
+// the Plain launch (gpu.Launch.Vendor), and the simulator runs those.
 type profileLaunch struct {
 	gpu.Launch
 	plain  gpu.Dim3
 	vendor gpu.Func
+	calls  []gpu.VendorLaunch // its vendor call's launches, where the profile has them
+}
+
+// VendorLaunches are profile kernel k's vendor launches
+// (profiles.Kernel.Launches) as a launch carries them (gpu.Launch.Vendor).
+func VendorLaunches(k *profiles.Kernel) []gpu.VendorLaunch {
+	if len(k.Launches) == 0 {
+		return nil
+	}
+	out := make([]gpu.VendorLaunch, len(k.Launches))
+	for i, l := range k.Launches {
+		out[i] = gpu.VendorLaunch{Name: l.Function, Grid: l.Grid, Block: l.Block, Registers: l.Registers, SharedMem: l.SharedMem,
+			Share: l.Share, ComputeFrac: l.ComputePct / 100, MemoryFrac: l.MemoryPct / 100}
+	}
+	return out
 }
 
 // NewProfileBinder loads the module "atoll-profiles" on dev and resolves a
@@ -127,6 +144,7 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 				if out[i].vendor, err = resolve(prefix+k.Name, p.Model, i); err != nil {
 					return nil, err
 				}
+				out[i].calls = VendorLaunches(k)
 			}
 			out[i].Launch = gpu.Launch{Name: k.Name, Func: f, Grid: k.GridDim(), Block: k.BlockDim(),
 				SharedMem: k.SharedMem, Registers: k.Registers, Cost: k.Cost()}
@@ -205,7 +223,7 @@ func (b *ProfileBinder) bind(client ClientID, kernel, v int, form gpu.Form) (*gp
 		l.Grid = pl.plain
 	}
 	if form == gpu.Plain && pl.vendor != 0 {
-		l.Func = pl.vendor
+		l.Func, l.Vendor = pl.vendor, pl.calls
 	}
 	if form == gpu.Resumable {
 		l.Logical = l.Grid.Count()

@@ -3,6 +3,7 @@ package sched_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -288,6 +289,43 @@ func TestProfileBinderVendorFuncs(t *testing.T) {
 		}
 		if got := dev.FuncName(l.Func); got != c.want {
 			t.Errorf("kernel %d %s: function %q, want %q", c.kernel, c.form, got, c.want)
+		}
+	}
+}
+
+// A vendor kernel's recorded launches ride on its Plain launch (the
+// simulator runs them in its place) and on no other form, which runs
+// atoll's own kernel.
+func TestProfileBinderVendorLaunches(t *testing.T) {
+	p := mustProfile(t, "v", "gemm dur=200us grid=32 block=256 regs=64 class=compute")
+	k := &p.Kernels[0]
+	k.Tags = []string{profiles.TagBLAS}
+	k.Launches = []profiles.Launch{
+		{Function: "atoll_im2col8", Grid: 600, Block: 256, Registers: 32, Share: 0.3, MemoryPct: 70},
+		{Function: "nvjet_sm90", Grid: 132, Block: 384, Registers: 168, SharedMem: 200 << 10, Share: 0.7, ComputePct: 60},
+	}
+	pb, err := sched.NewProfileBinder(newSim(t), sched.Workload{HP: []sched.HPWorkload{{Name: "v", Profile: p}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := pb.Bind(sched.BindRequest{Client: sched.HPClientID(0), Form: gpu.Plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []gpu.VendorLaunch{
+		{Name: "atoll_im2col8", Grid: 600, Block: 256, Registers: 32, Share: 0.3, MemoryFrac: 0.7},
+		{Name: "nvjet_sm90", Grid: 132, Block: 384, Registers: 168, SharedMem: 200 << 10, Share: 0.7, ComputeFrac: 0.6},
+	}
+	if !reflect.DeepEqual(l.Vendor, want) {
+		t.Errorf("plain launch's vendor launches %+v, want %+v", l.Vendor, want)
+	}
+	for _, f := range []gpu.Form{gpu.Reset, gpu.Resumable} {
+		r, err := pb.Bind(sched.BindRequest{Client: sched.HPClientID(0), Form: f, Ctl: sched.Control{Flag: gpu.HostWord{Dev: 1}, Counter: 4, Done: gpu.HostWord{Dev: 2}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Vendor != nil {
+			t.Errorf("%s launch carries vendor launches %+v: it runs atoll's own kernel", f, r.Vendor)
 		}
 	}
 }

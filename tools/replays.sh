@@ -15,6 +15,24 @@ cd "$(dirname "$0")/.."
 atoll=${ATOLL:-bin/atoll}
 [ -x "$atoll" ] || { echo "replays: $atoll missing: go build -o bin/atoll ./cmd/atoll" >&2; exit 1; }
 
+# withLaunches DIR: a copy of profile store DIR (in a temporary folder)
+# whose H200 profiles carry the launches of their vendor calls from
+# results/vendor-launches-h200, as the built-in H200 profiles do (the
+# series' own records stay as measured).
+withLaunches() {
+	local src=$1 tmp f b csv
+	tmp=$(mktemp -d)
+	cp -r "$src"/. "$tmp"/
+	for f in "$tmp"/H200/*.json*; do
+		[ -e "$f" ] || continue
+		b=$(basename "$f"); b=${b%.gz}; b=${b%.json}
+		csv=results/vendor-launches-h200/$b.csv.gz
+		[ -e "$csv" ] || continue
+		"$atoll" profile --model "${b%-bs*}" --batch "${b##*-bs}" --launches "$csv" --out "$f" >/dev/null
+	done
+	echo "$tmp"
+}
+
 # replay OUT GPU-SERIES MATRIX PROFILES [FLAGS...]: OUT's cells are made
 # anew (what else is there, a README, stays); PROFILES "" for the built-in.
 replay() {
@@ -22,7 +40,9 @@ replay() {
 	shift 4
 	mkdir -p "$out"
 	find "$out" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+	[ -z "$prof" ] || prof=$(withLaunches "$prof")
 	env ${prof:+ATOLL_PROFILES="$prof"} "$atoll" matrix --gpu H200 --quiet "$@" --replay "$series" --out "$out" "$matrix" >/dev/null
+	[ -z "$prof" ] || rm -rf "$prof"
 	find "$out" -name '*.json' ! -name cell.json -exec gzip -9nf {} +
 	find "$out" -name arrivals.txt -exec gzip -9nf {} +
 	echo "replays: $out" >&2

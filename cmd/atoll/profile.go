@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 
 	"atoll/gpu"
 	"atoll/gpu/sim"
+	"atoll/internal/gzipped"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/profiler"
@@ -56,6 +59,11 @@ measured one), and it is never written over a measured profile.
 Nsight Compute: --print-ncu-command prints the ncu command that collects
 one pass of the model; --ncu FILE imports that CSV over the measured
 durations and % columns (each row matched to its kernel by order and name).
+--launches FILE records, in the profile --out names (in place, no GPU
+needed), the launches each vendor call made in such a CSV of one pass
+(tools/gpu/vendor-launches.sh collects it): cuBLASLt's products and the
+gathers around them, each with its geometry and share of the call's time,
+which the simulator then runs instead of one stand-in launch.
 
 Examples:
   atoll profile --model resnet50 --batch 4             # then: atoll demo --hp resnet50 --hp-batch 4 --backend cuda
@@ -64,6 +72,7 @@ Examples:
   atoll profile --model resnet50 --print-ncu-command
   atoll profile --model resnet50 --ncu resnet50-bs1.ncu.csv
   atoll profile --model resnet50 --backend sim --out /tmp/r50.json
+  atoll profile --model vgg19 --launches vgg19-bs1.csv --out ~/.cache/atoll/profiles/H200/vgg19-bs1.json
 `
 
 func init() {
@@ -92,6 +101,7 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 	ncu := fs.String("ncu", "", "import this Nsight Compute CSV over the durations and % columns")
 	printNCU := fs.Bool("print-ncu-command", false, "print the ncu command that collects the CSV for --ncu, and exit")
 	ncuPass := fs.Bool("ncu-pass", false, "run exactly one forward pass and nothing else (what ncu should profile); writes nothing")
+	launches := fs.String("launches", "", "record the vendor calls' launches of this Nsight Compute CSV of one pass in the profile --out names, in place (no GPU needed)")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -115,6 +125,9 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 	}
 	if o.Runs < 1 {
 		return fmt.Errorf("--runs %d: need at least 1 timed pass", o.Runs)
+	}
+	if *launches != "" {
+		return recordLaunches(e, *launches, *out, m.Name(), *batch)
 	}
 	if *printNCU {
 		fmt.Fprintln(e.stdout, profiler.NCUCommand(selfName(), m.Name(), *batch, o.Substitute))
@@ -184,6 +197,87 @@ func runProfile(ctx context.Context, e *env, args []string) error {
 	}
 	return runOn(*backend, sim.Config{}, *simGPU, *ordinal,
 		"atoll profile measures on a real GPU; --backend sim --out FILE runs the same code on the simulator (its durations are the estimated profile's)", measure)
+}
+
+// recordLaunches is atoll profile --launches: csvPath's vendor launches
+// recorded in the profile at path, which must be of model at batch.
+func recordLaunches(e *env, csvPath, path, model string, batch int) error {
+	if path == "" {
+		return fmt.Errorf("--launches needs --out naming the profile to record them in (e.g. the store's, 'atoll models' lists them)")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	zipped := strings.HasSuffix(path, ".gz")
+	if zipped {
+		if raw, err = gzipped.Unwrap(raw); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	p, err := profiles.Parse(bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if p.Model != model || p.Batch != batch {
+		return fmt.Errorf("%s is the profile of %s bs%d, not of --model %s --batch %d", path, p.Model, p.Batch, model, batch)
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(csvPath, ".gz") {
+		if r, err = gzip.NewReader(f); err != nil {
+			return fmt.Errorf("%s: %w", csvPath, err)
+		}
+	}
+	ls, err := profiler.ParseNCU(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", csvPath, err)
+	}
+	if err := profiler.ApplyLaunches(p, ls, filepath.Base(csvPath)); err != nil {
+		return err
+	}
+	if zipped {
+		err = writeZipped(path, p)
+	} else {
+		err = writeProfile(path, p)
+	}
+	if err != nil {
+		return err
+	}
+	calls, n := 0, 0
+	for _, k := range p.Kernels {
+		if len(k.Launches) > 0 {
+			calls++
+			n += len(k.Launches)
+		}
+	}
+	fmt.Fprintf(e.stdout, "%s: %d vendor calls, %d launches recorded from %s\n", path, calls, n, csvPath)
+	return nil
+}
+
+// writeZipped replaces the gzipped profile at path (as results/ keeps
+// them: gzip -9n).
+func writeZipped(path string, p *profiles.Profile) error {
+	var b bytes.Buffer
+	z, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	if err != nil {
+		return err
+	}
+	if err := profiles.Write(z, p); err != nil {
+		return err
+	}
+	if err := z.Close(); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // mayWrite refuses to replace a measured (or imported) profile unless

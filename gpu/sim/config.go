@@ -305,14 +305,17 @@ const (
 	MeasuredCoRunMemory = 0
 	// MeasuredCoRunDeviceH200 and MeasuredCoRunSMH200 are the same fit on
 	// an H200 (results/corun-h200), with the H200's turn
-	// (MeasuredKernelGapH200), over the kernel by kernel sweeps (every SM,
-	// the rest), the sweep with HP as graphs and 16 BE launches queued (BE
-	// in 32, 64, 96 and 120 SMs, on every SM) and BE in graphs with HP
-	// sent 300 µs apart (s31h gg300): rms 4.2 % over those eight reports;
-	// on the nine event-free pairs held out (s31) 9.8 % for HP and 18.1 %
-	// for BE's own slowdown (tools/corun-sim.sh).
-	MeasuredCoRunDeviceH200 = 0.3
-	MeasuredCoRunSMH200     = 1.8
+	// (MeasuredKernelGapH200) and the H200 profiles' vendor launches
+	// (cuBLASLt's whole-SM GEMMs placed as the GPU places them, not as
+	// atoll's stand-in blocks), over the kernel by kernel sweeps (every
+	// SM, the rest), the sweep with HP as graphs and 16 BE launches
+	// queued (BE in 32, 64, 96 and 120 SMs, on every SM) and BE in graphs
+	// with HP sent 300 µs apart (s31h gg300): rms 2.8 % over those eight
+	// reports, the least of a 13-point grid (tools/corun-sim.sh
+	// D,S; docs/simulator.md). With the real geometry the SMs' sharing
+	// needs no term of its own.
+	MeasuredCoRunDeviceH200 = 0.1
+	MeasuredCoRunSMH200     = 0
 	MeasuredCoRunMemoryH200 = 0
 )
 

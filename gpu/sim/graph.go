@@ -51,6 +51,7 @@ func (d *Device) NewGraph(s gpu.Stream, steps []gpu.GraphStep) (gpu.Graph, error
 		}
 		l := *s.Launch
 		l.Args = s.Launch.Args.Clone()
+		l.Vendor = slices.Clone(s.Launch.Vendor)
 		g.steps[i] = gpu.GraphStep{Launch: &l, Event: s.Event}
 	}
 	d.graphs = append(d.graphs, g)

@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"atoll/gpu"
 )
@@ -103,6 +105,7 @@ type kernel struct {
 	elig     float64 // when it became eligible
 	started  bool
 	inGraph  bool    // a step of a graph (Device.profileHeld)
+	net      bool    // one launch of a vendor call: its Cost holds nothing beyond it (Device.vendorCall)
 	occ      int     // SMs its active groups hold (rates, with co-run interference)
 	use      float64 // DRAM use of its active groups (rates, with co-run interference)
 	stamp    uint64  // the rates call occ and use were counted in
@@ -166,6 +169,20 @@ func (d *Device) checkBody(l *gpu.Launch, role string) (int, error) {
 	}
 	if !(c.ComputeFrac >= 0 && c.ComputeFrac <= 1) || !(c.MemoryFrac >= 0 && c.MemoryFrac <= 1) {
 		return 0, invalid(l, role, "Cost.ComputeFrac %v and MemoryFrac %v must lie in [0, 1] (a profile's percent / 100)", c.ComputeFrac, c.MemoryFrac)
+	}
+	if len(l.Vendor) > 0 && l.Form != gpu.Plain {
+		return 0, invalid(l, role, "form %s with vendor launches: only a Plain launch is a vendor call", l.Form)
+	}
+	for i, v := range l.Vendor {
+		if v.Grid < 1 || v.Grid > math.MaxInt32 {
+			return 0, invalid(l, role, "vendor launch %d (%s): grid %d must be in 1..2^31-1", i, v.Name, v.Grid)
+		}
+		if _, _, err := d.spec.Occupancy(v.Block, v.Registers, v.SharedMem); err != nil {
+			return 0, fmt.Errorf("%s %q: vendor launch %d (%s): %w", role, l.Name, i, v.Name, err)
+		}
+		if !(v.Share > 0 && v.Share <= 1) || !(v.ComputeFrac >= 0 && v.ComputeFrac <= 1) || !(v.MemoryFrac >= 0 && v.MemoryFrac <= 1) {
+			return 0, invalid(l, role, "vendor launch %d (%s): Share %v must lie in (0, 1], ComputeFrac %v and MemoryFrac %v in [0, 1]", i, v.Name, v.Share, v.ComputeFrac, v.MemoryFrac)
+		}
 	}
 	return bpsm, nil
 }
@@ -242,10 +259,28 @@ func (d *Device) launch(st *stream, l *gpu.Launch, hostCost bool) error {
 		return err
 	}
 
+	if d.runsVendor(st, l) {
+		d.vendorCall(st, l, !hostCost)
+	} else {
+		d.enqueueKernel(st, l, bpsm, padBpsm, !hostCost)
+	}
+	if hostCost {
+		d.hostBusy(float64(d.hostCost(l.Func)))
+	}
+	if name := d.FuncName(l.Func); strings.HasPrefix(name, FaultPrefix) {
+		// Accepted, as CUDA accepts the launch; the error shows from the
+		// next call on.
+		d.fault = fmt.Errorf("%w: %s: a kernel faulted (simulated illegal instruction or address); the context is unusable, open the device again", gpu.ErrDriver, name)
+	}
+	return nil
+}
+
+// enqueueKernel puts checked launch l on st as one kernel.
+func (d *Device) enqueueKernel(st *stream, l *gpu.Launch, bpsm, padBpsm int, inGraph bool) {
 	k := d.newKernel()
 	d.seq++
 	k.seq, k.name, k.st = d.seq, l.Name, st
-	k.inGraph = !hostCost
+	k.inGraph = inGraph
 	d.setPart(k, 0, l, bpsm)
 	switch l.Form {
 	case gpu.Reset:
@@ -262,15 +297,48 @@ func (d *Device) launch(st *stream, l *gpu.Launch, hostCost bool) error {
 		k.parts[1].pending = l.Pad.Grid.Count()
 	}
 	d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
-	if hostCost {
-		d.hostBusy(float64(d.hostCost(l.Func)))
+}
+
+// runsVendor reports whether l runs as its vendor launches on st: a Plain
+// launch that has them, unless st is confined to an SM partition and l's
+// cost carries partition points (those time the whole call there).
+func (d *Device) runsVendor(st *stream, l *gpu.Launch) bool {
+	if l.Form != gpu.Plain || len(l.Vendor) == 0 {
+		return false
 	}
-	if name := d.FuncName(l.Func); strings.HasPrefix(name, FaultPrefix) {
-		// Accepted, as CUDA accepts the launch; the error shows from the
-		// next call on.
-		d.fault = fmt.Errorf("%w: %s: a kernel faulted (simulated illegal instruction or address); the context is unusable, open the device again", gpu.ErrDriver, name)
+	if lo, hi := d.smRange(st); int(hi-lo) < d.spec.SMs && len(l.Cost.Partition) > 0 {
+		return false
 	}
-	return nil
+	return true
+}
+
+// vendorCall puts checked vendor call l on st as its launches
+// (gpu.Launch.Vendor), one after another as the library issues them in one
+// host call: each its share of the call's GPU time, with its own geometry
+// and demands. The call's profiled time included, besides what a kernel's
+// profiled time holds (profileHeld), the turn between its launches, which
+// the stream now takes between them (Config.KernelGap).
+func (d *Device) vendorCall(st *stream, l *gpu.Launch, inGraph bool) {
+	c := l.Cost
+	total, held := float64(c.Duration), d.profileHeld(inGraph)
+	if inGraph && c.GraphDuration > 0 {
+		total, held = float64(c.GraphDuration), float64(d.cfg.KernelGap)
+	}
+	net := total - min(held, total/2)
+	net = max(net-float64(len(l.Vendor)-1)*float64(d.cfg.KernelGap), net/2)
+	for _, v := range l.Vendor {
+		step := gpu.Launch{Name: l.Name, Func: l.Func, Grid: gpu.D1(v.Grid), Block: gpu.D1(v.Block),
+			Registers: v.Registers, SharedMem: v.SharedMem,
+			Cost: gpu.Cost{Duration: time.Duration(v.Share * net), FLOPs: v.Share * c.FLOPs, Bytes: v.Share * c.Bytes,
+				ComputeFrac: cmp.Or(v.ComputeFrac, c.ComputeFrac), MemoryFrac: cmp.Or(v.MemoryFrac, c.MemoryFrac)}}
+		bpsm, _, _ := d.spec.Occupancy(v.Block, v.Registers, v.SharedMem) // checked
+		k := d.newKernel()
+		d.seq++
+		k.seq, k.name, k.st = d.seq, l.Name, st
+		k.inGraph, k.net = inGraph, true
+		d.setPart(k, 0, &step, bpsm)
+		d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
+	}
 }
 
 // FaultPrefix begins the name of a kernel function that models a kernel
@@ -324,7 +392,9 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 		sms = int(hi - lo)
 	}
 	c, held := l.Cost, d.profileHeld(k.inGraph)
-	if k.inGraph && c.GraphDuration > 0 {
+	if k.net {
+		held = 0
+	} else if k.inGraph && c.GraphDuration > 0 {
 		// Its duration timed in a graph, holding nothing more than the
 		// turn to the next kernel (its partition points scale with it;
 		// its shares of the device's rates stay the profile's, as the

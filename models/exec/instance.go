@@ -13,6 +13,7 @@ import (
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/profiles"
+	"atoll/sched"
 )
 
 // Errors.
@@ -40,7 +41,8 @@ type Instance struct {
 	g      *models.Graph
 	ptr    map[string]gpu.Ptr
 	layers []layer
-	costs  []gpu.Cost // from a profile (UseProfile); nil: the ops' FLOPs and bytes
+	costs  []gpu.Cost           // from a profile (UseProfile); nil: the ops' FLOPs and bytes
+	vendor [][]gpu.VendorLaunch // from a profile (UseProfile): each vendor call's launches
 	bytes  int64
 
 	stream         gpu.Stream
@@ -373,8 +375,10 @@ func (in *Instance) UseProfile(p *profiles.Profile) error {
 		return err
 	}
 	in.costs = make([]gpu.Cost, len(p.Kernels))
+	in.vendor = make([][]gpu.VendorLaunch, len(p.Kernels))
 	for i := range p.Kernels {
 		in.costs[i] = p.Kernels[i].Cost()
+		in.vendor[i] = sched.VendorLaunches(&p.Kernels[i])
 	}
 	return nil
 }
@@ -445,6 +449,9 @@ func (in *Instance) Launch(i int, form gpu.Form, ctl kernels.Control) (*gpu.Laun
 	}
 	if c, ok := in.cost(i); ok {
 		l.Cost = c
+		if form == gpu.Plain && kernels.IsBLAS(l) {
+			l.Vendor = in.vendor[i] // the launches the profile saw the vendor call make
+		}
 	}
 	return l, nil
 }

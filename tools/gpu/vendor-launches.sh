@@ -2,13 +2,18 @@
 # The launches of one forward pass of each model as the GPU runs them,
 # cuBLASLt's included (the driver does not report the geometry of a kernel
 # a vendor library launches; Nsight Compute does): grid, block, registers,
-# shared memory, the occupancy limits and each launch's time, by ncu over
+# shared memory, the occupancy limits, each launch's time and its compute
+# and memory throughput (% of peak), by ncu over
 # `atoll profile --ncu-pass`. Writes OUT/MODEL-bsB.csv (ncu's CSV) and
 # prints, per model, each distinct kernel's geometry and what its launches
 # took.
 #
 #   tools/gpu/vendor-launches.sh OUT MODEL:BATCH...   (e.g. vgg19:1 resnet50:1)
 #   tools/gpu/vendor-launches.sh --summary OUT        (the table again, from OUT's CSVs)
+#
+# The % metrics make ncu replay each kernel several times (about a minute a
+# bs1 model, many for a training step): PCT=0 collects only the geometry
+# and times.
 #
 # Needs bin/atoll (make gpu-build), ncu and python3.
 set -euo pipefail
@@ -18,7 +23,8 @@ out=${1:?usage: tools/gpu/vendor-launches.sh [--summary] OUT [MODEL:BATCH...]}
 shift
 if [ $summary = 0 ]; then
 	mkdir -p "$out"
-	metrics=launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_blocks,launch__occupancy_limit_warps,launch__waves_per_multiprocessor,gpu__time_duration.sum
+	metrics=gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_blocks,launch__occupancy_limit_warps,launch__waves_per_multiprocessor
+	[ "${PCT:-1}" = 0 ] || metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed
 	for m in "$@"; do
 		name=${m%:*}-bs${m#*:}
 		ncu --csv --print-units base --metrics "$metrics" bin/atoll profile --model "${m%:*}" --batch "${m#*:}" --ncu-pass > "$out/$name.csv.tmp" 2> "$out/$name.err"
