@@ -98,6 +98,6 @@ func ExampleCoRun() {
 		fmt.Printf("%s: %d passes, HP %.2fx\n", k.Name, k.Passes, k.HPSlowdown)
 	}
 	// Output:
-	// features.25: 2 passes, HP 1.44x
+	// features.25: 2 passes, HP 1.32x
 	// features.7: 2 passes, HP 1.34x
 }

@@ -16,19 +16,21 @@ atoll=${ATOLL:-bin/atoll}
 [ -x "$atoll" ] || { echo "replays: $atoll missing: go build -o bin/atoll ./cmd/atoll" >&2; exit 1; }
 
 # withLaunches DIR: a copy of profile store DIR (in a temporary folder)
-# whose H200 profiles carry the launches of their vendor calls from
-# results/vendor-launches-h200, as the built-in H200 profiles do (the
-# series' own records stay as measured).
+# whose H200 and H100 profiles carry the launches of their vendor calls
+# from results/vendor-launches-h200 and -h100, as the built-in profiles do
+# (the series' own records stay as measured).
 withLaunches() {
-	local src=$1 tmp f b csv
+	local src=$1 tmp f b csv gpu
 	tmp=$(mktemp -d)
 	cp -r "$src"/. "$tmp"/
-	for f in "$tmp"/H200/*.json*; do
-		[ -e "$f" ] || continue
-		b=$(basename "$f"); b=${b%.gz}; b=${b%.json}
-		csv=results/vendor-launches-h200/$b.csv.gz
-		[ -e "$csv" ] || continue
-		"$atoll" profile --model "${b%-bs*}" --batch "${b##*-bs}" --launches "$csv" --out "$f" >/dev/null
+	for gpu in H200:h200 H100-SXM:h100; do
+		for f in "$tmp/${gpu%:*}"/*.json*; do
+			[ -e "$f" ] || continue
+			b=$(basename "$f"); b=${b%.gz}; b=${b%.json}
+			csv=results/vendor-launches-${gpu#*:}/$b.csv.gz
+			[ -e "$csv" ] || continue
+			"$atoll" profile --model "${b%-bs*}" --batch "${b##*-bs}" --launches "$csv" --out "$f" >/dev/null
+		done
 	done
 	echo "$tmp"
 }
