@@ -88,6 +88,7 @@ done
 # HP kernel by kernel under priority (an event after each HP kernel, each
 # kernel's span in the reports)
 run kernelspans results/matrix-sim-kernelspans-replay results/kernelspans-h200 bench/matrix/gpu-kernelspans.yaml results/kernelspans-h200/profiles --hp-kernel-events --hp-kernel-spans
+run kernelspans-own results/matrix-sim-kernelspans-own-replay results/kernelspans-own-h200 bench/matrix/gpu-kernelspans-own.yaml "" --hp-kernel-events --hp-kernel-spans
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
 # The context series' cells, each with its matrix file kept beside its
