@@ -26,17 +26,10 @@ import (
 // that belong to it. Errors (wrapping ErrNCU) name the kernel and the
 // launch where the pass and the profile part.
 func ApplyLaunches(p *profiles.Profile, launches []NCULaunch, file string) error {
-	where := func(l NCULaunch) string {
-		s := fmt.Sprintf("line %d: launch ID %d (%s)", l.Line, l.ID, l.Func())
-		if file != "" {
-			s = file + ": " + s
-		}
-		return s
-	}
 	for _, l := range launches {
 		for _, m := range []string{MetricDuration, MetricGrid, MetricBlock, MetricRegisters, MetricSharedMem} {
 			if !l.Has[m] {
-				return fmt.Errorf("%w: %s has no %s (collect the CSV with tools/gpu/vendor-launches.sh, or the command atoll profile --print-ncu-command prints)", ErrNCU, where(l), m)
+				return fmt.Errorf("%w: %s has no %s (collect the CSV with tools/gpu/vendor-launches.sh, or the command atoll profile --print-ncu-command prints)", ErrNCU, l.at(file), m)
 			}
 		}
 	}
@@ -54,7 +47,7 @@ func ApplyLaunches(p *profiles.Profile, launches []NCULaunch, file string) error
 			}
 			if l := launches[j]; LaunchRole(l.Func()) != RoleOwn {
 				return fmt.Errorf("%w: %s is a vendor launch where kernels[%d] (%s, not tagged %s) should run atoll's own kernel: the profile was measured without cuBLASLt, or the CSV is of another model or batch (profile and collect both the same way)",
-					ErrNCU, where(l), i, ks[i].Name, profiles.TagBLAS)
+					ErrNCU, l.at(file), i, ks[i].Name, profiles.TagBLAS)
 			}
 			j++
 			i++
@@ -83,7 +76,7 @@ func ApplyLaunches(p *profiles.Profile, launches []NCULaunch, file string) error
 		i, j = end, stop
 	}
 	if j != len(launches) {
-		return fmt.Errorf("%w: %s and %d more come after the model's last kernel: the CSV holds more than one pass of %s bs%d (collect it with --ncu-pass)", ErrNCU, where(launches[j]), len(launches)-j-1, p.Model, p.Batch)
+		return fmt.Errorf("%w: %s and %d more come after the model's last kernel: the CSV holds more than one pass of %s bs%d (collect it with --ncu-pass)", ErrNCU, launches[j].at(file), len(launches)-j-1, p.Model, p.Batch)
 	}
 	p.Kernels = ks
 	if p.Notes == nil {
@@ -151,46 +144,32 @@ func splitCalls(ls []NCULaunch, n, reserved int) ([][]profiles.Launch, error) {
 		return nil, fmt.Errorf("%d vendor products among its %d launches (%s%s) for %d kernels tagged %s: the CSV is not one pass of this model and batch as the profile ran it (collect it with --ncu-pass), or a call made several products, which atoll cannot assign yet",
 			len(products), len(ls), strings.Join(names, ", "), more, n, profiles.TagBLAS)
 	}
-	out := make([][]NCULaunch, n)
-	start := 0
-	for g, at := range products {
-		stop := len(ls)
-		if g+1 < n {
-			// After this product: its trailing helpers and scatters, up
-			// to the first gather of the next call (or its product).
-			stop = at + 1
-			for stop < products[g+1] && LaunchRole(ls[stop].Func()) == RoleAfter {
-				stop++
+	// A gather opens the next call once this one has its product, and so
+	// does a product; helpers and scatters close the call of the product
+	// before them.
+	calls := make([][]profiles.Launch, n)
+	g, has := 0, false // the call being filled, and whether it has its product
+	first := 0         // its first launch
+	for k, l := range ls {
+		role := LaunchRole(l.Func())
+		if has && (role == RoleBefore || role == RoleProduct) {
+			calls[g] = vendorLaunches(ls[first:k], reserved)
+			g, has, first = g+1, false, k
+		}
+		switch role {
+		case RoleProduct:
+			has = true
+		case RoleAfter:
+			if !has {
+				return nil, fmt.Errorf("line %d: %s comes after a product, but none precedes it in its call", l.Line, l.Func())
 			}
 		}
-		if g == 0 && start < at {
-			for _, l := range ls[:at] {
-				if LaunchRole(l.Func()) == RoleAfter {
-					return nil, fmt.Errorf("line %d: %s comes after a product, but no product precedes it", l.Line, l.Func())
-				}
-			}
-		}
-		out[g] = ls[start:stop]
-		start = stop
 	}
-	last := out[n-1]
-	if l := last[len(last)-1]; LaunchRole(l.Func()) == RoleBefore {
+	if !has {
+		l := ls[len(ls)-1]
 		return nil, fmt.Errorf("line %d: %s gathers for a product that does not follow", l.Line, l.Func())
 	}
-	for g := 1; g < n; g++ {
-		for _, l := range out[g] {
-			if LaunchRole(l.Func()) == RoleProduct {
-				break
-			}
-			if LaunchRole(l.Func()) == RoleAfter {
-				return nil, fmt.Errorf("line %d: %s comes between a gather and its product", l.Line, l.Func())
-			}
-		}
-	}
-	calls := make([][]profiles.Launch, n)
-	for g := range out {
-		calls[g] = vendorLaunches(out[g], reserved)
-	}
+	calls[g] = vendorLaunches(ls[first:], reserved)
 	return calls, nil
 }
 

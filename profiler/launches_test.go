@@ -109,6 +109,17 @@ func TestApplyLaunchesRefuses(t *testing.T) {
 			break
 		}
 	}
+	var reduce, gather profiler.NCULaunch // a split-K reduction and a gather
+	for _, l := range ls {
+		switch r := profiler.LaunchRole(l.Func()); {
+		case r == profiler.RoleAfter && reduce.Kernel == "":
+			reduce = l
+		case r == profiler.RoleBefore && gather.Kernel == "":
+			gather = l
+		}
+	}
+	helperFirst := append([]profiler.NCULaunch{ls[0], reduce}, ls[1:]...) // after features.0's first gather
+	gatherLast := append(append([]profiler.NCULaunch(nil), ls...), gather)
 	noGrid := append([]profiler.NCULaunch(nil), ls...)
 	noGrid[3].Has = map[string]bool{profiler.MetricDuration: true}
 	for _, c := range []struct {
@@ -122,6 +133,8 @@ func TestApplyLaunchesRefuses(t *testing.T) {
 		{"a pass and an own kernel", p, append(append([]profiler.NCULaunch(nil), ls...), own), "more than one pass"},
 		{"without cuBLASLt", untagged, ls, "measured without cuBLASLt"},
 		{"another model", other, ls, "not one pass"},
+		{"a helper before any product", p, helperFirst, "none precedes it"},
+		{"a gather without its product", p, gatherLast, "does not follow"},
 		{"no geometry", p, noGrid, profiler.MetricGrid},
 	} {
 		before := len(c.p.Kernels[0].Launches)

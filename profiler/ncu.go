@@ -240,6 +240,15 @@ func (l *NCULaunch) set(metric, unit, value string) error {
 	return nil
 }
 
+// at is where l stands in the CSV named file ("" if unnamed), for errors.
+func (l NCULaunch) at(file string) string {
+	s := fmt.Sprintf("line %d: launch ID %d (%q)", l.Line, l.ID, l.Kernel)
+	if file != "" {
+		s = file + ": " + s
+	}
+	return s
+}
+
 // NCUExpect is what the model launches for one kernel of a profile: the
 // CUDA function and the launch's total blocks and threads per block.
 type NCUExpect struct {
@@ -270,10 +279,7 @@ func ApplyNCU(p *profiles.Profile, launches []NCULaunch, want []NCUExpect, file 
 	for j, l := range launches {
 		i := j % n
 		k, w := &p.Kernels[i], want[i]
-		where := fmt.Sprintf("line %d: launch ID %d (%q)", l.Line, l.ID, l.Kernel)
-		if file != "" {
-			where = file + ": " + where
-		}
+		where := l.at(file)
 		if l.Func() != w.Func {
 			return fmt.Errorf("%w: %s is row %d of the CSV, which should be kernels[%d] (%q) of %s bs%d, function %q: the CSV is not of this model and batch (or holds other launches; collect it with the command --print-ncu-command prints)",
 				ErrNCU, where, j, i, k.Name, p.Model, p.Batch, w.Func)

@@ -2,6 +2,7 @@ package profiles
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,14 +27,23 @@ const MaxSize = 64 << 20
 //	profiles: line 42: kernels[7] ("layer2.0.conv1").durationUs: must be > 0, got -3
 func Parse(r io.Reader) (*Profile, error) { return parse(r, "") }
 
-// Load parses the profile file at path; its errors name the file.
+// Load parses the profile file at path, gzipped when its name ends in
+// .gz (as results/ keeps them); its errors name the file.
 func Load(path string) (*Profile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("profiles: %w", err)
 	}
 	defer f.Close()
-	return parse(f, path)
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, fmt.Errorf("profiles: %s: %w", path, err)
+		}
+		r = z
+	}
+	return parse(r, path)
 }
 
 func parse(r io.Reader, file string) (*Profile, error) {

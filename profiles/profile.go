@@ -158,6 +158,20 @@ func (k *Kernel) Cost() gpu.Cost {
 	return c
 }
 
+// VendorLaunches are the kernel's vendor launches (Launches) as a launch
+// carries them (gpu.Launch.Vendor); nil without.
+func (k *Kernel) VendorLaunches() []gpu.VendorLaunch {
+	if len(k.Launches) == 0 {
+		return nil
+	}
+	out := make([]gpu.VendorLaunch, len(k.Launches))
+	for i, l := range k.Launches {
+		out[i] = gpu.VendorLaunch{Name: l.Function, Grid: l.Grid, Block: l.Block, Registers: l.Registers, SharedMem: l.SharedMem,
+			Share: l.Share, ComputeFrac: l.ComputePct / 100, MemoryFrac: l.MemoryPct / 100}
+	}
+	return out
+}
+
 // PartitionSlack is how much slower than on the whole GPU a kernel may run
 // on the SMs PartitionSMs says it needs.
 const PartitionSlack = 1.1

@@ -91,20 +91,6 @@ type profileLaunch struct {
 	calls  []gpu.VendorLaunch // its vendor call's launches, where the profile has them
 }
 
-// VendorLaunches are profile kernel k's vendor launches
-// (profiles.Kernel.Launches) as a launch carries them (gpu.Launch.Vendor).
-func VendorLaunches(k *profiles.Kernel) []gpu.VendorLaunch {
-	if len(k.Launches) == 0 {
-		return nil
-	}
-	out := make([]gpu.VendorLaunch, len(k.Launches))
-	for i, l := range k.Launches {
-		out[i] = gpu.VendorLaunch{Name: l.Function, Grid: l.Grid, Block: l.Block, Registers: l.Registers, SharedMem: l.SharedMem,
-			Share: l.Share, ComputeFrac: l.ComputePct / 100, MemoryFrac: l.MemoryPct / 100}
-	}
-	return out
-}
-
 // NewProfileBinder loads the module "atoll-profiles" on dev and resolves a
 // function for every kernel name in w's profiles.
 func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
@@ -144,7 +130,7 @@ func NewProfileBinder(dev gpu.Device, w Workload) (*ProfileBinder, error) {
 				if out[i].vendor, err = resolve(prefix+k.Name, p.Model, i); err != nil {
 					return nil, err
 				}
-				out[i].calls = VendorLaunches(k)
+				out[i].calls = k.VendorLaunches()
 			}
 			out[i].Launch = gpu.Launch{Name: k.Name, Func: f, Grid: k.GridDim(), Block: k.BlockDim(),
 				SharedMem: k.SharedMem, Registers: k.Registers, Cost: k.Cost()}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -17,7 +16,6 @@ import (
 
 	"atoll/gpu"
 	"atoll/gpu/sim"
-	"atoll/internal/gzipped"
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/profiler"
@@ -205,19 +203,9 @@ func recordLaunches(e *env, csvPath, path, model string, batch int) error {
 	if path == "" {
 		return fmt.Errorf("--launches needs --out naming the profile to record them in (e.g. the store's, 'atoll models' lists them)")
 	}
-	raw, err := os.ReadFile(path)
+	p, err := profiles.Load(path)
 	if err != nil {
 		return err
-	}
-	zipped := strings.HasSuffix(path, ".gz")
-	if zipped {
-		if raw, err = gzipped.Unwrap(raw); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	p, err := profiles.Parse(bytes.NewReader(raw))
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	if p.Model != model || p.Batch != batch {
 		return fmt.Errorf("%s is the profile of %s bs%d, not of --model %s --batch %d", path, p.Model, p.Batch, model, batch)
@@ -240,12 +228,7 @@ func recordLaunches(e *env, csvPath, path, model string, batch int) error {
 	if err := profiler.ApplyLaunches(p, ls, filepath.Base(csvPath)); err != nil {
 		return err
 	}
-	if zipped {
-		err = writeZipped(path, p)
-	} else {
-		err = writeProfile(path, p)
-	}
-	if err != nil {
+	if err := writeProfile(path, p); err != nil {
 		return err
 	}
 	calls, n := 0, 0
@@ -257,27 +240,6 @@ func recordLaunches(e *env, csvPath, path, model string, batch int) error {
 	}
 	fmt.Fprintf(e.stdout, "%s: %d vendor calls, %d launches recorded from %s\n", path, calls, n, csvPath)
 	return nil
-}
-
-// writeZipped replaces the gzipped profile at path (as results/ keeps
-// them: gzip -9n).
-func writeZipped(path string, p *profiles.Profile) error {
-	var b bytes.Buffer
-	z, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
-	if err != nil {
-		return err
-	}
-	if err := profiles.Write(z, p); err != nil {
-		return err
-	}
-	if err := z.Close(); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // mayWrite refuses to replace a measured (or imported) profile unless
@@ -307,6 +269,8 @@ func mayWrite(path string, force, simulated bool) error {
 	return nil
 }
 
+// writeProfile replaces the profile at path through a temporary file,
+// gzipped when path ends in .gz (as results/ keeps them: gzip -9n).
 func writeProfile(path string, p *profiles.Profile) error {
 	if dir := filepath.Dir(path); dir != "." {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -317,7 +281,17 @@ func writeProfile(path string, p *profiles.Profile) error {
 	if err != nil {
 		return err
 	}
-	if err := profiles.Write(tmp, p); err != nil {
+	var w io.Writer = tmp
+	var z *gzip.Writer
+	if strings.HasSuffix(path, ".gz") {
+		z, _ = gzip.NewWriterLevel(tmp, gzip.BestCompression) // a valid level
+		w = z
+	}
+	err = profiles.Write(w, p)
+	if err == nil && z != nil {
+		err = z.Close()
+	}
+	if err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
 		return err

@@ -35,7 +35,7 @@ func TestProfileLaunches(t *testing.T) {
 	if err := writeProfile(plain, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeZipped(zipped, p); err != nil {
+	if err := writeProfile(zipped, p); err != nil {
 		t.Fatal(err)
 	}
 	csv := "../../results/vendor-launches-h200/vgg19-bs1.csv.gz"
@@ -72,6 +72,10 @@ func TestProfileLaunches(t *testing.T) {
 			t.Errorf("%s: features.0 has launches %+v, want padrows, im2colp and the product", path, q.Kernels[0].Launches)
 		}
 	}
+	notGz := filepath.Join(dir, "bad.json.gz")
+	if err := os.WriteFile(notGz, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := os.ReadFile(plain)
 	for _, c := range []struct {
 		args []string
@@ -81,6 +85,7 @@ func TestProfileLaunches(t *testing.T) {
 		{[]string{"--model", "resnet50", "--launches", csv, "--out", plain}, "not of --model resnet50"},
 		{[]string{"--model", "vgg19", "--launches", "../../results/vendor-launches-h200/resnet50-bs1.csv.gz", "--out", plain}, "not one pass of this model"},
 		{[]string{"--model", "vgg19", "--launches", filepath.Join(dir, "none.csv"), "--out", plain}, "no such file"},
+		{[]string{"--model", "vgg19", "--launches", csv, "--out", notGz}, "bad.json.gz: gzip"},
 	} {
 		out, err := atoll(append([]string{"profile"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error()+out, c.want) {

@@ -66,14 +66,15 @@ type Device struct {
 
 	// Free lists and scratch space, so that steady-state simulation does
 	// not allocate.
-	kpool   []*kernel
-	gpool   []*group
-	cpool   []*smClass
-	cands   []*smClass
-	chosen  []*smClass
-	due     []*group
-	touched []*smClass
-	blocked []smSpan // dispatch scratch: SMs a pending kernel holds back
+	kpool      []*kernel
+	vendorBpsm []int // scratch: a launch's vendor launches' blocks per SM (checkVendor)
+	gpool      []*group
+	cpool      []*smClass
+	cands      []*smClass
+	chosen     []*smClass
+	due        []*group
+	touched    []*smClass
+	blocked    []smSpan // dispatch scratch: SMs a pending kernel holds back
 	// mergeBuf: mergeSorted's scratch.
 	mergeBuf []int16
 

@@ -44,6 +44,10 @@ func (d *Device) NewGraph(s gpu.Stream, steps []gpu.GraphStep) (gpu.Graph, error
 		if _, err := d.checkBody(s.Launch, "graph launch"); err != nil {
 			return 0, fmt.Errorf("graph step %d: %w", i, err)
 		}
+		var err error
+		if d.vendorBpsm, err = d.checkVendor(s.Launch, "graph launch", d.vendorBpsm); err != nil {
+			return 0, fmt.Errorf("graph step %d: %w", i, err)
+		}
 		if s.Event != 0 {
 			if _, err := d.event(s.Event); err != nil {
 				return 0, fmt.Errorf("graph step %d: %w", i, err)

@@ -105,7 +105,6 @@ type kernel struct {
 	elig     float64 // when it became eligible
 	started  bool
 	inGraph  bool    // a step of a graph (Device.profileHeld)
-	net      bool    // one launch of a vendor call: its Cost holds nothing beyond it (Device.vendorCall)
 	occ      int     // SMs its active groups hold (rates, with co-run interference)
 	use      float64 // DRAM use of its active groups (rates, with co-run interference)
 	stamp    uint64  // the rates call occ and use were counted in
@@ -170,19 +169,28 @@ func (d *Device) checkBody(l *gpu.Launch, role string) (int, error) {
 	if !(c.ComputeFrac >= 0 && c.ComputeFrac <= 1) || !(c.MemoryFrac >= 0 && c.MemoryFrac <= 1) {
 		return 0, invalid(l, role, "Cost.ComputeFrac %v and MemoryFrac %v must lie in [0, 1] (a profile's percent / 100)", c.ComputeFrac, c.MemoryFrac)
 	}
+	return bpsm, nil
+}
+
+// checkVendor checks l's vendor launches (gpu.Launch.Vendor) and returns
+// each one's blocks per SM, appended to bpsm[:0].
+func (d *Device) checkVendor(l *gpu.Launch, role string, bpsm []int) ([]int, error) {
+	bpsm = bpsm[:0]
 	if len(l.Vendor) > 0 && l.Form != gpu.Plain {
-		return 0, invalid(l, role, "form %s with vendor launches: only a Plain launch is a vendor call", l.Form)
+		return bpsm, invalid(l, role, "form %s with vendor launches: only a Plain launch is a vendor call", l.Form)
 	}
 	for i, v := range l.Vendor {
 		if v.Grid < 1 || v.Grid > math.MaxInt32 {
-			return 0, invalid(l, role, "vendor launch %d (%s): grid %d must be in 1..2^31-1", i, v.Name, v.Grid)
-		}
-		if _, _, err := d.spec.Occupancy(v.Block, v.Registers, v.SharedMem); err != nil {
-			return 0, fmt.Errorf("%s %q: vendor launch %d (%s): %w", role, l.Name, i, v.Name, err)
+			return bpsm, invalid(l, role, "vendor launch %d (%s): grid %d must be in 1..2^31-1", i, v.Name, v.Grid)
 		}
 		if !(v.Share > 0 && v.Share <= 1) || !(v.ComputeFrac >= 0 && v.ComputeFrac <= 1) || !(v.MemoryFrac >= 0 && v.MemoryFrac <= 1) {
-			return 0, invalid(l, role, "vendor launch %d (%s): Share %v must lie in (0, 1], ComputeFrac %v and MemoryFrac %v in [0, 1]", i, v.Name, v.Share, v.ComputeFrac, v.MemoryFrac)
+			return bpsm, invalid(l, role, "vendor launch %d (%s): Share %v must lie in (0, 1], ComputeFrac %v and MemoryFrac %v in [0, 1]", i, v.Name, v.Share, v.ComputeFrac, v.MemoryFrac)
 		}
+		n, _, err := d.spec.Occupancy(v.Block, v.Registers, v.SharedMem)
+		if err != nil {
+			return bpsm, fmt.Errorf("%s %q: vendor launch %d (%s): %w", role, l.Name, i, v.Name, err)
+		}
+		bpsm = append(bpsm, n)
 	}
 	return bpsm, nil
 }
@@ -258,9 +266,12 @@ func (d *Device) launch(st *stream, l *gpu.Launch, hostCost bool) error {
 	if err != nil {
 		return err
 	}
+	if d.vendorBpsm, err = d.checkVendor(l, "launch", d.vendorBpsm); err != nil {
+		return err
+	}
 
 	if d.runsVendor(st, l) {
-		d.vendorCall(st, l, !hostCost)
+		d.vendorCall(st, l, d.vendorBpsm, !hostCost)
 	} else {
 		d.enqueueKernel(st, l, bpsm, padBpsm, !hostCost)
 	}
@@ -313,30 +324,28 @@ func (d *Device) runsVendor(st *stream, l *gpu.Launch) bool {
 }
 
 // vendorCall puts checked vendor call l on st as its launches
-// (gpu.Launch.Vendor), one after another as the library issues them in one
-// host call: each its share of the call's GPU time, with its own geometry
-// and demands. The call's profiled time included, besides what a kernel's
-// profiled time holds (profileHeld), the turn between its launches, which
-// the stream now takes between them (Config.KernelGap).
-func (d *Device) vendorCall(st *stream, l *gpu.Launch, inGraph bool) {
+// (gpu.Launch.Vendor, bpsm their blocks per SM), one after another as the
+// library issues them in one host call: each its share of the call's GPU
+// time, with its own geometry and demands. The call's profiled time
+// included, besides what a kernel's profiled time holds (profiledTime),
+// the turn between its launches, which the stream now takes between them
+// (Config.KernelGap).
+func (d *Device) vendorCall(st *stream, l *gpu.Launch, bpsm []int, inGraph bool) {
 	c := l.Cost
-	total, held := float64(c.Duration), d.profileHeld(inGraph)
-	if inGraph && c.GraphDuration > 0 {
-		total, held = float64(c.GraphDuration), float64(d.cfg.KernelGap)
-	}
+	dur, held := d.profiledTime(c, inGraph)
+	total := float64(dur)
 	net := total - min(held, total/2)
 	net = max(net-float64(len(l.Vendor)-1)*float64(d.cfg.KernelGap), net/2)
-	for _, v := range l.Vendor {
+	for i, v := range l.Vendor {
 		step := gpu.Launch{Name: l.Name, Func: l.Func, Grid: gpu.D1(v.Grid), Block: gpu.D1(v.Block),
 			Registers: v.Registers, SharedMem: v.SharedMem,
 			Cost: gpu.Cost{Duration: time.Duration(v.Share * net), FLOPs: v.Share * c.FLOPs, Bytes: v.Share * c.Bytes,
 				ComputeFrac: cmp.Or(v.ComputeFrac, c.ComputeFrac), MemoryFrac: cmp.Or(v.MemoryFrac, c.MemoryFrac)}}
-		bpsm, _, _ := d.spec.Occupancy(v.Block, v.Registers, v.SharedMem) // checked
 		k := d.newKernel()
 		d.seq++
 		k.seq, k.name, k.st = d.seq, l.Name, st
-		k.inGraph, k.net = inGraph, true
-		d.setPart(k, 0, &step, bpsm)
+		k.inGraph = inGraph
+		d.fillPart(k, 0, &step, bpsm[i], step.Cost, 0)
 		d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
 	}
 }
@@ -372,8 +381,31 @@ func (d *Device) newKernel() *kernel {
 	return new(kernel)
 }
 
-// setPart fills part i of k from body l: resources, counts and timing.
+// setPart fills part i of k from body l: resources, counts and timing
+// (its profiled time, profiledTime).
 func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
+	c := l.Cost
+	var held float64
+	c.Duration, held = d.profiledTime(l.Cost, k.inGraph)
+	d.fillPart(k, i, l, bpsm, c, held)
+}
+
+// profiledTime is the duration a launch of cost c runs from, and the GPU
+// time of it the profiled figure holds beyond the kernel: launched on its
+// own, Duration and profileHeld; inside a graph, its GraphDuration where
+// measured, holding nothing more than the turn to the next kernel (its
+// partition points scale with it; its shares of the device's rates stay
+// the profile's, as the co-run fit took them).
+func (d *Device) profiledTime(c gpu.Cost, inGraph bool) (time.Duration, float64) {
+	if inGraph && c.GraphDuration > 0 {
+		return c.GraphDuration, float64(d.cfg.KernelGap)
+	}
+	return c.Duration, d.profileHeld(inGraph)
+}
+
+// fillPart fills part i of k from body l, timed by c (held: what of its
+// duration the kernel does not spend, taken off by timing).
+func (d *Device) fillPart(k *kernel, i int, l *gpu.Launch, bpsm int, c gpu.Cost, held float64) {
 	p := &k.parts[i]
 	*p = part{
 		k: k, index: i, name: l.Name,
@@ -390,16 +422,6 @@ func (d *Device) setPart(k *kernel, i int, l *gpu.Launch, bpsm int) {
 	if l.Form == gpu.Plain || l.Form == gpu.Reset { // the forms a profile's partition points time
 		lo, hi := d.smRange(k.st)
 		sms = int(hi - lo)
-	}
-	c, held := l.Cost, d.profileHeld(k.inGraph)
-	if k.net {
-		held = 0
-	} else if k.inGraph && c.GraphDuration > 0 {
-		// Its duration timed in a graph, holding nothing more than the
-		// turn to the next kernel (its partition points scale with it;
-		// its shares of the device's rates stay the profile's, as the
-		// co-run fit took them).
-		c.Duration, held = c.GraphDuration, float64(d.cfg.KernelGap)
 	}
 	p.tb, p.c, p.m, p.mu = d.timing(c, logical, bpsm, sms, held)
 }

@@ -138,6 +138,9 @@ func TestVendorCallGraphPartitionAndChecks(t *testing.T) {
 	if err := r.d.Launch(s, &bad); !errors.Is(err, gpu.ErrInvalidLaunch) {
 		t.Errorf("a vendor launch of no share: %v, want ErrInvalidLaunch", err)
 	}
+	if _, err := r.d.NewGraph(s, []gpu.GraphStep{{Launch: &bad}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
+		t.Errorf("a graph of a vendor launch of no share: %v, want ErrInvalidLaunch", err)
+	}
 	bad.Vendor, bad.Form = []gpu.VendorLaunch{nvjet(132, 1)}, gpu.Reset
 	if err := r.d.Launch(s, &bad); !errors.Is(err, gpu.ErrInvalidLaunch) || !strings.Contains(err.Error(), "vendor") {
 		t.Errorf("vendor launches on a reset launch: %v, want ErrInvalidLaunch naming them", err)

@@ -13,7 +13,6 @@ import (
 	"atoll/kernels"
 	"atoll/models"
 	"atoll/profiles"
-	"atoll/sched"
 )
 
 // Errors.
@@ -378,7 +377,7 @@ func (in *Instance) UseProfile(p *profiles.Profile) error {
 	in.vendor = make([][]gpu.VendorLaunch, len(p.Kernels))
 	for i := range p.Kernels {
 		in.costs[i] = p.Kernels[i].Cost()
-		in.vendor[i] = sched.VendorLaunches(&p.Kernels[i])
+		in.vendor[i] = p.Kernels[i].VendorLaunches()
 	}
 	return nil
 }
