@@ -91,6 +91,8 @@ run kernelspans results/matrix-sim-kernelspans-replay results/kernelspans-h200 b
 run kernelspans-own results/matrix-sim-kernelspans-own-replay results/kernelspans-own-h200 bench/matrix/gpu-kernelspans-own.yaml "" --hp-kernel-events --hp-kernel-spans
 run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/matrix/gpu-onmachine.yaml results/onmachine-h200/profiles
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
+# four cells no series ran before, on the built-in profiles (held out)
+run heldout4 results/matrix-sim-heldout4-replay results/heldout4-h200 bench/matrix/gpu-heldout4.yaml ""
 # The context series' cells, each with its matrix file kept beside its
 # replay (cell.yaml); cq ran BE kernel by kernel.
 run context results/matrix-sim-context-replay/cp results/context-h200/cp/m results/matrix-sim-context-replay/cp/cell.yaml ""

@@ -89,6 +89,8 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 	fs.Var(&hostCost, "sim-launch-cost", "--backend sim: "+strings.TrimPrefix(simLaunchCostHelp, "simulator: ")+" (with --be-depth it bounds how fast the host refills BE, as on the GPU)")
 	kernelGap := measuredTurn
 	fs.Var(&kernelGap, "sim-kernel-gap", "--backend sim: "+strings.TrimPrefix(simKernelGapHelp, "simulator: "))
+	var graphKeep offFlag
+	fs.Var(&graphKeep, "sim-graph-yield", "--backend sim: "+strings.TrimPrefix(simGraphYieldHelp, "simulator: "))
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -176,7 +178,7 @@ func runCoRun(ctx context.Context, e *env, args []string) error {
 		sc = sim.Defaults(spec, 1)
 		sc.NoticeLatency, sc.BLAS = notice.value(spec.Name), true
 		sc.CoRunDevice, sc.CoRunSM, sc.CoRunMemory = corun.values(spec.Name)
-		sc.KernelGap = kernelGap.value(spec.Name)
+		sc.KernelGap, sc.GraphYield = kernelGap.value(spec.Name), !bool(graphKeep)
 		hostCost.apply(&sc)
 	}
 	return runOn(*backend, sc, *simGPU, *ordinal,

@@ -96,6 +96,7 @@ func TestCUDAWorkloadGPUKind(t *testing.T) {
 		"--sim-kernel-gap":      func(w *workloadFlags) { w.kernelGap.Set("2us") },
 		"--sim-profile-gap":     func(w *workloadFlags) { w.gap = time.Microsecond },
 		"--sim-wake":            func(w *workloadFlags) { w.wake = time.Microsecond },
+		"--sim-graph-yield":     func(w *workloadFlags) { w.graphKeep = true },
 	} {
 		w = base
 		set(&w)

@@ -44,15 +44,17 @@ replaying GPU series on their own arrivals, nothing in the simulator set from
 them: over the whole committed matrix on an H200, each part on profiles measured
 on its own machine (results/onmachine2-all-h200, onmachine2-train-h200,
 onmachine2-bert-h200: 8 cells under priority, orion, reef and atoll), its HP p99
-was within 10 % in 18 of 32 policy runs (median error 9 %), its HP p50 off by a
+was within 10 % in 18 of 32 policy runs (median error 7 %), its HP p50 off by a
 median 7 % and its BE throughput by a median 3 %, and it ranked the policies as
 the GPU did in 8 of 8 cells by HP p99 and 8 of 8 by BE throughput. Per policy,
-HP p99 within 10 %: priority 2 of 8 (median error 29 %), orion 7 of 8 (median
-error 6 %), reef 1 of 8 (median error 64 %), atoll 8 of 8 (median error 4 %). On
+HP p99 within 10 %: priority 2 of 8 (median error 28 %), orion 7 of 8 (median
+error 6 %), reef 1 of 8 (median error 64 %), atoll 8 of 8 (median error 3 %). On
 profiles from another H200 (results/matrix-h200-g8-events) it was within 10 % in
-12 of 32 (median error 17 %). Where it is off: REEF, which saturates on the GPU
-far more than simulated, and priority with BE on every SM (HP p99 too low in
-five of eight cells, by 25-67 %, too high with ResNet-50 beside VGG-19, +44 %).
+13 of 32 (median error 15 %); on four cells no series had run before
+(results/heldout4-h200, measured after this simulator was settled) in 9 of 16.
+Where it is off: REEF, which saturates on the GPU far more than simulated, and
+priority with BE on every SM (HP p99 too low in five of eight cells, by 23-65 %,
+too high with ResNet-50 beside VGG-19, +39 %).
 docs/fidelity.md has every comparison. Run 'atoll demo --backend cuda' or
 'atoll matrix --backend cuda' on a GPU.`
 

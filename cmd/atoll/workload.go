@@ -90,6 +90,7 @@ type simFlags struct {
 	queryCost, completion, decide, eventCost, gap, wake time.Duration
 	notice, kernelGap                                   gpuFigure
 	corun                                               coRunFlag
+	graphKeep                                           offFlag // --sim-graph-yield=false
 }
 
 func (f *simFlags) register(fs *flag.FlagSet) {
@@ -107,6 +108,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.wake, "sim-wake", defaultSimWake, simWakeHelp)
 	f.corun = measuredCoRun
 	fs.Var(&f.corun, "sim-corun", simCoRunHelp)
+	fs.Var(&f.graphKeep, "sim-graph-yield", simGraphYieldHelp)
 }
 
 // config is the simulator of spec as the flags set it: sim.Defaults with
@@ -114,7 +116,7 @@ func (f *simFlags) register(fs *flag.FlagSet) {
 func (f *simFlags) config(spec gpu.Spec, seed uint64) sim.Config {
 	sc := sim.Defaults(spec, seed)
 	sc.HostQueryCost, sc.HostDecideCost, sc.EventCost, sc.ProfileGap, sc.NoticeLatency, sc.WakeLatency = f.queryCost, f.decide, f.eventCost, f.gap, f.notice.value(spec.Name), f.wake
-	sc.HostCompletionCost, sc.KernelGap = f.completion, f.kernelGap.value(spec.Name)
+	sc.HostCompletionCost, sc.KernelGap, sc.GraphYield = f.completion, f.kernelGap.value(spec.Name), !bool(f.graphKeep)
 	sc.CoRunDevice, sc.CoRunSM, sc.CoRunMemory = f.corun.values(spec.Name)
 	f.hostCost.apply(&sc)
 	return sc
@@ -136,6 +138,7 @@ func (f *simFlags) onGPU() error {
 		{set(f.eventCost, defaultSimEventCost), "--sim-event-cost", "events cost the GPU what they cost (results/hpevents-h200 measures it)"},
 		{set(f.gap, defaultSimProfileGap), "--sim-profile-gap", "kernels in graphs run as they do (gpu/cuda TestGPUProfileGap measures it)"},
 		{f.kernelGap.given(), "--sim-kernel-gap", "kernels follow each other as they do (gpu/cuda TestGPUBEGraphsBesideHP measures it)"},
+		{bool(f.graphKeep), "--sim-graph-yield", "graphs run beside other work as they do (atoll corun --be-graphs measures it)"},
 		{set(f.wake, defaultSimWake), "--sim-wake", "the host wakes when it does (gpu/cuda TestGPUWaitLateness measures it)"},
 		{f.notice.given(), "--sim-notice", "the host sees completions when it does (tools/gpu/launchpath.sh measures it)"},
 	} {
@@ -143,6 +146,23 @@ func (f *simFlags) onGPU() error {
 			return fmt.Errorf("%s is a simulator parameter; on --backend cuda %s", c.flag, c.what)
 		}
 	}
+	return nil
+}
+
+// offFlag is a boolean flag that is on by default, stored as whether it
+// was turned off (so that a zero value means the default): --NAME=false
+// sets it.
+type offFlag bool
+
+func (f *offFlag) String() string   { return strconv.FormatBool(f == nil || !bool(*f)) }
+func (f *offFlag) IsBoolFlag() bool { return true }
+
+func (f *offFlag) Set(s string) error {
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q: want true or false", s)
+	}
+	*f = offFlag(!on)
 	return nil
 }
 
@@ -306,6 +326,8 @@ const simEventCostHelp = "simulator: GPU time each recorded event holds its stre
 const defaultSimProfileGap = sim.MeasuredProfileGap
 
 const simProfileGapHelp = "simulator: what a profiled kernel duration holds beyond the kernel when it runs inside a graph (the profiler's launch and event record of each kernel); a kernel in a graph runs that much less, its graph's events hold the stream --sim-event-cost each, so a request as a graph runs faster than its profiled sum, as on the GPU (the default is measured, docs/simulator.md; 0: only the record, --sim-event-cost)"
+
+const simGraphYieldHelp = "simulator: a graph's kernel keeps the speed it has inside a graph (its profile's graphUs) only while no more urgent stream's blocks run; beside them it runs at the rate of its time launched on its own, as BE's graphs do beside HP on an H200 (results/corun-h200 s31h; docs/simulator.md, \"A graph beside more urgent work\"); =false keeps the graph's speed throughout"
 
 const simKernelGapHelp = "simulator: GPU time a stream holds after each kernel before its next op (the turn between dependent kernels); the kernel's SMs are free meanwhile, so a lower-priority stream's pending blocks take them before the next kernel can; taken off profiled durations, so a pass alone takes as long: measured (on the simulated GPU: 0.9µs on an H200, 1.2µs on others; docs/simulator.md) or a duration; 0 turns it off"
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +76,26 @@ func TestGPUFigureFlags(t *testing.T) {
 	}
 	if sim.MeasuredTurn(gpu.H200.Name) == sim.MeasuredTurn(gpu.H100SXM.Name) {
 		t.Errorf("one turn on both GPUs: results/begraphs-h200 measured 0.9 µs, begraphs-h100 1.2 µs")
+	}
+}
+
+// --sim-graph-yield is on by default (sim.Defaults' GraphYield), off with
+// =false, and refuses anything but a boolean.
+func TestSimGraphYieldFlag(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f simFlags
+	f.register(fs)
+	if !f.config(gpu.H200, 1).GraphYield || !sim.Defaults(gpu.H200, 1).GraphYield {
+		t.Error("default: graphs yield their speed beside more urgent work, as measured; want GraphYield on")
+	}
+	if err := fs.Parse([]string{"--sim-graph-yield=false"}); err != nil || f.config(gpu.H200, 1).GraphYield {
+		t.Errorf("--sim-graph-yield=false: %v, GraphYield %v", err, f.config(gpu.H200, 1).GraphYield)
+	}
+	if err := fs.Parse([]string{"--sim-graph-yield"}); err != nil || !f.config(gpu.H200, 1).GraphYield {
+		t.Errorf("--sim-graph-yield: %v, GraphYield %v", err, f.config(gpu.H200, 1).GraphYield)
+	}
+	if err := fs.Parse([]string{"--sim-graph-yield=maybe"}); err == nil {
+		t.Error("--sim-graph-yield=maybe accepted")
 	}
 }

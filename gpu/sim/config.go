@@ -89,6 +89,17 @@ type Config struct {
 	// its Cost.Duration (or GraphDuration) less KernelGap as well (within
 	// the same cap). Zero (the default) starts the next op at once.
 	KernelGap time.Duration
+	// GraphYield makes a graph's kernel keep the speed it has inside a
+	// graph (Cost.GraphDuration) only while no kernel of a more urgent
+	// stream has blocks active: meanwhile it runs at the rate of its time
+	// launched on its own (Cost.Duration less EventCost and KernelGap). On
+	// an H200, BE's kernels queued in graphs beside an HP stream ran
+	// 1.07–1.37× their time launched alone (BERT-base's step: 0.96× for
+	// its kernels under 10 µs, 1.20× for longer ones), where keeping the
+	// graph's speed gives 0.99–1.23× (results/corun-h200 s31h; docs/simulator.md, "A
+	// graph beside more urgent work"). False (the default) keeps
+	// GraphDuration throughout; Defaults sets it (--sim-graph-yield).
+	GraphYield bool
 	// NoticeLatency is the time from an event's completion on the device
 	// until the host sees it: Query answers true and Wait returns only
 	// then (Time still gives the completion time). It stands for the
@@ -313,7 +324,9 @@ const (
 	// queued (BE in 32, 64, 96 and 120 SMs, on every SM) and BE in graphs
 	// with HP sent 300 µs apart (s31h gg300): rms 2.8 % over those eight
 	// reports, the least of a 13-point grid (tools/corun-sim.sh
-	// D,S; docs/simulator.md). With the real geometry the SMs' sharing
+	// D,S; docs/simulator.md); with BE's graphs yielding their speed
+	// beside HP (Config.GraphYield) 3.3 %, still the least against 0.075
+	// and 0.125 (3.75 %, 3.5 %). With the real geometry the SMs' sharing
 	// needs no term of its own.
 	MeasuredCoRunDeviceH200 = 0.1
 	MeasuredCoRunSMH200     = 0
@@ -341,7 +354,7 @@ func Defaults(spec gpu.Spec, seed uint64) Config {
 		HostLaunchCost: MeasuredHostLaunchCost, HostMatmulCost: MeasuredHostMatmulCost, HostConvCost: MeasuredHostConvCost,
 		HostQueryCost: MeasuredHostQueryCost, HostCompletionCost: MeasuredHostCompletionCost, HostDecideCost: MeasuredHostDecideCost, NoticeLatency: MeasuredNotice(spec.Name), WakeLatency: MeasuredWakeLatency,
 		HostGraphLaunchCost: graph, HostGraphEventCost: graphEvent,
-		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap, KernelGap: MeasuredTurn(spec.Name),
+		EventCost: MeasuredEventCost, ProfileGap: MeasuredProfileGap, KernelGap: MeasuredTurn(spec.Name), GraphYield: true,
 		CoRunDevice: dev, CoRunSM: onSM, CoRunMemory: memory, Coalesce: CommandCoalesce,
 	}
 }

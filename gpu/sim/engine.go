@@ -229,9 +229,11 @@ func (d *Device) rates(m *machine) {
 	// counts start from zero at its first active group of this call.
 	d.stamp++
 	mem, total, use := 0.0, 0, 0.0
+	urgent := leastPriority + 1 // the most urgent stream with active blocks (Config.GraphYield)
 	for _, g := range m.groups {
 		if !g.exit && !g.reading {
 			n := len(g.cls.ids)
+			urgent = min(urgent, g.kern.st.prio)
 			mem += float64(g.k*n) * g.m
 			if co {
 				k := g.kern
@@ -274,6 +276,9 @@ func (d *Device) rates(m *machine) {
 			r = 1 / den
 			if co && !g.reading {
 				r /= 1 + d.coRun(g, total, use)
+			}
+			if k := g.kern; k.yield != 0 && k.st.prio > urgent {
+				r *= k.yield
 			}
 		}
 		g.rate = r

@@ -284,3 +284,68 @@ func TestProfileGap(t *testing.T) {
 		}
 	}
 }
+
+// With GraphYield, a graph's kernel runs at its GraphDuration only while no
+// more urgent stream's blocks are active; beside them at the rate of its
+// time launched on its own. A kernel launched on its own, a graph beside
+// less urgent work and the model off keep their times.
+func TestGraphYield(t *testing.T) {
+	const ec = 2 * us
+	// span runs "g", 40 µs profiled (38 µs launched on its own, less its
+	// record) and 20 µs in a graph, on a stream of priority gp (in a graph
+	// or not), beside "o", a kernel of 8 µs on a stream of priority op
+	// started with it (none when op is 1); it returns g's span.
+	span := func(yield, graph bool, gp, op int) time.Duration {
+		r := newRig(t, Config{EventCost: ec, GraphYield: yield})
+		gs := r.stream(gp)
+		if op != 1 {
+			r.launch(r.stream(op), plain("o", 1, 32, 8*us+ec))
+		}
+		l := plain("g", 1, 32, 40*us)
+		l.Cost.GraphDuration = 20 * us
+		l.Func = r.f
+		if graph {
+			g, err := r.d.NewGraph(gs, []gpu.GraphStep{{Launch: &l}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.d.LaunchGraph(g, gs); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			r.launch(gs, l)
+		}
+		r.drain()
+		var start, end time.Duration
+		for _, e := range r.trace {
+			if e.Name == "g" && e.Kind == TraceKernelStart {
+				start = e.Time
+			}
+			if e.Name == "g" && e.Kind == TraceKernelEnd {
+				end = e.Time
+			}
+		}
+		return end - start
+	}
+	// Beside 8 µs of more urgent work the graph's kernel does 8·20/38 µs
+	// of its 20 µs, then the rest at its graph speed.
+	done := 8.0 * 20 / 38 // µs of its graph time done beside the 8 µs
+	beside := 8*us + time.Duration((20-done)*float64(us))
+	for _, c := range []struct {
+		name         string
+		yield, graph bool
+		gp, op       int
+		want         time.Duration
+	}{
+		{"a graph alone", true, true, 0, 1, 20 * us},
+		{"a graph beside a more urgent stream", true, true, 0, -5, beside},
+		{"a graph beside a less urgent stream", true, true, -5, 0, 20 * us},
+		{"a graph beside a stream of its own priority", true, true, 0, 0, 20 * us},
+		{"the model off", false, true, 0, -5, 20 * us},
+		{"launched on its own beside a more urgent stream", true, false, 0, -5, 38 * us},
+	} {
+		if got := span(c.yield, c.graph, c.gp, c.op); !near(got, c.want, time.Nanosecond) {
+			t.Errorf("%s: the kernel took %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -104,10 +104,13 @@ type kernel struct {
 	eligible bool    // at the head of its stream, past launch latency
 	elig     float64 // when it became eligible
 	started  bool
-	inGraph  bool    // a step of a graph (Device.profileHeld)
-	occ      int     // SMs its active groups hold (rates, with co-run interference)
-	use      float64 // DRAM use of its active groups (rates, with co-run interference)
-	stamp    uint64  // the rates call occ and use were counted in
+	inGraph  bool // a step of a graph (Device.profileHeld)
+	// yield is the factor of its blocks' rate while a more urgent stream's
+	// blocks are active (Config.GraphYield; 0: none).
+	yield float64
+	occ   int     // SMs its active groups hold (rates, with co-run interference)
+	use   float64 // DRAM use of its active groups (rates, with co-run interference)
+	stamp uint64  // the rates call occ and use were counted in
 }
 
 func (k *kernel) pendingBlocks() int {
@@ -292,6 +295,7 @@ func (d *Device) enqueueKernel(st *stream, l *gpu.Launch, bpsm, padBpsm int, inG
 	d.seq++
 	k.seq, k.name, k.st = d.seq, l.Name, st
 	k.inGraph = inGraph
+	k.yield = d.graphYield(l.Cost, inGraph)
 	d.setPart(k, 0, l, bpsm)
 	switch l.Form {
 	case gpu.Reset:
@@ -333,6 +337,7 @@ func (d *Device) runsVendor(st *stream, l *gpu.Launch) bool {
 func (d *Device) vendorCall(st *stream, l *gpu.Launch, bpsm []int, inGraph bool) {
 	c := l.Cost
 	dur, held := d.profiledTime(c, inGraph)
+	yield := d.graphYield(c, inGraph)
 	total := float64(dur)
 	net := total - min(held, total/2)
 	net = max(net-float64(len(l.Vendor)-1)*float64(d.cfg.KernelGap), net/2)
@@ -344,7 +349,7 @@ func (d *Device) vendorCall(st *stream, l *gpu.Launch, bpsm []int, inGraph bool)
 		k := d.newKernel()
 		d.seq++
 		k.seq, k.name, k.st = d.seq, l.Name, st
-		k.inGraph = inGraph
+		k.inGraph, k.yield = inGraph, yield
 		d.fillPart(k, 0, &step, bpsm[i], step.Cost, 0)
 		d.enqueue(st, op{kind: opKernel, host: d.now, k: k})
 	}
@@ -401,6 +406,24 @@ func (d *Device) profiledTime(c gpu.Cost, inGraph bool) (time.Duration, float64)
 		return c.GraphDuration, float64(d.cfg.KernelGap)
 	}
 	return c.Duration, d.profileHeld(inGraph)
+}
+
+// graphYield is the factor of the rate of a graph's kernel of cost c while
+// a more urgent stream's blocks are active (Config.GraphYield): its time
+// inside a graph over its time launched on its own, each less what the
+// profiled figure holds beyond the kernel (profiledTime), within [1/2, 2].
+// 0 when it has no such factor: not in a graph, no GraphDuration, or the
+// model off.
+func (d *Device) graphYield(c gpu.Cost, inGraph bool) float64 {
+	if !d.cfg.GraphYield || !inGraph || c.GraphDuration <= 0 {
+		return 0
+	}
+	graph := float64(c.GraphDuration) - float64(d.cfg.KernelGap)
+	alone := float64(c.Duration) - d.profileHeld(false)
+	if graph <= 0 || alone <= 0 {
+		return 0
+	}
+	return min(2, max(0.5, graph/alone))
 }
 
 // fillPart fills part i of k from body l, timed by c (held: what of its
