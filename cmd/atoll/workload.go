@@ -327,7 +327,7 @@ const defaultSimProfileGap = sim.MeasuredProfileGap
 
 const simProfileGapHelp = "simulator: what a profiled kernel duration holds beyond the kernel when it runs inside a graph (the profiler's launch and event record of each kernel); a kernel in a graph runs that much less, its graph's events hold the stream --sim-event-cost each, so a request as a graph runs faster than its profiled sum, as on the GPU (the default is measured, docs/simulator.md; 0: only the record, --sim-event-cost)"
 
-const simGraphYieldHelp = "simulator: a graph's kernel keeps the speed it has inside a graph (its profile's graphUs) only while no more urgent stream's blocks run; beside them it runs at the rate of its time launched on its own, as BE's graphs do beside HP on an H200 (results/corun-h200 s31h; docs/simulator.md, \"A graph beside more urgent work\"); =false keeps the graph's speed throughout"
+const simGraphYieldHelp = "simulator: on by default, a graph's kernel keeps the speed it has inside a graph (its profile's graphUs) only while no more urgent stream's blocks run; beside them it runs at the rate of its time launched on its own, as BE's graphs do beside HP on an H200 (results/corun-h200 s31h; docs/simulator.md, \"A graph beside more urgent work\"); =false keeps the graph's speed throughout"
 
 const simKernelGapHelp = "simulator: GPU time a stream holds after each kernel before its next op (the turn between dependent kernels); the kernel's SMs are free meanwhile, so a lower-priority stream's pending blocks take them before the next kernel can; taken off profiled durations, so a pass alone takes as long: measured (on the simulated GPU: 0.9µs on an H200, 1.2µs on others; docs/simulator.md) or a duration; 0 turns it off"
 

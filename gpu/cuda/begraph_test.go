@@ -164,3 +164,86 @@ func TestGPUBlockStarts(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUPartialWavePlacement asks where the GPU puts the blocks of a
+// kernel that fills less than a wave: one per SM across the GPU first
+// (breadth first, as the simulator places them) or packed onto fewer SMs;
+// and how many blocks of a whole-SM kernel (scenario.WholeSMHP) on the
+// greatest priority start while that kernel's blocks are still resident.
+// A ResNet-152 request beside BERT-base's training step, whose long
+// kernels are one wave of 144 blocks two to an SM, slows 2.2× on an H200
+// and 3.0–3.5× simulated (results/corun-h200 s35):
+//
+//	(cd gpu/cuda && ../../bin/cuda.test -test.run 'PartialWavePlacement$' -test.v)
+func TestGPUPartialWavePlacement(t *testing.T) {
+	d, _ := openGPU(t)
+	mod, err := d.LoadModule(stampSource)
+	must(t, err)
+	f, err := mod.Function("stamp")
+	must(t, err)
+	pr := d.Info().Priorities
+	lo, err := d.NewStream(gpu.StreamOptions{Priority: pr.Least})
+	must(t, err)
+	hi, err := d.NewStream(gpu.StreamOptions{Priority: pr.Greatest})
+	must(t, err)
+	const maxBlocks = 2048
+	beBuf, err := d.Alloc(maxBlocks * 24)
+	must(t, err)
+	hpBuf, err := d.Alloc(maxBlocks * 24)
+	must(t, err)
+	launch := func(sh scenario.Shape, ns int, buf gpu.Ptr) *gpu.Launch {
+		l := &gpu.Launch{Name: "stamp", Func: f, Grid: gpu.D1(sh.Blocks), Block: gpu.D1(sh.Threads), SharedMem: sh.SharedMem}
+		l.Args.Ptr(buf).U64(uint64(ns))
+		return l
+	}
+	type stamp struct{ start, end, sm uint64 }
+	read := func(buf gpu.Ptr, n int) []stamp {
+		raw := make([]byte, n*24)
+		must(t, d.CopyFromDevice(raw, buf))
+		out := make([]stamp, n)
+		for i := range out {
+			out[i] = stamp{binary.LittleEndian.Uint64(raw[24*i:]), binary.LittleEndian.Uint64(raw[24*i+8:]), binary.LittleEndian.Uint64(raw[24*i+16:])}
+		}
+		return out
+	}
+	hp := scenario.WholeSMHP
+	for _, c := range []struct {
+		name string
+		be   scenario.Shape
+	}{
+		{"144 blocks of 256 threads, 100 KB each (two fit an SM)", scenario.Shape{Blocks: 144, Threads: 256, SharedMem: 100 << 10}},
+		{"66 blocks of 256 threads, 100 KB each (two fit an SM)", scenario.Shape{Blocks: 66, Threads: 256, SharedMem: 100 << 10}},
+		{"264 blocks of 256 threads, 16 KB each (eight fit an SM)", scenario.Shape{Blocks: 264, Threads: 256, SharedMem: 16 << 10}},
+	} {
+		for trial := range 3 {
+			must(t, d.Launch(lo, launch(c.be, 200_000, beBuf)))
+			// Let BE's blocks be placed before HP's kernel arrives.
+			for t0 := d.Now(); d.Now()-t0 < 50*time.Microsecond; {
+			}
+			must(t, d.Launch(hi, launch(hp, 10_000, hpBuf)))
+			must(t, d.Synchronize())
+			be, h := read(beBuf, c.be.Blocks), read(hpBuf, hp.Blocks)
+			perSM := map[uint64]int{}
+			firstEnd := uint64(math.MaxUint64)
+			for _, x := range be {
+				perSM[x.sm]++
+				firstEnd = min(firstEnd, x.end)
+				if x.end-x.start < 200_000 {
+					t.Fatalf("%s: a BE block spun %d ns, want 200 µs", c.name, x.end-x.start)
+				}
+			}
+			most := 0
+			for _, n := range perSM {
+				most = max(most, n)
+			}
+			early := 0
+			for _, x := range h {
+				if x.start < firstEnd {
+					early++
+				}
+			}
+			t.Logf("%s, trial %d: on %d SMs (at most %d on one); %d of HP's %d whole-SM blocks started while they ran",
+				c.name, trial, len(perSM), most, early, hp.Blocks)
+		}
+	}
+}

@@ -131,3 +131,52 @@ func TestSamePriorityString(t *testing.T) {
 		t.Errorf("SamePriority 7: %v, want an error naming the valid values", err)
 	}
 }
+
+// A kernel that fills less than a wave is placed one block per SM across
+// the device first, as the GPU places it (gpu/cuda
+// TestGPUPartialWavePlacement, results/begraphs-h200/partial-wave.txt on an
+// H200): 144 blocks two of which fit an SM take all 132 SMs, so a
+// whole-SM kernel of the greatest priority starts no block until they
+// end; 66 of them leave 66 SMs, where it starts at once.
+func TestPartialWavePlacement(t *testing.T) {
+	for _, c := range []struct {
+		blocks, sms int
+		hpWaits     bool
+	}{
+		{144, 132, true},
+		{66, 66, false},
+	} {
+		r := newRig(t, Config{})
+		lo, hi := r.stream(0), r.stream(-5)
+		be := plain("be", c.blocks, 256, 200*us)
+		be.SharedMem = 100 << 10
+		r.launch(lo, be)
+		if err := r.d.Wait(context.Background(), r.d.Now()+50*time.Microsecond); err != nil {
+			t.Fatal(err)
+		}
+		hp := plain("hp", 96, 384, 10*us)
+		hp.SharedMem = 220 << 10
+		r.launch(hi, hp)
+		r.drain()
+		used := map[int16]bool{}
+		var beEnd, hpStart time.Duration
+		for _, e := range r.trace {
+			switch {
+			case e.Name == "be" && e.Kind == TraceDispatch:
+				for _, sm := range e.SMs {
+					used[sm] = true
+				}
+			case e.Name == "be" && e.Kind == TraceKernelEnd:
+				beEnd = e.Time
+			case e.Name == "hp" && e.Kind == TraceKernelStart:
+				hpStart = e.Time
+			}
+		}
+		if len(used) != c.sms {
+			t.Errorf("%d blocks two to an SM: on %d SMs, want %d (the GPU's)", c.blocks, len(used), c.sms)
+		}
+		if waits := hpStart >= beEnd; waits != c.hpWaits {
+			t.Errorf("%d blocks two to an SM: the whole-SM kernel started at %v, they ended at %v; want it to wait %v", c.blocks, hpStart, beEnd, c.hpWaits)
+		}
+	}
+}
