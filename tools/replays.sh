@@ -93,6 +93,7 @@ run onmachine results/matrix-sim-onmachine-replay results/onmachine-h200 bench/m
 run onmachine3 results/matrix-sim-onmachine3-replay results/onmachine3-h200 bench/matrix/gpu-onmachine3.yaml results/onmachine3-h200/profiles
 # four cells no series ran before, on the built-in profiles (held out)
 run heldout4 results/matrix-sim-heldout4-replay results/heldout4-h200 bench/matrix/gpu-heldout4.yaml ""
+run heldout4b results/matrix-sim-heldout4b-replay results/heldout4b-h200 bench/matrix/gpu-heldout4.yaml ""
 # The context series' cells, each with its matrix file kept beside its
 # replay (cell.yaml); cq ran BE kernel by kernel.
 run context results/matrix-sim-context-replay/cp results/context-h200/cp/m results/matrix-sim-context-replay/cp/cell.yaml ""
