@@ -72,6 +72,35 @@ extern "C" __global__ void stamp(unsigned long long* out, unsigned long long ns)
 }
 `}
 
+// stamp is what a block of stampSource's kernel records: when it started
+// and ended (the global timer, ns) and its SM.
+type stamp struct{ start, end, sm uint64 }
+
+// stamper runs stampSource's kernel on d: launch makes a launch of shape
+// sh whose blocks spin ns and stamp buf; read reads n blocks' stamps.
+func stamper(t *testing.T, d *Device) (launch func(sh scenario.Shape, ns int, buf gpu.Ptr) *gpu.Launch, read func(buf gpu.Ptr, n int) []stamp) {
+	t.Helper()
+	mod, err := d.LoadModule(stampSource)
+	must(t, err)
+	f, err := mod.Function("stamp")
+	must(t, err)
+	launch = func(sh scenario.Shape, ns int, buf gpu.Ptr) *gpu.Launch {
+		l := &gpu.Launch{Name: "stamp", Func: f, Grid: gpu.D1(sh.Blocks), Block: gpu.D1(sh.Threads), SharedMem: sh.SharedMem}
+		l.Args.Ptr(buf).U64(uint64(ns))
+		return l
+	}
+	read = func(buf gpu.Ptr, n int) []stamp {
+		raw := make([]byte, n*24)
+		must(t, d.CopyFromDevice(raw, buf))
+		out := make([]stamp, n)
+		for i := range out {
+			out[i] = stamp{binary.LittleEndian.Uint64(raw[24*i:]), binary.LittleEndian.Uint64(raw[24*i+8:]), binary.LittleEndian.Uint64(raw[24*i+16:])}
+		}
+		return out
+	}
+	return launch, read
+}
+
 // TestGPUBlockStarts measures how far apart a kernel's blocks start and
 // end on an idle GPU (the simulator starts a wave's blocks at one instant
 // and ends them together), and, for two whole-SM kernels in one graph, when
@@ -81,10 +110,7 @@ extern "C" __global__ void stamp(unsigned long long* out, unsigned long long ns)
 //	(cd gpu/cuda && ../../bin/cuda.test -test.run 'BlockStarts$' -test.v)
 func TestGPUBlockStarts(t *testing.T) {
 	d, _ := openGPU(t)
-	mod, err := d.LoadModule(stampSource)
-	must(t, err)
-	f, err := mod.Function("stamp")
-	must(t, err)
+	launch, read := stamper(t, d)
 	s, err := d.NewStream(gpu.StreamOptions{Priority: d.Info().Priorities.Greatest})
 	must(t, err)
 	const maxBlocks = 2048
@@ -92,21 +118,6 @@ func TestGPUBlockStarts(t *testing.T) {
 	for i := range bufs {
 		bufs[i], err = d.Alloc(maxBlocks * 24)
 		must(t, err)
-	}
-	launch := func(sh scenario.Shape, ns int, buf gpu.Ptr) *gpu.Launch {
-		l := &gpu.Launch{Name: "stamp", Func: f, Grid: gpu.D1(sh.Blocks), Block: gpu.D1(sh.Threads), SharedMem: sh.SharedMem}
-		l.Args.Ptr(buf).U64(uint64(ns))
-		return l
-	}
-	type stamp struct{ start, end, sm uint64 }
-	read := func(buf gpu.Ptr, n int) []stamp {
-		raw := make([]byte, n*24)
-		must(t, d.CopyFromDevice(raw, buf))
-		out := make([]stamp, n)
-		for i := range out {
-			out[i] = stamp{binary.LittleEndian.Uint64(raw[24*i:]), binary.LittleEndian.Uint64(raw[24*i+8:]), binary.LittleEndian.Uint64(raw[24*i+16:])}
-		}
-		return out
 	}
 	spread := func(xs []stamp) (startSpread, endSpread time.Duration, firstEnd, lastEnd uint64) {
 		minS, maxS, minE, maxE := uint64(math.MaxUint64), uint64(0), uint64(math.MaxUint64), uint64(0)
@@ -177,10 +188,7 @@ func TestGPUBlockStarts(t *testing.T) {
 //	(cd gpu/cuda && ../../bin/cuda.test -test.run 'PartialWavePlacement$' -test.v)
 func TestGPUPartialWavePlacement(t *testing.T) {
 	d, _ := openGPU(t)
-	mod, err := d.LoadModule(stampSource)
-	must(t, err)
-	f, err := mod.Function("stamp")
-	must(t, err)
+	launch, read := stamper(t, d)
 	pr := d.Info().Priorities
 	lo, err := d.NewStream(gpu.StreamOptions{Priority: pr.Least})
 	must(t, err)
@@ -191,21 +199,6 @@ func TestGPUPartialWavePlacement(t *testing.T) {
 	must(t, err)
 	hpBuf, err := d.Alloc(maxBlocks * 24)
 	must(t, err)
-	launch := func(sh scenario.Shape, ns int, buf gpu.Ptr) *gpu.Launch {
-		l := &gpu.Launch{Name: "stamp", Func: f, Grid: gpu.D1(sh.Blocks), Block: gpu.D1(sh.Threads), SharedMem: sh.SharedMem}
-		l.Args.Ptr(buf).U64(uint64(ns))
-		return l
-	}
-	type stamp struct{ start, end, sm uint64 }
-	read := func(buf gpu.Ptr, n int) []stamp {
-		raw := make([]byte, n*24)
-		must(t, d.CopyFromDevice(raw, buf))
-		out := make([]stamp, n)
-		for i := range out {
-			out[i] = stamp{binary.LittleEndian.Uint64(raw[24*i:]), binary.LittleEndian.Uint64(raw[24*i+8:]), binary.LittleEndian.Uint64(raw[24*i+16:])}
-		}
-		return out
-	}
 	hp := scenario.WholeSMHP
 	for _, c := range []struct {
 		name string

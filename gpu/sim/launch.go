@@ -418,8 +418,9 @@ func (d *Device) graphYield(c gpu.Cost, inGraph bool) float64 {
 	if !d.cfg.GraphYield || !inGraph || c.GraphDuration <= 0 {
 		return 0
 	}
-	graph := float64(c.GraphDuration) - float64(d.cfg.KernelGap)
-	alone := float64(c.Duration) - d.profileHeld(false)
+	gd, gh := d.profiledTime(c, true)
+	ad, ah := d.profiledTime(c, false)
+	graph, alone := float64(gd)-gh, float64(ad)-ah
 	if graph <= 0 || alone <= 0 {
 		return 0
 	}
